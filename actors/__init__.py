@@ -1,0 +1,1 @@
+"""Ray actor classes: the ``Coordinator`` and the ``ClientWorker`` pool (shipped as ``raysim.actors``)."""

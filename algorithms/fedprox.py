@@ -1,0 +1,35 @@
+"""FedProx (Li et al., MLSys 2020) on prompts + head: the local loss adds (mu / 2) * ||w - w_global||^2
+over the trained tensors, which keeps heterogeneous clients near the global model."""
+
+from dataclasses import dataclass
+
+import torch
+
+from raysim.algorithms.fedvpt import FedVPT, PromptOptions
+from raysim.errors import ConfigError
+from raysim.registry import register
+
+
+@dataclass(frozen=True)
+class ProxOptions(PromptOptions):
+    mu: float = 0.01
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.mu < 0:
+            raise ConfigError(f"fedprox.mu={self.mu} must be >= 0 (0 is plain FedAvg)")
+
+
+def proximal_term(params: dict[str, torch.Tensor], anchor: dict[str, torch.Tensor]) -> torch.Tensor:
+    """sum over tensors of ||w - w_anchor||^2."""
+    return sum(((p - anchor[name].to(p.device)) ** 2).sum() for name, p in params.items())
+
+
+@register("fedprox", "FedProx on prompts + head: local loss + (mu/2)||w - w_global||^2 (Li et al. 2020)")
+class FedProx(FedVPT):
+    Options = ProxOptions
+
+    def loss(self, ctx, logits, labels, view):
+        trained = {n: p for n, p in ctx.model.named_parameters() if n in view}
+        ce = torch.nn.functional.cross_entropy(logits, labels)
+        return ce + 0.5 * self.options.mu * proximal_term(trained, view)

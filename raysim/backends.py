@@ -1,0 +1,79 @@
+"""Executors for :class:`~raysim.simulation.Simulation`: in-process, or a pool of Ray ``ClientWorker`` actors."""
+
+from __future__ import annotations
+
+from raysim.runtime import ClientRuntime
+
+
+class SequentialExecutor:
+    """Runs every client in this process, one after another (tests, debugging)."""
+
+    def __init__(self, config, shards):
+        self.runtime = ClientRuntime(config, shards)
+
+    def train(self, round, view, tasks):
+        return self.runtime.train(round, view, tasks)
+
+    def evaluate(self, view, client_ids, states):
+        return self.runtime.evaluate(view, client_ids, states)
+
+    def shutdown(self) -> None:
+        pass
+
+
+def split_evenly(items: list, parts: int) -> list[list]:
+    """``items`` cut into ``parts`` contiguous chunks whose sizes differ by at most one (no empty chunk)."""
+    parts = max(1, min(parts, len(items)))
+    size, extra = divmod(len(items), parts)
+    out, start = [], 0
+    for k in range(parts):
+        end = start + size + (k < extra)
+        out.append(items[start:end])
+        start = end
+    return out
+
+
+class RayExecutor:
+    """A pool of ``ClientWorker`` actors with fractional resources; virtual clients are multiplexed over it.
+
+    Each round the view is put in the object store once and every worker gets one task with its share of
+    the sampled clients, so per-round overhead is one call per worker, not one per client.
+    """
+
+    def __init__(self, config, shards_ref, num_workers: int):
+        import ray
+
+        from raysim.actors.client_worker import ClientWorker
+
+        res = config.resources
+        self._ray = ray
+        self.workers = [
+            ClientWorker.options(num_cpus=res.cpus_per_client, num_gpus=res.gpus_per_client,
+                                 max_restarts=-1, max_task_retries=3).remote(config, shards_ref)
+            for _ in range(num_workers)
+        ]
+        ray.get([w.ready.remote() for w in self.workers])
+
+    def train(self, round, view, tasks):
+        view_ref = self._ray.put(view)
+        chunks = split_evenly(tasks, len(self.workers))
+        refs = [w.train.remote(round, view_ref, chunk) for w, chunk in zip(self.workers, chunks)]
+        return [result for part in self._ray.get(refs) for result in part]
+
+    def evaluate(self, view, client_ids, states):
+        view_ref = self._ray.put(view)
+        chunks = split_evenly(client_ids, len(self.workers))
+        refs = [w.evaluate.remote(view_ref, chunk, {c: states[c] for c in chunk if c in states})
+                for w, chunk in zip(self.workers, chunks)]
+        out = {}
+        for part in self._ray.get(refs):
+            out.update(part)
+        return out
+
+    def resources(self) -> list[dict]:
+        """What Ray assigned to each worker (for checks and the run log)."""
+        return self._ray.get([w.assigned_resources.remote() for w in self.workers])
+
+    def shutdown(self) -> None:
+        for worker in self.workers:
+            self._ray.kill(worker)

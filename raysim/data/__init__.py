@@ -1,0 +1,1 @@
+"""Data sources, partitioners and client shards."""

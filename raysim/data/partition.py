@@ -1,0 +1,293 @@
+"""Partitioners: assign the samples of a dataset to federated clients.
+
+A *cell* is a (domain, class) pair. Every partitioner is a pure function that returns a share tensor
+``shares[d, c, i]``, shape ``[D, C, M]``: the fraction of cell ``(d, c)`` that client ``i`` gets. The
+same tensor splits the train and the test set (:func:`split_by_shares`), so each client's test set
+follows its train proportions by construction. The rules follow METHODS.md:
+
+* ``iid``: every cell split equally among all clients.
+* ``pathological``: each client holds ``s`` classes, each class is held by ``s*M/C`` clients with
+  shares ``U(0.4, 0.6)`` normalised over its holders (SGPT, CVPR 2024).
+* ``dirichlet``: per class, shares over clients ``~ Dirichlet(alpha)``.
+* ``pachinko``: per client, ``Dirichlet(beta)`` over coarse labels, then ``Dirichlet(beta_fine)`` over
+  the fine labels of each coarse label (FGPT, appendix).
+* ``domains``: each client holds one domain; clients per domain form a geometric series whose
+  largest/smallest ratio is the domain imbalance factor ``dif`` (FedGCR, AAAI 2024).
+
+Everything is drawn from ``seed``, with independent streams for the shares, the train split and the
+test split, so a change of the test set leaves the train split as it was.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from raysim.errors import ConfigError, unknown_name
+
+_MAX_REDRAWS = 100
+
+
+@dataclass(frozen=True)
+class PartitionParams:
+    """Knobs of the partitioners; each partitioner reads only its own."""
+
+    s: int = 2  # pathological: classes per client
+    alpha: float = 0.5  # dirichlet concentration
+    beta: float = 0.5  # pachinko: concentration over coarse labels
+    beta_fine: float = 10.0  # pachinko: concentration over fine labels inside a coarse label
+    dif: float = 1.0  # domains: domain imbalance factor (largest/smallest clients per domain)
+
+
+@dataclass(frozen=True)
+class Partitioner:
+    """A registered partitioner; ``fn(D, C, M, params, rng, coarse_of_class)`` returns shares [D, C, M]."""
+
+    name: str
+    description: str
+    fn: Callable[..., np.ndarray]
+    needs_domains: bool = False
+    needs_coarse: bool = False
+
+
+@dataclass(frozen=True)
+class Partition:
+    """The result of :func:`partition`. Client id -1 marks a sample of a class no client holds."""
+
+    train_client: np.ndarray
+    test_client: np.ndarray
+    client_domain: np.ndarray | None
+    shares: np.ndarray
+
+
+def _per_class(num_domains: int, class_shares: np.ndarray) -> np.ndarray:
+    """Repeat [C, M] class shares for every domain."""
+    return np.repeat(class_shares[None], num_domains, axis=0).astype(np.float64)
+
+
+def _iid(num_domains, num_classes, num_clients, params, rng, coarse_of_class):
+    return np.full((num_domains, num_classes, num_clients), 1.0 / num_clients)
+
+
+def _pathological(num_domains, num_classes, num_clients, params, rng, coarse_of_class):
+    # Client i holds s consecutive classes of a shuffled ring, so holder counts differ by at most one.
+    # With s*M < C some classes have no holder: their rows stay zero and their samples are unassigned.
+    perm = rng.permutation(num_classes)
+    held = perm[(np.arange(num_clients)[:, None] * params.s + np.arange(params.s)) % num_classes]
+    held = held[rng.permutation(num_clients)]
+    weights = np.zeros((num_classes, num_clients))
+    weights[held, np.arange(num_clients)[:, None]] = rng.uniform(0.4, 0.6, size=held.shape)
+    total = weights.sum(axis=1, keepdims=True)
+    return _per_class(num_domains, np.divide(weights, total, out=np.zeros_like(weights), where=total > 0))
+
+
+def _dirichlet(num_domains, num_classes, num_clients, params, rng, coarse_of_class):
+    return _per_class(num_domains, rng.dirichlet(np.full(num_clients, params.alpha), size=num_classes))
+
+
+def _pachinko(num_domains, num_classes, num_clients, params, rng, coarse_of_class):
+    coarse_ids, coarse = np.unique(coarse_of_class, return_inverse=True)
+    proportions = np.empty((num_clients, num_classes))  # p_i[c]
+    for i in range(num_clients):
+        coarse_p = rng.dirichlet(np.full(len(coarse_ids), params.beta))
+        for k in range(len(coarse_ids)):
+            fine = np.flatnonzero(coarse == k)
+            proportions[i, fine] = coarse_p[k] * rng.dirichlet(np.full(len(fine), params.beta_fine))
+    total = proportions.sum(axis=0)
+    # A class that every client draws with probability exactly 0 (tiny beta) is split equally.
+    class_shares = np.divide(proportions, total, out=np.full_like(proportions, 1.0 / num_clients), where=total > 0)
+    return _per_class(num_domains, class_shares.T)
+
+
+def _domain_client_counts(num_domains: int, num_clients: int, dif: float) -> np.ndarray:
+    """Clients per domain: a geometric series with max/min ratio as close to ``dif`` as integers allow.
+
+    Every count is at least 1, the counts sum to ``num_clients`` and domain 0 gets the most. Among the
+    (largest, smallest) pairs with the best ratio, the one whose geometric interior best fits the
+    remaining clients wins.
+    """
+    if num_domains == 1:
+        return np.array([num_clients], dtype=np.int64)
+    steps = num_domains - 1
+    best = None
+    for low in range(1, num_clients // num_domains + 1):
+        lo_high = max(low, math.ceil((num_clients - low) / steps))
+        hi_high = num_clients - steps * low
+        for high in {min(max(h, lo_high), hi_high) for h in (math.floor(low * dif), math.ceil(low * dif))}:
+            ideal = low * (high / low) ** (np.arange(steps - 1, 0, -1) / steps)  # domains 1..D-2
+            rest = num_clients - high - low
+            key = (abs(math.log(high / low / dif)), abs(ideal.sum() - rest))
+            if best is None or key < best[0]:
+                best = (key, high, low, ideal, rest)
+    _, high, low, ideal, rest = best
+    target = ideal * rest / ideal.sum() if len(ideal) else ideal
+    inner = np.clip(np.floor(target), low, high).astype(np.int64)
+    while inner.sum() != rest:  # feasible: (D-2)*low <= rest <= (D-2)*high
+        gap = target - inner
+        if inner.sum() < rest:
+            inner[np.argmax(np.where(inner < high, gap, -np.inf))] += 1
+        else:
+            inner[np.argmin(np.where(inner > low, gap, np.inf))] -= 1
+    return np.concatenate([[high], np.sort(inner)[::-1], [low]]).astype(np.int64)
+
+
+def _domains(num_domains, num_classes, num_clients, params, rng, coarse_of_class):
+    counts = _domain_client_counts(num_domains, num_clients, params.dif)
+    client_domain = np.repeat(np.arange(num_domains), counts)
+    shares = np.zeros((num_domains, num_classes, num_clients))
+    shares[client_domain, :, np.arange(num_clients)] = 1.0 / counts[client_domain, None]
+    return shares
+
+
+PARTITIONERS: dict[str, Partitioner] = {
+    p.name: p
+    for p in (
+        Partitioner("iid", "every (domain, class) cell split equally among all clients", _iid),
+        Partitioner("pathological", "each client holds s classes with U(0.4, 0.6) shares (SGPT)", _pathological),
+        Partitioner("dirichlet", "per class, client shares ~ Dirichlet(alpha)", _dirichlet),
+        Partitioner(
+            "pachinko",
+            "per client, Dirichlet(beta) over coarse labels then Dirichlet(beta_fine) over fine labels (FGPT)",
+            _pachinko,
+            needs_coarse=True,
+        ),
+        Partitioner(
+            "domains",
+            "each client holds one domain; clients per domain geometric with ratio dif (FedGCR)",
+            _domains,
+            needs_domains=True,
+        ),
+    )
+}
+_REDRAWN = {"dirichlet": "a larger alpha", "pachinko": "a larger beta"}  # random shares: redraw on failure
+
+
+def split_by_shares(
+    domains: np.ndarray, labels: np.ndarray, shares: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
+    """Client id (int64) per sample.
+
+    For each cell, shuffle its sample indices with ``rng`` and cut them into contiguous chunks at
+    ``floor(cumsum(shares) * n)`` boundaries (the last boundary is exactly ``n``), so every sample of
+    a cell whose shares sum to 1 goes to exactly one client, never to one with share 0. Cells whose
+    shares are all 0 get -1.
+    """
+    num_domains, num_classes, num_clients = shares.shape
+    cell = np.asarray(domains, dtype=np.int64) * num_classes + np.asarray(labels, dtype=np.int64)
+    order = np.argsort(cell, kind="stable")
+    sizes = np.bincount(cell, minlength=num_domains * num_classes)
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    client = np.full(len(cell), -1, dtype=np.int64)
+    for k in np.flatnonzero(sizes):
+        row = shares[k // num_classes, k % num_classes]
+        if row.sum() <= 0:
+            continue
+        n = sizes[k]
+        bounds = np.minimum(np.floor(np.cumsum(row) * n).astype(np.int64), n)
+        # End at n from the last client with a share on: rounding never gives samples to a share of 0.
+        bounds[np.flatnonzero(row)[-1] :] = n
+        members = rng.permutation(order[starts[k] : starts[k + 1]])
+        client[members] = np.repeat(np.arange(num_clients), np.diff(bounds, prepend=0))
+    return client
+
+
+def _validate(name, num_classes, num_domains, num_clients, params, coarse_of_class) -> None:
+    if name not in PARTITIONERS:
+        raise unknown_name("partition", name, PARTITIONERS)
+    if num_clients < 1:
+        raise ConfigError(f"num_clients={num_clients} must be at least 1")
+    if name == "pathological" and not 1 <= params.s <= num_classes:
+        if params.s < 1:
+            raise ConfigError(f"s={params.s} must be at least 1; choose 1 <= s <= {num_classes}")
+        raise ConfigError(
+            f"s={params.s} is larger than the number of classes ({num_classes}); choose s <= {num_classes}"
+        )
+    if name == "dirichlet" and not params.alpha > 0:
+        raise ConfigError(f"alpha={params.alpha} must be positive; use e.g. alpha=0.5")
+    if name == "pachinko":
+        for key in ("beta", "beta_fine"):
+            if not getattr(params, key) > 0:
+                raise ConfigError(f"{key}={getattr(params, key)} must be positive; use e.g. {key}=0.5")
+        if coarse_of_class is None:
+            raise ConfigError(
+                "partition 'pachinko' needs coarse labels; choose a dataset with coarse labels "
+                "(e.g. CIFAR-100) or another partition"
+            )
+        if np.shape(coarse_of_class) != (num_classes,):
+            raise ConfigError(
+                f"coarse_of_class has shape {np.shape(coarse_of_class)}; it needs one coarse id per class "
+                f"({num_classes})"
+            )
+    if name == "domains":
+        if not params.dif >= 1:
+            raise ConfigError(f"dif={params.dif} must be at least 1 (1 = balanced domains)")
+        if num_domains < 2:
+            raise ConfigError(
+                f"partition 'domains' needs a dataset with several domains; this dataset has {num_domains}"
+            )
+        if num_clients < num_domains:
+            raise ConfigError(
+                f"partition 'domains' needs at least one client per domain: num_clients={num_clients} "
+                f"< {num_domains} domains; use num_clients >= {num_domains}"
+            )
+
+
+def _check_data(kind, labels, domains, num_classes, num_domains) -> None:
+    if np.shape(labels) != np.shape(domains):
+        raise ConfigError(f"{kind} labels and domains differ in length ({len(labels)} vs {len(domains)})")
+    for what, values, bound in (("labels", labels, num_classes), ("domains", domains, num_domains)):
+        if len(values) and (np.min(values) < 0 or np.max(values) >= bound):
+            raise ConfigError(f"{kind} {what} must lie in [0, {bound}); found {np.min(values)}..{np.max(values)}")
+
+
+def partition(
+    name: str,
+    *,
+    train_labels,
+    train_domains,
+    test_labels,
+    test_domains,
+    num_classes: int,
+    num_domains: int,
+    num_clients: int,
+    params: PartitionParams,
+    seed: int,
+    coarse_of_class: np.ndarray | None = None,
+    min_train_samples: int = 1,
+) -> Partition:
+    """Partition the train and test sets among ``num_clients`` clients with partitioner ``name``.
+
+    Raises:
+        ConfigError: for an unknown name, invalid parameters, or when some client ends up with fewer
+            than ``min_train_samples`` training samples (after up to 100 redraws for dirichlet and
+            pachinko).
+    """
+    _validate(name, num_classes, num_domains, num_clients, params, coarse_of_class)
+    _check_data("train", train_labels, train_domains, num_classes, num_domains)
+    _check_data("test", test_labels, test_domains, num_classes, num_domains)
+    share_rng, train_rng, test_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(3))
+    fn = PARTITIONERS[name].fn
+    draws = _MAX_REDRAWS + 1 if name in _REDRAWN else 1
+    for _ in range(draws):
+        shares = fn(num_domains, num_classes, num_clients, params, share_rng, coarse_of_class)
+        train_client = split_by_shares(train_domains, train_labels, shares, train_rng)
+        sizes = np.bincount(train_client[train_client >= 0], minlength=num_clients)
+        if sizes.min() >= min_train_samples:
+            break
+    else:
+        if name in _REDRAWN:
+            raise ConfigError(
+                f"partition {name!r} left a client with {sizes.min()} training samples (< min_train_samples="
+                f"{min_train_samples}) in {draws} draws with {num_clients} clients; use fewer clients or "
+                f"{_REDRAWN[name]}"
+            )
+        raise ConfigError(
+            f"partition {name!r} gives client {int(sizes.argmin())} only {sizes.min()} training samples "
+            f"(< min_train_samples={min_train_samples}) with num_clients={num_clients}; use fewer clients"
+        )
+    test_client = split_by_shares(test_domains, test_labels, shares, test_rng)
+    client_domain = shares.sum(axis=1).argmax(axis=0).astype(np.int64) if PARTITIONERS[name].needs_domains else None
+    return Partition(train_client, test_client, client_domain, shares)

@@ -1,0 +1,56 @@
+"""A picture and a summary of a partition: samples per (client, class) and client sizes.
+
+Uses :class:`matplotlib.figure.Figure` directly (no pyplot), so it renders with Agg in any process
+without touching the global backend.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from matplotlib.figure import Figure
+
+_MAX_ROWS = 200
+
+
+def _counts(train_client: np.ndarray, labels: np.ndarray, num_clients: int, num_classes: int) -> np.ndarray:
+    """[M, C] int64 train samples per client and class; unassigned samples (client -1) are left out."""
+    keep = train_client >= 0
+    flat = train_client[keep].astype(np.int64) * num_classes + np.asarray(labels)[keep]
+    return np.bincount(flat, minlength=num_clients * num_classes).reshape(num_clients, num_classes)
+
+
+def partition_summary(train_client: np.ndarray, labels: np.ndarray, num_clients: int, num_classes: int) -> dict:
+    """Clients, classes per client and client sizes (mean/min/max), and the [M, C] ``counts`` matrix."""
+    counts = _counts(train_client, labels, num_clients, num_classes)
+    classes = (counts > 0).sum(axis=1)
+    sizes = counts.sum(axis=1)
+    return {
+        "clients": num_clients,
+        "classes_per_client_mean": float(classes.mean()),
+        "classes_per_client_min": int(classes.min()),
+        "classes_per_client_max": int(classes.max()),
+        "size_mean": float(sizes.mean()),
+        "size_min": int(sizes.min()),
+        "size_max": int(sizes.max()),
+        "counts": counts,
+    }
+
+
+def plot_partition(train_client: np.ndarray, labels: np.ndarray, num_clients: int, num_classes: int, path) -> None:
+    """Save a PNG: heat map of samples per (client, class) on the left, client sizes on the right."""
+    counts = _counts(train_client, labels, num_clients, num_classes)[:_MAX_ROWS]
+    shown = len(counts)
+    fig = Figure(figsize=(10, max(3.0, min(12.0, 0.06 * shown + 2))), layout="constrained")
+    heat, bars = fig.subplots(1, 2, sharey=True, gridspec_kw={"width_ratios": [3, 1]})
+    image = heat.imshow(counts, aspect="auto", interpolation="nearest", cmap="viridis")
+    fig.colorbar(image, ax=heat, label="train samples")
+    heat.set_xlabel("class")
+    heat.set_ylabel("client")
+    title = "samples per client and class"
+    if num_clients > shown:
+        title += f" (first {shown} of {num_clients} clients)"
+    heat.set_title(title)
+    bars.barh(np.arange(shown), counts.sum(axis=1), height=1.0, color="tab:blue")
+    bars.set_xlabel("train samples")
+    bars.set_title("client size")
+    fig.savefig(path, dpi=100)

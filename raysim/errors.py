@@ -1,0 +1,10 @@
+"""The one error type users see: a one-line message that says what is wrong and how to fix it."""
+
+
+class ConfigError(ValueError):
+    """Bad input from the user (config, CLI, files). The CLI prints it on one line and exits with 2."""
+
+
+def unknown_name(kind: str, name: str, valid) -> ConfigError:
+    """An error for a name that is not registered, listing the valid ones."""
+    return ConfigError(f"unknown {kind} {name!r}; valid {kind}s: {', '.join(sorted(valid))}")

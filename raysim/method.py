@@ -1,0 +1,121 @@
+"""The method protocol: what every federated method implements, and the FedAvg behaviour it inherits.
+
+A method is a class registered by name (:func:`raysim.registry.register`) with hooks only; the round loop
+lives in :mod:`raysim.simulation` and is never written in a method. A method never imports ``ray``.
+
+Hooks:
+    ``prompt_spec(depth)``  what the worker's model looks like (prompt slots, what trains).
+    ``init_global(model, generator)``  the communicated tensors and the server state.
+    ``configure(round, state, client_ids)``  what the sampled clients receive: one shared view, plus
+                            small per-client instructions (e.g. a cluster id) in ``ClientContext``.
+    ``client_update(ctx, view, client_state, data)``  local training inside a worker.
+    ``aggregate(round, state, results)``  server math (pure tensor functions in raysim/aggregate.py).
+    ``eval_view(view, client_state)``  the parameters a client is evaluated with (personalised methods).
+
+All state is tensors (``GlobalState.params`` and ``GlobalState.server``), never hidden attributes, so
+checkpoints are exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import torch
+
+from raysim import aggregate as agg
+from raysim import train
+from raysim.config import Config, NoOptions
+from raysim.data.shards import ClientData
+
+Tensors = dict[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class GlobalState:
+    """The communicated tensors (``params``) and server-only state (momentum buffers, counts, ...)."""
+
+    params: Tensors
+    server: Tensors = field(default_factory=dict)
+
+
+@dataclass
+class ClientResult:
+    """What a client sends back: its update, its sample count, statistics and its new persistent state.
+
+    ``state`` stays on the coordinator between the client's participations and is never aggregated.
+    """
+
+    client_id: int
+    num_samples: int
+    update: Tensors
+    stats: dict[str, float] = field(default_factory=dict)
+    state: Tensors | None = None
+
+
+@dataclass(frozen=True)
+class ClientContext:
+    """Everything a client hook may use besides its data: the worker's model, its seed, the config."""
+
+    round: int
+    client_id: int
+    seed: int
+    model: torch.nn.Module
+    device: torch.device
+    config: Config
+    instructions: Tensors = field(default_factory=dict)
+
+    def generator(self) -> torch.Generator:
+        """A fresh generator seeded for this (round, client): same draws on any worker or backend."""
+        return torch.Generator().manual_seed(self.seed)
+
+
+class Method:
+    """Base class: FedAvg over the model's trainable tensors (McMahan et al., 2017).
+
+    Subclasses usually override ``prompt_spec`` (which tensors train) and, where the paper says so,
+    ``loss``, ``configure`` or ``aggregate``.
+    """
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    options_key: ClassVar[str | None] = None
+    Options: ClassVar[type] = NoOptions
+
+    def __init__(self, config: Config):
+        self.config = config
+        self.options = config.options
+
+    def prompt_spec(self, depth: int):
+        """The prompt wrapper's spec (:class:`raysim.models.prompted.PromptSpec`) for a backbone of ``depth`` blocks."""
+        raise NotImplementedError
+
+    def init_global(self, model: torch.nn.Module, generator: torch.Generator) -> GlobalState:
+        """Initial global tensors: the worker model's trainable state (it is built from the run seed)."""
+        return GlobalState(params=model.trainable_state())
+
+    def configure(self, round: int, state: GlobalState, client_ids: list[int]) -> tuple[Tensors, dict[int, Tensors]]:
+        """The view sent to every sampled client (one object, shared) and per-client instructions."""
+        return state.params, {}
+
+    def client_update(self, ctx: ClientContext, view: Tensors, client_state: Tensors | None,
+                      data: ClientData) -> ClientResult:
+        """Local training of the trainable tensors from the received view; returns the new tensors."""
+        ctx.model.load_trainable(view)
+        stats = train.local_train(ctx, data, lambda logits, y: self.loss(ctx, logits, y, view))
+        return ClientResult(ctx.client_id, len(data), ctx.model.trainable_state(), stats)
+
+    def loss(self, ctx: ClientContext, logits: torch.Tensor, labels: torch.Tensor, view: Tensors) -> torch.Tensor:
+        """The local objective; cross-entropy by default."""
+        return torch.nn.functional.cross_entropy(logits, labels)
+
+    def aggregate(self, round: int, state: GlobalState, results: list[ClientResult]) -> GlobalState:
+        """Sample-weighted mean (N_i / N) of the clients' tensors; keeps the state if no client had data."""
+        if sum(r.num_samples for r in results) == 0:
+            return state
+        params = agg.weighted_mean([r.update for r in results], [r.num_samples for r in results])
+        return GlobalState(params=params, server=state.server)
+
+    def eval_view(self, view: Tensors, client_state: Tensors | None) -> Tensors:
+        """The tensors a client is evaluated with; the global view unless a method personalises."""
+        return view

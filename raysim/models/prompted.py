@@ -1,0 +1,285 @@
+"""Visual prompt tuning on an unmodified timm VisionTransformer.
+
+:class:`PromptedViT` replays timm's ``forward_features`` block by block and inserts learnable tokens before
+chosen blocks, right after the prefix (class and register) tokens, with no position embedding: VPT
+(Jia et al., ECCV 2022) in its shallow and deep forms, and the growing-sequence form of SGPT (CVPR 2024)
+with shared and per-sample (dynamic, e.g. selected group) prompts.
+
+Sequence layout after every block: ``[prefix][slot 0][slot 1]...[patches]``. Each slot's tokens stay
+contiguous, in the order of ``PromptSpec.slots``; an "insert" slot puts its newest tokens first. ViT blocks
+are permutation-equivariant over tokens once position embeddings are added, so this order is bookkeeping
+only and does not change any output.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from timm.models.vision_transformer import VisionTransformer
+from torch import nn
+
+from raysim.errors import ConfigError
+from raysim.models.backbones import state_mismatches
+
+MODES = ("insert", "replace")
+INITS = ("zeros", "xavier", "normal")
+POOLINGS = ("backbone", "cls", "cls+prompts")
+
+# Everything of timm's VisionTransformer this module relies on (tests check each still exists).
+TIMM_INTERNALS = (
+    "patch_embed", "_pos_embed", "patch_drop", "norm_pre", "blocks", "norm", "forward_head",
+    "fc_norm", "head_drop", "head", "reset_classifier", "num_prefix_tokens", "has_class_token",
+    "embed_dim", "in_chans",
+)
+
+
+@dataclass(frozen=True)
+class PromptSlot:
+    """A group of prompt tokens entering the sequence before some blocks.
+
+    Attributes:
+        name: Identifier; the stored parameter is ``prompts.<name>`` with shape ``[len(blocks), length, D]``.
+        blocks: Strictly increasing block indices before which this slot's tokens enter.
+        length: Tokens per block.
+        mode: "insert": at each listed block new tokens join and earlier prompt outputs stay, so the sequence
+            grows (SGPT authors' code; VPT-shallow is insert at block 0). "replace": VPT-deep; tokens enter at
+            the first listed block and at each later one replace this slot's outputs of the previous block.
+        init: "zeros"; "xavier": uniform with VPT's bound ``sqrt(6 / (C * patch_h * patch_w + D))``;
+            "normal": std 0.02.
+        dynamic: Tokens are given per sample at forward time (shape ``[B, len(blocks), length, D]``);
+            nothing is stored and ``init`` is unused.
+    """
+
+    name: str
+    blocks: tuple[int, ...]
+    length: int = 1
+    mode: str = "insert"
+    init: str = "xavier"
+    dynamic: bool = False
+
+
+@dataclass(frozen=True)
+class PromptSpec:
+    """What is prompted, how the head pools, and what trains.
+
+    Attributes:
+        slots: The prompt slots.
+        head_pooling: "backbone": timm's own pooling (``forward_head``) over prefix and patch tokens, prompts
+            removed, so with no slots it equals timm's forward. "cls": the class token after the final norm.
+            "cls+prompts": mean of the class token and all prompt outputs (SGPT's head input). The two
+            "cls" forms pass through ``fc_norm``, ``head_drop`` and ``head`` as timm's head does.
+        train_backbone: Also train every backbone parameter (full fine-tuning, the FedAvg baseline).
+        train_head: Train the linear classifier ``vit.head``.
+    """
+
+    slots: tuple[PromptSlot, ...] = ()
+    head_pooling: str = "backbone"
+    train_backbone: bool = False
+    train_head: bool = True
+
+
+class PromptedViT(nn.Module):
+    """A timm VisionTransformer with prompt slots and a fresh classifier.
+
+    Parameter names: ``vit.*`` (backbone, ``vit.head.*`` the classifier) and ``prompts.<slot>``.
+    Blocks run one by one, so timm's gradient checkpointing and attention masks are not used.
+    """
+
+    def __init__(self, vit: VisionTransformer, spec: PromptSpec, num_classes: int, seed: int = 0) -> None:
+        """Wrap ``vit`` (modified in place: new head, frozen unless ``spec.train_backbone``).
+
+        Args:
+            vit: The backbone, e.g. from :func:`raysim.models.backbones.build_backbone`.
+            spec: Prompt slots, head pooling and what trains.
+            num_classes: Classes of the new head.
+            seed: Seeds the head and prompt initialisation from the CPU generator, whose global state is
+                restored afterwards. Wrap on CPU (as ``build_backbone`` returns it), then move the wrapper.
+
+        Raises:
+            ConfigError: The spec does not fit this backbone.
+        """
+        super().__init__()
+        _check_internals(vit)
+        _validate(spec, vit, num_classes)
+        self.vit = vit
+        self.spec = spec
+        self.prompts = nn.ParameterDict()
+        with torch.random.fork_rng(devices=[]):
+            torch.default_generator.manual_seed(seed)  # CPU only, like build_backbone
+            vit.reset_classifier(num_classes)
+            for slot in spec.slots:
+                if not slot.dynamic:
+                    self.prompts[slot.name] = nn.Parameter(_initial_prompt(slot, vit))
+        vit.requires_grad_(spec.train_backbone)
+        vit.head.requires_grad_(spec.train_head)
+        self._trainable = tuple(sorted(name for name, p in self.named_parameters() if p.requires_grad))
+        # per block: the (slot, index into slot.blocks) pairs whose tokens enter before it
+        self._schedule = tuple(
+            tuple((slot, slot.blocks.index(b)) for slot in spec.slots if b in slot.blocks)
+            for b in range(len(vit.blocks))
+        )
+
+    def forward(self, x: torch.Tensor, dynamic: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
+        """Logits for images ``x`` ``[B, C, H, W]``; ``dynamic`` holds the tokens of dynamic slots."""
+        tokens, slices = self.forward_features(x, dynamic)
+        return self.forward_head(tokens, slices)
+
+    def forward_features(
+        self, x: torch.Tensor, dynamic: dict[str, torch.Tensor] | None = None
+    ) -> tuple[torch.Tensor, dict[str, slice]]:
+        """Tokens after the final norm, and where each slot's final tokens sit in the sequence.
+
+        Args:
+            x: Images ``[B, C, H, W]``.
+            dynamic: Slot name -> ``[B, len(blocks), length, D]`` for every dynamic slot, and nothing else.
+        """
+        vit = self.vit
+        self._check_dynamic(dynamic or {}, x.shape[0])
+        x = vit.norm_pre(vit.patch_drop(vit._pos_embed(vit.patch_embed(x))))
+        sizes = {slot.name: 0 for slot in self.spec.slots}
+        for block, entering in zip(vit.blocks, self._schedule):
+            for slot, k in entering:
+                x = self._enter(x, slot, self._slot_tokens(slot, k, x.shape[0], dynamic), sizes)
+            x = block(x)
+        return vit.norm(x), self._slices(sizes)
+
+    def forward_head(self, tokens: torch.Tensor, slices: dict[str, slice]) -> torch.Tensor:
+        """Logits from :meth:`forward_features`' output, pooled as ``spec.head_pooling`` says."""
+        vit = self.vit
+        if self.spec.head_pooling == "backbone":
+            return vit.forward_head(_without(tokens, slices))
+        picked = [tokens[:, :1]]
+        if self.spec.head_pooling == "cls+prompts":
+            picked += [tokens[:, s] for s in slices.values()]
+        pooled = torch.cat(picked, dim=1).mean(dim=1)
+        return vit.head(vit.head_drop(vit.fc_norm(pooled)))
+
+    def trainable_names(self) -> list[str]:
+        """Sorted names (as in ``named_parameters()``) of what trains and is communicated."""
+        return list(self._trainable)
+
+    def trainable_state(self) -> dict[str, torch.Tensor]:
+        """Detached, contiguous copies of the trainable parameters."""
+        params = dict(self.named_parameters())
+        return {name: params[name].detach().clone(memory_format=torch.contiguous_format) for name in self._trainable}
+
+    def load_trainable(self, state: dict[str, torch.Tensor]) -> None:
+        """Copy ``state`` (as from :meth:`trainable_state`) into the trainable parameters in place.
+
+        Raises:
+            ValueError: Missing or unexpected names, or shape mismatches.
+        """
+        params = dict(self.named_parameters())
+        problems = state_mismatches({name: params[name].shape for name in self._trainable}, state)
+        if problems:
+            raise ValueError(f"trainable state does not match the model: {problems}")
+        with torch.no_grad():
+            for name in self._trainable:
+                params[name].copy_(state[name])
+
+    def _slot_tokens(
+        self, slot: PromptSlot, k: int, batch: int, dynamic: dict[str, torch.Tensor] | None
+    ) -> torch.Tensor:
+        """Tokens ``[B, length, D]`` that ``slot`` adds at its ``k``-th block."""
+        if slot.dynamic:
+            return dynamic[slot.name][:, k]
+        return self.prompts[slot.name][k].expand(batch, -1, -1)
+
+    def _enter(self, x: torch.Tensor, slot: PromptSlot, new: torch.Tensor, sizes: dict[str, int]) -> torch.Tensor:
+        """Put ``new`` at the start of ``slot``'s segment, replacing the old segment in "replace" mode."""
+        start = self.vit.num_prefix_tokens
+        for other in self.spec.slots:
+            if other.name == slot.name:
+                break
+            start += sizes[other.name]
+        dropped = sizes[slot.name] if slot.mode == "replace" else 0
+        sizes[slot.name] += new.shape[1] - dropped
+        return torch.cat([x[:, :start], new.to(x.dtype), x[:, start + dropped:]], dim=1)
+
+    def _slices(self, sizes: dict[str, int]) -> dict[str, slice]:
+        """Consecutive slices after the prefix, one per slot."""
+        slices, start = {}, self.vit.num_prefix_tokens
+        for name, size in sizes.items():
+            slices[name] = slice(start, start + size)
+            start += size
+        return slices
+
+    def _check_dynamic(self, dynamic: dict[str, torch.Tensor], batch: int) -> None:
+        """Raise ValueError unless ``dynamic`` has exactly the dynamic slots, each with the right shape."""
+        wanted = {
+            slot.name: (batch, len(slot.blocks), slot.length, self.vit.embed_dim)
+            for slot in self.spec.slots
+            if slot.dynamic
+        }
+        if dynamic.keys() != wanted.keys():
+            raise ValueError(
+                f"dynamic prompts must be given for exactly the dynamic slots {sorted(wanted)}, "
+                f"got {sorted(dynamic)}"
+            )
+        for name, shape in wanted.items():
+            if tuple(dynamic[name].shape) != shape:
+                raise ValueError(f"dynamic prompts {name!r} must have shape {shape}, got {tuple(dynamic[name].shape)}")
+
+
+def _check_internals(vit: nn.Module) -> None:
+    missing = [name for name in TIMM_INTERNALS if not hasattr(vit, name)]
+    if missing:
+        raise ConfigError(
+            f"{type(vit).__name__} lacks {', '.join(missing)} of timm's VisionTransformer; "
+            "use a timm VisionTransformer backbone"
+        )
+
+
+def _validate(spec: PromptSpec, vit: VisionTransformer, num_classes: int) -> None:
+    """Raise a one-line ConfigError for the first thing in ``spec`` that does not fit ``vit``."""
+    if num_classes < 1:
+        raise ConfigError(f"num_classes must be at least 1, got {num_classes}")
+    if spec.head_pooling not in POOLINGS:
+        raise ConfigError(f"unknown head_pooling {spec.head_pooling!r}; valid: {', '.join(POOLINGS)}")
+    if spec.head_pooling != "backbone" and not vit.has_class_token:
+        raise ConfigError(f"head_pooling {spec.head_pooling!r} needs a class token; use head_pooling 'backbone'")
+    depth = len(vit.blocks)
+    names = [slot.name for slot in spec.slots]
+    for slot in spec.slots:
+        where = f"prompt slot {slot.name!r} (backbone depth {depth})"
+        if not slot.name.isidentifier():
+            raise ConfigError(f"{where}: the name must be an identifier such as 'deep'")
+        if names.count(slot.name) > 1:
+            raise ConfigError(f"{where}: the name is used twice; give each slot its own name")
+        blocks = tuple(slot.blocks)
+        in_range = bool(blocks) and all(0 <= b < depth for b in blocks)
+        if not in_range or any(a >= b for a, b in zip(blocks, blocks[1:])):
+            raise ConfigError(
+                f"{where}: blocks {blocks} must be non-empty, strictly increasing indices in [0, {depth})"
+            )
+        if slot.length < 1:
+            raise ConfigError(f"{where}: length must be at least 1, got {slot.length}")
+        if slot.mode not in MODES:
+            raise ConfigError(f"{where}: unknown mode {slot.mode!r}; valid: {', '.join(MODES)}")
+        if slot.init not in INITS:
+            raise ConfigError(f"{where}: unknown init {slot.init!r}; valid: {', '.join(INITS)}")
+
+
+def _initial_prompt(slot: PromptSlot, vit: VisionTransformer) -> torch.Tensor:
+    """``[len(blocks), length, D]`` initial tokens from the current (seeded) CPU RNG, on ``vit``'s device."""
+    prompt = torch.zeros(len(slot.blocks), slot.length, vit.embed_dim)
+    if slot.init == "xavier":
+        patch_dim = vit.in_chans * math.prod(vit.patch_embed.patch_size)
+        bound = math.sqrt(6.0 / (patch_dim + vit.embed_dim))
+        prompt.uniform_(-bound, bound)
+    elif slot.init == "normal":
+        prompt.normal_(std=0.02)
+    reference = vit.head.weight
+    return prompt.to(device=reference.device, dtype=reference.dtype)
+
+
+def _without(tokens: torch.Tensor, slices: dict[str, slice]) -> torch.Tensor:
+    """``tokens`` with the positions in ``slices`` removed along the sequence."""
+    pieces, position = [], 0
+    for start, stop in sorted((s.start, s.stop) for s in slices.values()):
+        pieces.append(tokens[:, position:start])
+        position = stop
+    pieces.append(tokens[:, position:])
+    return torch.cat(pieces, dim=1)

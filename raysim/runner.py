@@ -1,0 +1,230 @@
+"""The driver: validate, connect to Ray, build the shards, run the rounds, track everything in MLflow."""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from raysim import seeding
+from raysim.config import Config, dump_yaml
+from raysim.data.partition import PartitionParams, partition
+from raysim.data.shards import ShardStore, build_shards
+from raysim.data.sources import load_dataset
+from raysim.errors import ConfigError
+from raysim.metrics import summarise
+from raysim.progress import RoundProgress, print_summary
+from raysim.registry import get_method
+from raysim.tracking import Tracker, check_store
+
+
+@dataclass
+class RunResult:
+    """What a finished run returns: its MLflow id, the per-round history and the last-10 summary."""
+
+    run_id: str
+    history: list[dict[str, float]]
+    summary: dict[str, dict[str, float]]
+    client_acc: dict[int, float] = field(default_factory=dict)
+
+
+def connect_ray(resources) -> None:
+    """Join ``resources.address`` or start a local Ray (dashboard on 127.0.0.1); reuse an open session."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    kwargs = dict(logging_level=logging.WARNING, configure_logging=True)
+    if resources.address:
+        try:
+            ray.init(address=resources.address, **kwargs)
+        except Exception as error:  # noqa: BLE001 - any failure to connect is a bad --address
+            reason = str(error).splitlines()[0][:160] if str(error) else type(error).__name__
+            raise ConfigError(f"could not connect to Ray at {resources.address!r} ({reason}); start a cluster "
+                              f"with 'ray start --head' or 'ray up cluster/onprem.yaml', or drop --address") from None
+    else:
+        ray.init(include_dashboard=True, dashboard_host=resources.dashboard_host, **kwargs)
+    ray.data.DataContext.get_current().enable_progress_bars = False
+
+
+def resolve_workers(config: Config) -> int:
+    """The pool size: ``--workers``, or as many as the cluster's free CPUs (and GPUs) allow, capped at m."""
+    import ray
+
+    res = config.resources
+    available = ray.available_resources()
+    cpus, gpus = available.get("CPU", 0.0), available.get("GPU", 0.0)
+    if res.workers:
+        workers = res.workers
+    else:
+        fits = [int(cpus // res.cpus_per_client) if res.cpus_per_client else int(max(cpus, 1))]
+        if res.gpus_per_client:
+            fits.append(int(gpus // res.gpus_per_client))
+        workers = max(1, min(config.federation.clients_per_round, *fits))
+    if workers * res.cpus_per_client > cpus + 1e-9 or workers * res.gpus_per_client > gpus + 1e-9:
+        raise ConfigError(
+            f"{workers} workers x (cpus_per_client={res.cpus_per_client}, gpus_per_client={res.gpus_per_client}) "
+            f"do not fit the free Ray resources ({cpus:g} CPU, {gpus:g} GPU); lower --workers or the per-client resources")
+    return workers
+
+
+def prepare_shards(config: Config) -> ShardStore:
+    """Read the dataset, partition it over the clients and lay out the shard block."""
+    data = config.data
+    info, arrays = load_dataset(data)
+    is_test = arrays["is_test"].astype(bool)
+    params = PartitionParams(s=data.s, alpha=data.alpha, beta=data.beta, beta_fine=data.beta_fine, dif=data.dif)
+    coarse = np.asarray(info.coarse_of_class) if info.coarse_of_class is not None else None
+    part = partition(
+        data.partition, train_labels=arrays["label"][~is_test], train_domains=arrays["domain"][~is_test],
+        test_labels=arrays["label"][is_test], test_domains=arrays["domain"][is_test],
+        num_classes=info.num_classes, num_domains=info.num_domains, num_clients=config.federation.clients,
+        params=params, seed=seeding.derive_seed(config.federation.seed, "partition"),
+        coarse_of_class=coarse, min_train_samples=data.min_train_samples)
+    fed = config.federation
+    unseen = seeding.rng(fed.seed, "unseen").choice(fed.clients, size=fed.unseen_clients, replace=False)
+    return build_shards(info, arrays, part, tuple(sorted(int(c) for c in unseen)))
+
+
+def initial_state(config: Config, num_classes: int):
+    """Build the model once on the driver: checks the weights file, and yields the initial global state."""
+    import torch
+
+    from raysim.models.factory import build_model
+
+    method = get_method(config.method)(config)
+    model = build_model(config, method, num_classes)
+    generator = torch.Generator().manual_seed(seeding.derive_seed(config.federation.seed, "init", 2))
+    return method.init_global(model, generator)
+
+
+class _RemoteSimulation:
+    """The driver's handle on a ``Coordinator`` actor, with the Simulation's interface."""
+
+    def __init__(self, config, shards: ShardStore, initial, workers: int):
+        import ray
+
+        from raysim.actors.coordinator import Coordinator
+
+        self._ray = ray
+        self.actor = Coordinator.remote(config, [ray.put(shards)], initial, workers)
+
+    def run_round(self, round):
+        return self._ray.get(self.actor.run_round.remote(round))
+
+    def global_state(self):
+        return self._ray.get(self.actor.global_state.remote())
+
+    def worker_resources(self):
+        return self._ray.get(self.actor.worker_resources.remote())
+
+    def shutdown(self):
+        self._ray.get(self.actor.shutdown.remote())
+        self._ray.kill(self.actor)
+
+
+def make_simulation(config: Config, shards: ShardStore, initial):
+    """A Simulation in this process (sequential backend) or in a Coordinator actor (Ray backend)."""
+    if config.resources.backend == "sequential":
+        from raysim.backends import SequentialExecutor
+        from raysim.simulation import Simulation
+
+        return Simulation(config, shards, initial, SequentialExecutor(config, shards))
+    return _RemoteSimulation(config, shards, initial, resolve_workers(config))
+
+
+def describe(config: Config, shards: ShardStore) -> str:
+    """One line with what is about to run."""
+    fed, data, res = config.federation, config.data, config.resources
+    where = "sequential" if res.backend == "sequential" else f"ray ({res.address or 'local'})"
+    return (f"{config.method} | {data.dataset}/{data.partition} | {fed.clients} clients "
+            f"({fed.clients_per_round}/round, {len(shards.unseen)} unseen) x {fed.rounds} rounds | "
+            f"{config.model.backbone} | {where} | seed {fed.seed}")
+
+
+def run(config: Config, *, show_progress: bool = True, console=None) -> RunResult:
+    """Run one simulation end to end and return its history; the MLflow run ends FINISHED, FAILED or KILLED."""
+    uri = config.tracking.resolved_uri
+    check_store(uri)
+    connect_ray(config.resources)
+    shards = prepare_shards(config)
+    initial = initial_state(config, shards.info.num_classes)
+    tracker = Tracker(uri, config.tracking.experiment)
+    run_name = config.tracking.run_name or f"{config.method}-{config.data.dataset}-{config.data.partition}-s{config.federation.seed}"
+    tags = {"method": config.method, "dataset": config.data.dataset, "partition": config.data.partition,
+            "seed": str(config.federation.seed), "backend": config.resources.backend}
+    run_id = tracker.start(run_name, config.flat(), tags)
+    simulation, status = None, "FAILED"
+    try:
+        _log_setup(tracker, config, shards)
+        simulation = make_simulation(config, shards, initial)
+        history, client_acc = _loop(simulation, config, tracker, describe(config, shards), show_progress, console)
+        summary = summarise(history)
+        _log_results(tracker, config, simulation.global_state(), history, summary, client_acc, run_id)
+        print_summary(summary, run_id, config, console)
+        status = "FINISHED"
+        return RunResult(run_id, history, summary, client_acc)
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    finally:
+        tracker.end(status)
+        if simulation is not None:
+            simulation.shutdown()
+
+
+def _loop(simulation, config, tracker, headline, show_progress, console):
+    history, client_acc = [], {}
+    with RoundProgress(config.federation.rounds, headline, enabled=show_progress, console=console) as progress:
+        for round in range(1, config.federation.rounds + 1):
+            report = simulation.run_round(round)
+            tracker.log_metrics(report.metrics, step=round)
+            history.append({"round": round, **report.metrics})
+            client_acc = report.client_acc or client_acc
+            progress.advance(round, report.metrics)
+    return history, client_acc
+
+
+def _log_setup(tracker: Tracker, config: Config, shards: ShardStore) -> None:
+    from raysim.data.partition_plot import partition_summary, plot_partition
+
+    tracker.log_text(dump_yaml(config), "config.yaml")
+    train_client = np.repeat(np.arange(shards.num_clients), shards.train_sizes())
+    labels = shards.labels[: shards.train_offsets[-1]]
+    summary = partition_summary(train_client, labels, shards.num_clients, shards.info.num_classes)
+    counts = summary.pop("counts")
+    tracker.log_json({**summary, "unseen_clients": list(shards.unseen),
+                      "test_sizes": shards.test_sizes().tolist(), "train_counts": counts.tolist()},
+                     "partition_summary.json")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "partition.png"
+        plot_partition(train_client, labels, shards.num_clients, shards.info.num_classes, path)
+        tracker.log_artifact(path)
+
+
+def _log_results(tracker, config, state, history, summary, client_acc, run_id) -> None:
+    from safetensors.torch import save_file
+
+    from raysim.plots import plot_accuracy_curves, plot_client_accuracy
+
+    title = f"{config.method} on {config.data.dataset}/{config.data.partition}"
+    result = {"run_id": run_id, "method": config.method, "summary": summary, "final": history[-1],
+              "client_acc": {str(c): a for c, a in client_acc.items()}, "finished_at": time.time()}
+    tracker.log_json(result, "summary.json")
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        plot_accuracy_curves(history, title, tmp / "accuracy_curves.png")
+        plot_client_accuracy(client_acc, title + " (final)", tmp / "client_accuracy.png")
+        tensors = {f"params/{k}": v.contiguous() for k, v in state.params.items()}
+        tensors.update({f"server/{k}": v.contiguous() for k, v in state.server.items()})
+        save_file(tensors, str(tmp / "global_state.safetensors"), metadata={"method": config.method})
+        for name in ("accuracy_curves.png", "client_accuracy.png", "global_state.safetensors"):
+            tracker.log_artifact(tmp / name)
+    tracker.log_metrics({f"summary.{k}.{stat}": v for k, stats in summary.items() for stat, v in stats.items()},
+                        step=config.federation.rounds)
+    json.dumps(result)  # summary must stay JSON-serialisable

@@ -1,0 +1,100 @@
+"""The round loop, written once: sample -> configure -> client updates -> aggregate -> evaluate.
+
+:class:`Simulation` owns the global state and the clients' persistent state and hands client work to an
+executor (in-process, or a pool of Ray workers). It runs in the driver for the sequential backend and
+inside the ``Coordinator`` actor for the Ray backend: the same code, hence the same numbers.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from raysim.aggregate import tensor_bytes
+from raysim.metrics import accuracy_metrics, client_accuracies
+from raysim.method import ClientResult, GlobalState, Tensors
+from raysim.registry import get_method
+from raysim.seeding import sample_clients
+
+
+class Executor(Protocol):
+    """Runs client work somewhere; results come back in any order."""
+
+    def train(self, round: int, view: Tensors, tasks: list) -> list[ClientResult]: ...
+
+    def evaluate(self, view: Tensors, client_ids: list[int], states: dict[int, Tensors]) -> dict[int, tuple[int, int]]: ...
+
+    def shutdown(self) -> None: ...
+
+
+@dataclass
+class RoundReport:
+    """One round's metrics (MLflow keys) and, on evaluated rounds, every client's accuracy."""
+
+    round: int
+    metrics: dict[str, float]
+    client_acc: dict[int, float] = field(default_factory=dict)
+    sampled: list[int] = field(default_factory=list)
+
+
+class Simulation:
+    """The coordinator's logic: global state, client states, client sampling and the round loop."""
+
+    def __init__(self, config, shards_meta, initial: GlobalState, executor: Executor):
+        """
+        Args:
+            shards_meta: the :class:`~raysim.data.shards.ShardStore` (only its sizes and ids are read here).
+            initial: the method's initial global state (built by the driver from the run seed).
+        """
+        self.config = config
+        self.method = get_method(config.method)(config)
+        self.state = initial
+        self.client_states: dict[int, Tensors] = {}
+        self.executor = executor
+        self.seen = shards_meta.seen_clients()
+        self.unseen = list(shards_meta.unseen)
+        self.client_type = shards_meta.client_domain
+
+    def run_round(self, round: int) -> RoundReport:
+        """Train one round (1-based), then evaluate if this round is due."""
+        fed = self.config.federation
+        start = time.perf_counter()
+        sampled = sample_clients(fed.seed, round, self.seen, fed.clients_per_round)
+        view, instructions = self.method.configure(round, self.state, sampled)
+        tasks = [(c, instructions.get(c, {}), self.client_states.get(c)) for c in sampled]
+        results = sorted(self.executor.train(round, view, tasks), key=lambda r: r.client_id)
+        for result in results:
+            if result.state is not None:
+                self.client_states[result.client_id] = result.state
+        self.state = self.method.aggregate(round, self.state, results)
+        elapsed = time.perf_counter() - start
+        samples = sum(r.stats.get("samples", 0) for r in results)
+        losses = [r.stats["train_loss"] for r in results if r.stats.get("steps", 0) > 0]
+        metrics = {
+            "bytes_down": float(len(sampled) * tensor_bytes(view) + sum(tensor_bytes(i) for i in instructions.values())),
+            "bytes_up": float(sum(tensor_bytes(r.update) for r in results)),
+            "round_time_s": elapsed,
+            "train_samples_per_s": samples / elapsed if elapsed > 0 else 0.0,
+        }
+        if losses:
+            metrics["train_loss"] = float(np.mean(losses))
+        report = RoundReport(round, metrics, sampled=sampled)
+        if round % fed.eval_every == 0 or round == fed.rounds:
+            self._evaluate(report)
+        return report
+
+    def _evaluate(self, report: RoundReport) -> None:
+        start = time.perf_counter()
+        counts = self.executor.evaluate(self.state.params, self.seen + self.unseen, self.client_states)
+        report.metrics.update(accuracy_metrics(counts, self.seen, self.unseen, self.client_type))
+        report.metrics["eval_time_s"] = time.perf_counter() - start
+        report.client_acc = client_accuracies(counts)
+
+    def global_state(self) -> GlobalState:
+        return self.state
+
+    def shutdown(self) -> None:
+        self.executor.shutdown()

@@ -1,0 +1,88 @@
+"""MLflow tracking: one run per simulation (params, tags, per-round metrics, artifacts).
+
+The default store is a SQLite file under ``./raysim-runs`` with artifacts beside it; ``--tracking-uri``
+points anywhere MLflow can (``http://127.0.0.1:5000`` for a server, which a cluster needs).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from raysim.errors import ConfigError
+
+PARAM_LIMIT = 500  # MLflow caps a param value's length
+
+
+def check_store(uri: str) -> None:
+    """Fail early, with one line, if a local SQLite store cannot be written (nothing is created)."""
+    if not uri.startswith("sqlite:///"):
+        return
+    path = Path(uri[len("sqlite:///"):])
+    existing = next((p for p in [path, *path.parents] if p.exists()), None)
+    target = existing if existing is not None else Path("/")
+    writable = os.access(target if target.is_dir() else target.parent, os.W_OK) and (
+        not path.exists() or os.access(path, os.W_OK))
+    if not writable:
+        raise ConfigError(f"tracking store {uri} is not writable ({target} is read-only); "
+                          f"pass --tracking-uri sqlite:///SOME/WRITABLE/DIR/mlflow.db")
+
+
+def _artifact_root(uri: str) -> str | None:
+    if uri.startswith("sqlite:///"):
+        return (Path(uri[len("sqlite:///"):]).parent / "artifacts").resolve().as_uri()
+    return None
+
+
+class Tracker:
+    """A thin layer over an MLflow client for one run; every call names the run explicitly."""
+
+    def __init__(self, uri: str, experiment: str):
+        import mlflow
+        from mlflow.tracking import MlflowClient
+
+        if uri.startswith("sqlite:///"):
+            Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+        self.uri = uri
+        self.client = MlflowClient(tracking_uri=uri)
+        found = self.client.get_experiment_by_name(experiment)
+        self.experiment_id = found.experiment_id if found else self.client.create_experiment(
+            experiment, artifact_location=_artifact_root(uri))
+        self.run_id: str | None = None
+        self._mlflow = mlflow
+
+    def start(self, run_name: str, params: dict[str, Any], tags: dict[str, str]) -> str:
+        run = self.client.create_run(self.experiment_id, run_name=run_name, tags=tags)
+        self.run_id = run.info.run_id
+        from mlflow.entities import Param
+
+        items = [Param(k, str(v)[:PARAM_LIMIT]) for k, v in sorted(params.items())]
+        for start in range(0, len(items), 100):
+            self.client.log_batch(self.run_id, params=items[start:start + 100])
+        return self.run_id
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        from mlflow.entities import Metric
+        import time
+
+        now = int(time.time() * 1000)
+        self.client.log_batch(self.run_id, metrics=[Metric(k, float(v), now, step) for k, v in metrics.items()])
+
+    def log_artifact(self, path: str | Path, folder: str | None = None) -> None:
+        self.client.log_artifact(self.run_id, str(path), folder)
+
+    def log_text(self, text: str, name: str) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / name
+            path.write_text(text)
+            self.log_artifact(path)
+
+    def log_json(self, data: Any, name: str) -> None:
+        self.log_text(json.dumps(data, indent=2, sort_keys=True), name)
+
+    def end(self, status: str = "FINISHED") -> None:
+        if self.run_id is not None:
+            self.client.set_terminated(self.run_id, status=status)

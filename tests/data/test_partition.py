@@ -1,0 +1,370 @@
+"""Tests of the partitioners, split_by_shares and the partition summary/plot."""
+
+import numpy as np
+import pytest
+
+from raysim.data.partition import PARTITIONERS, Partition, PartitionParams, partition, split_by_shares
+from raysim.data.partition_plot import partition_summary, plot_partition
+from raysim.errors import ConfigError
+
+
+def _dataset(num_domains, num_classes, per_cell, seed=0):
+    """Labels and domains with exactly ``per_cell`` samples per (domain, class) cell, shuffled."""
+    cells = np.repeat(np.arange(num_domains * num_classes), per_cell)
+    np.random.default_rng(seed).shuffle(cells)
+    return cells % num_classes, cells // num_classes
+
+
+def _run(name, *, num_classes=10, num_domains=1, num_clients=10, train_per_cell=100, test_per_cell=50, seed=0,
+         coarse_of_class=None, min_train_samples=1, **params):
+    train_labels, train_domains = _dataset(num_domains, num_classes, train_per_cell, seed=1)
+    test_labels, test_domains = _dataset(num_domains, num_classes, test_per_cell, seed=2)
+    part = partition(
+        name, train_labels=train_labels, train_domains=train_domains, test_labels=test_labels,
+        test_domains=test_domains, num_classes=num_classes, num_domains=num_domains, num_clients=num_clients,
+        params=PartitionParams(**params), seed=seed, coarse_of_class=coarse_of_class,
+        min_train_samples=min_train_samples,
+    )
+    return part, (train_labels, train_domains), (test_labels, test_domains)
+
+
+def _counts(client, labels, num_clients, num_classes):
+    counts = np.zeros((num_clients, num_classes), dtype=np.int64)
+    np.add.at(counts, (client, labels), 1)
+    return counts
+
+
+COARSE = np.arange(20) // 4  # 20 fine classes in 5 coarse labels of 4
+
+
+def _any(name):
+    if name == "pachinko":
+        return _run(name, num_classes=20, coarse_of_class=COARSE)
+    if name == "domains":
+        return _run(name, num_domains=3, num_clients=6)
+    return _run(name)
+
+
+# --- all partitioners ---------------------------------------------------------------------------------
+
+def test_registry_names_and_descriptions():
+    assert set(PARTITIONERS) == {"iid", "pathological", "dirichlet", "pachinko", "domains"}
+    for name, p in PARTITIONERS.items():
+        assert p.name == name and p.description and "\n" not in p.description
+
+
+@pytest.mark.parametrize("name", sorted(PARTITIONERS))
+def test_shapes_and_every_sample_assigned_once(name):
+    part, (train_labels, train_domains), (test_labels, _) = _any(name)
+    num_classes = 20 if name == "pachinko" else 10
+    num_domains = 3 if name == "domains" else 1
+    num_clients = 6 if name == "domains" else 10
+    assert isinstance(part, Partition)
+    assert part.shares.shape == (num_domains, num_classes, num_clients)
+    assert part.shares.dtype == np.float64
+    np.testing.assert_allclose(part.shares.sum(axis=2), 1.0)
+    for client, n in ((part.train_client, len(train_labels)), (part.test_client, len(test_labels))):
+        assert client.shape == (n,) and client.dtype == np.int64
+        assert client.min() >= 0 and client.max() < num_clients  # one client per sample, none dropped
+    assert (part.client_domain is not None) == (name == "domains")
+
+
+@pytest.mark.parametrize("name", sorted(PARTITIONERS))
+def test_determinism_by_seed(name):
+    kwargs = {"num_classes": 20, "coarse_of_class": COARSE} if name == "pachinko" else {}
+    if name == "domains":
+        kwargs = {"num_domains": 3, "num_clients": 6}
+    a, _, _ = _run(name, seed=7, **kwargs)
+    b, _, _ = _run(name, seed=7, **kwargs)
+    c, _, _ = _run(name, seed=8, **kwargs)
+    np.testing.assert_array_equal(a.shares, b.shares)
+    np.testing.assert_array_equal(a.train_client, b.train_client)
+    np.testing.assert_array_equal(a.test_client, b.test_client)
+    assert not np.array_equal(a.train_client, c.train_client)
+
+
+def test_train_split_does_not_depend_on_test_set():
+    train_labels, train_domains = _dataset(1, 10, 100, seed=1)
+    runs = []
+    for test_per_cell in (5, 50):
+        test_labels, test_domains = _dataset(1, 10, test_per_cell, seed=2)
+        runs.append(partition(
+            "dirichlet", train_labels=train_labels, train_domains=train_domains, test_labels=test_labels,
+            test_domains=test_domains, num_classes=10, num_domains=1, num_clients=5, params=PartitionParams(),
+            seed=3,
+        ))
+    np.testing.assert_array_equal(runs[0].train_client, runs[1].train_client)
+
+
+@pytest.mark.parametrize("name", ["dirichlet", "pathological", "pachinko"])
+def test_train_and_test_class_proportions_match(name):
+    kwargs = {"num_classes": 20, "coarse_of_class": COARSE} if name == "pachinko" else {}
+    num_classes = kwargs.get("num_classes", 10)
+    part, (train_labels, _), (test_labels, _) = _run(name, num_clients=5, train_per_cell=400, test_per_cell=200,
+                                                    **kwargs)
+    train = _counts(part.train_client, train_labels, 5, num_classes)
+    test = _counts(part.test_client, test_labels, 5, num_classes)
+    # Each client gets the same fraction of every class in both sets, so counts scale by 200/400 up to
+    # floor rounding (at most one sample per cell in each set: 1 + 1/2).
+    assert np.abs(test - train / 2).max() <= 1.5
+
+
+# --- split_by_shares ----------------------------------------------------------------------------------
+
+def test_split_by_shares_chunk_sizes_by_hand():
+    labels = np.zeros(10, dtype=np.int64)
+    client = split_by_shares(labels, labels, np.array([[[0.5, 0.3, 0.2]]]), np.random.default_rng(0))
+    assert np.bincount(client).tolist() == [5, 3, 2]
+
+
+def test_split_by_shares_floors_boundaries_and_cells_are_independent():
+    # cell (0,0): 7 samples, shares 1/3 each -> boundaries floor(7/3)=2, floor(14/3)=4, 7 -> sizes 2, 2, 3
+    # cell (0,1): 4 samples, all to client 1 -> sizes 0, 4, 0
+    labels = np.array([0] * 7 + [1] * 4)
+    shares = np.array([[[1 / 3, 1 / 3, 1 / 3], [0.0, 1.0, 0.0]]])
+    client = split_by_shares(np.zeros(11, dtype=np.int64), labels, shares, np.random.default_rng(0))
+    assert np.bincount(client[:7], minlength=3).tolist() == [2, 2, 3]
+    assert client[7:].tolist() == [1, 1, 1, 1]
+
+
+def test_split_by_shares_never_gives_samples_to_a_zero_share():
+    # cumsum([0.1] * 10) ends at 0.9999999999999999, so floor(.. * 10) = 9: the remaining sample must go
+    # to the last client with a share (9), not to client 10 whose share is 0.
+    labels = np.zeros(10, dtype=np.int64)
+    client = split_by_shares(labels, labels, np.array([[[0.1] * 10 + [0.0]]]), np.random.default_rng(0))
+    counts = np.bincount(client, minlength=11)
+    assert counts[10] == 0 and counts.sum() == 10 and counts[9] >= 1
+
+
+def test_split_by_shares_zero_row_leaves_samples_unassigned():
+    labels = np.array([0, 0, 1, 1, 1])
+    client = split_by_shares(np.zeros(5, dtype=np.int64), labels, np.array([[[0.5, 0.5], [0.0, 0.0]]]),
+                             np.random.default_rng(0))
+    assert sorted(client[:2].tolist()) == [0, 1] and client[2:].tolist() == [-1, -1, -1]
+
+
+def test_split_by_shares_shuffles_within_cell():
+    labels = np.zeros(100, dtype=np.int64)
+    client = split_by_shares(labels, labels, np.array([[[0.5, 0.5]]]), np.random.default_rng(0))
+    assert not np.array_equal(client, np.repeat([0, 1], 50))  # not simply the first half to client 0
+
+
+# --- iid ----------------------------------------------------------------------------------------------
+
+def test_iid_equal_shares_and_sizes():
+    part, (labels, _), _ = _run("iid", num_clients=7, num_domains=2, train_per_cell=103)
+    np.testing.assert_allclose(part.shares, 1 / 7)
+    sizes = np.bincount(part.train_client, minlength=7)
+    assert sizes.max() - sizes.min() <= 2 * 10  # at most one sample per cell
+    counts = _counts(part.train_client, labels, 7, 10)
+    assert counts.min() >= 2 * (103 // 7)  # every class, from both domains, at every client
+
+
+# --- pathological -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("s, num_clients", [(2, 10), (3, 20), (1, 10), (10, 4)])
+def test_pathological_classes_per_client_and_holders(s, num_clients):
+    part, (labels, _), _ = _run("pathological", s=s, num_clients=num_clients)
+    held = part.shares[0] > 0  # [C, M]
+    assert (held.sum(axis=0) == s).all()  # each client holds exactly s classes
+    assert (held.sum(axis=1) == s * num_clients // 10).all()  # each class held by s*M/C clients
+    counts = _counts(part.train_client, labels, num_clients, 10)
+    np.testing.assert_array_equal(counts > 0, held.T)
+    k = s * num_clients // 10
+    lo, hi = 0.4 / (0.4 + 0.6 * (k - 1)), 0.6 / (0.6 + 0.4 * (k - 1))
+    holder_shares = part.shares[0][held]
+    assert holder_shares.min() >= lo - 1e-12 and holder_shares.max() <= hi + 1e-12
+    if k > 1:
+        assert len(np.unique(holder_shares)) > 1  # random, not equal shares
+
+
+def test_pathological_uneven_holder_counts_differ_by_at_most_one():
+    part, _, _ = _run("pathological", s=3, num_clients=7)  # 21 holdings over 10 classes
+    holders = (part.shares[0] > 0).sum(axis=1)
+    assert holders.sum() == 21 and holders.max() - holders.min() <= 1
+    assert ((part.shares[0] > 0).sum(axis=0) == 3).all()
+
+
+def test_pathological_too_few_holdings_leave_classes_unassigned():
+    part, (labels, _), (test_labels, _) = _run("pathological", s=1, num_clients=4)  # 4 holdings, 10 classes
+    held_classes = np.flatnonzero(part.shares[0].sum(axis=1) > 0)
+    assert len(held_classes) == 4 and (part.shares[0] > 0).sum(axis=0).tolist() == [1, 1, 1, 1]
+    for client, y in ((part.train_client, labels), (part.test_client, test_labels)):
+        np.testing.assert_array_equal(client >= 0, np.isin(y, held_classes))
+
+
+def test_pathological_same_shares_in_every_domain():
+    part, _, _ = _run("pathological", num_domains=3)
+    np.testing.assert_array_equal(part.shares[0], part.shares[2])
+
+
+# --- dirichlet ----------------------------------------------------------------------------------------
+
+def test_dirichlet_large_alpha_is_close_to_uniform():
+    part, _, _ = _run("dirichlet", alpha=1e4)
+    np.testing.assert_allclose(part.shares, 0.1, atol=0.01)
+
+
+def test_dirichlet_small_alpha_is_concentrated():
+    part, _, _ = _run("dirichlet", alpha=0.05, num_clients=10, train_per_cell=1000, min_train_samples=0)
+    top = part.shares[0].max(axis=1)  # largest client share per class
+    assert np.median(top) > 0.7  # uniform would be 0.1
+
+
+def test_dirichlet_redraws_until_every_client_has_enough():
+    part, (labels, _), _ = _run("dirichlet", alpha=0.3, num_clients=10, min_train_samples=50)
+    assert np.bincount(part.train_client, minlength=10).min() >= 50
+
+
+def test_dirichlet_gives_up_after_redraws():
+    with pytest.raises(ConfigError, match="fewer clients") as err:
+        _run("dirichlet", alpha=0.01, num_clients=30, train_per_cell=3, min_train_samples=1)
+    assert "\n" not in str(err.value) and "alpha" in str(err.value)
+
+
+# --- pachinko -----------------------------------------------------------------------------------------
+
+def test_pachinko_needs_coarse_labels():
+    with pytest.raises(ConfigError, match="coarse") as err:
+        _run("pachinko", num_classes=20)
+    assert "\n" not in str(err.value)
+    with pytest.raises(ConfigError, match="coarse"):
+        _run("pachinko", num_classes=20, coarse_of_class=np.arange(10))
+
+
+def test_pachinko_small_beta_concentrates_clients_on_few_coarse_labels():
+    def top_coarse_mass(beta):
+        part, (labels, _), _ = _run("pachinko", num_classes=20, coarse_of_class=COARSE, beta=beta,
+                                    num_clients=20, train_per_cell=500, min_train_samples=0)
+        counts = _counts(part.train_client, labels, 20, 20)
+        coarse = np.stack([counts[:, COARSE == k].sum(axis=1) for k in range(5)], axis=1)  # [M, 5]
+        return (coarse.max(axis=1) / np.maximum(coarse.sum(axis=1), 1)).mean()
+
+    assert top_coarse_mass(0.05) > 0.6  # mostly one coarse label per client
+    assert top_coarse_mass(100.0) < 0.35  # close to the even 1/5
+
+
+def test_pachinko_fine_labels_within_coarse_follow_beta_fine():
+    part, _, _ = _run("pachinko", num_classes=20, coarse_of_class=COARSE, beta_fine=1e4, num_clients=5)
+    # With a huge beta_fine, the four fine classes of a coarse label get the same client proportions.
+    for k in range(5):
+        block = part.shares[0, COARSE == k]
+        np.testing.assert_allclose(block, block[:1].repeat(4, axis=0), rtol=0.05, atol=1e-3)
+
+
+# --- domains ------------------------------------------------------------------------------------------
+
+def _clients_per_domain(num_domains, num_clients, dif):
+    part, _, _ = _run("domains", num_domains=num_domains, num_clients=num_clients, dif=dif)
+    return part, np.bincount(part.client_domain, minlength=num_domains)
+
+
+def test_domains_geometric_counts():
+    _, n = _clients_per_domain(5, 20, 10.0)
+    assert n.sum() == 20 and n.min() >= 1
+    assert n[0] == n.max() and (np.diff(n) <= 0).all()
+    assert 8 <= n.max() / n.min() <= 12
+    # For M=20, D=5 a ratio of exactly 10 is reachable (smallest 1, largest 10), so it must be chosen.
+    assert n.max() / n.min() == 10
+
+
+def test_domains_counts_follow_the_continuous_geometric_series():
+    _, n = _clients_per_domain(5, 100, 10.0)
+    assert n.sum() == 100 and n.max() / n.min() == 10  # e.g. 50 ... 5 reaches the ratio exactly
+    ratios = 10.0 ** (-np.arange(5) / 4)
+    ideal = 100 * ratios / ratios.sum()  # 46.4, 26.1, 14.7, 8.3, 4.6
+    assert np.abs(n - ideal).max() <= 4
+
+
+def test_domains_balanced_and_one_client_per_domain():
+    assert _clients_per_domain(5, 20, 1.0)[1].tolist() == [4, 4, 4, 4, 4]
+    assert _clients_per_domain(4, 4, 5.0)[1].tolist() == [1, 1, 1, 1]
+    assert _clients_per_domain(3, 7, 1.0)[1].tolist() == [3, 2, 2]  # as balanced as 7 over 3 allows
+
+
+def test_domains_clients_see_only_their_domain():
+    part, (labels, domains), (test_labels, test_domains) = _run("domains", num_domains=4, num_clients=10, dif=3.0)
+    assert part.client_domain.shape == (10,) and part.client_domain.dtype == np.int64
+    np.testing.assert_array_equal(part.client_domain[part.train_client], domains)
+    np.testing.assert_array_equal(part.client_domain[part.test_client], test_domains)
+    # A domain's data is split equally among its clients: sizes within a domain differ by at most
+    # one sample per class.
+    sizes = np.bincount(part.train_client, minlength=10)
+    for d in range(4):
+        own = sizes[part.client_domain == d]
+        assert own.max() - own.min() <= 10
+        assert own.sum() == 1000  # 10 classes x 100 samples of this domain
+
+
+# --- errors -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    "name, kwargs, needle",
+    [
+        ("nope", {}, "nope"),
+        ("pathological", {"s": 12}, "s=12"),
+        ("pathological", {"s": 0}, "s=0"),
+        ("dirichlet", {"alpha": 0.0}, "alpha=0.0"),
+        ("dirichlet", {"alpha": -1.0}, "alpha=-1.0"),
+        ("pachinko", {"beta": 0.0, "num_classes": 20, "coarse_of_class": COARSE}, "beta=0.0"),
+        ("pachinko", {"beta_fine": -2.0, "num_classes": 20, "coarse_of_class": COARSE}, "beta_fine=-2.0"),
+        ("domains", {"dif": 0.5, "num_domains": 3}, "dif=0.5"),
+        ("iid", {"num_clients": 0}, "num_clients=0"),
+        ("domains", {"num_domains": 1}, "has 1"),
+        ("domains", {"num_domains": 4, "num_clients": 3}, "num_clients=3"),
+        ("iid", {"num_clients": 2000}, "num_clients=2000"),
+        ("pathological", {"num_clients": 600, "train_per_cell": 100}, "num_clients=600"),
+    ],
+)
+def test_config_errors_are_one_line_and_name_the_value(name, kwargs, needle):
+    with pytest.raises(ConfigError) as err:
+        _run(name, **kwargs)
+    message = str(err.value)
+    assert "\n" not in message and needle in message
+
+
+def test_s_too_large_message_says_how_to_fix():
+    with pytest.raises(ConfigError, match=r"s=12 is larger than the number of classes \(10\); choose s <= 10"):
+        _run("pathological", s=12)
+
+
+def test_unknown_name_lists_valid_partitions():
+    with pytest.raises(ConfigError, match="dirichlet"):
+        _run("nope")
+
+
+# --- summary and plot ---------------------------------------------------------------------------------
+
+def test_partition_summary_matches_bincount():
+    part, (labels, _), _ = _run("dirichlet", num_clients=6)
+    summary = partition_summary(part.train_client, labels, 6, 10)
+    counts = summary["counts"]
+    assert counts.shape == (6, 10) and counts.dtype == np.int64
+    np.testing.assert_array_equal(counts.sum(axis=1), np.bincount(part.train_client, minlength=6))
+    for c in range(10):
+        np.testing.assert_array_equal(counts[:, c], np.bincount(part.train_client[labels == c], minlength=6))
+    sizes = np.bincount(part.train_client, minlength=6)
+    classes = [len(np.unique(labels[part.train_client == i])) for i in range(6)]
+    assert summary["clients"] == 6
+    assert summary["size_min"] == sizes.min() and summary["size_max"] == sizes.max()
+    assert summary["size_mean"] == pytest.approx(len(labels) / 6)
+    assert summary["classes_per_client_min"] == min(classes)
+    assert summary["classes_per_client_max"] == max(classes)
+    assert summary["classes_per_client_mean"] == pytest.approx(np.mean(classes))
+
+
+def test_partition_summary_pathological_by_hand():
+    # client 0: classes 0 and 1; client 1: class 2 only -> 2 and 1 classes, sizes 3 and 2
+    summary = partition_summary(np.array([0, 0, 0, 1, 1]), np.array([0, 1, 1, 2, 2]), 2, 3)
+    assert summary["counts"].tolist() == [[1, 2, 0], [0, 0, 2]]
+    assert (summary["classes_per_client_min"], summary["classes_per_client_max"]) == (1, 2)
+    assert (summary["size_min"], summary["size_max"], summary["size_mean"]) == (2, 3, 2.5)
+
+
+@pytest.mark.parametrize("num_clients", [5, 250])
+def test_plot_partition_writes_png(tmp_path, num_clients):
+    labels = np.arange(1000) % 10
+    client = np.arange(1000) % num_clients
+    path = tmp_path / "partition.png"
+    plot_partition(client, labels, num_clients, 10, path)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

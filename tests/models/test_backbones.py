@@ -1,0 +1,160 @@
+"""Backbone registry, building, weights files, hub failures (never online), and input preprocessing."""
+
+import socket
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from raysim.errors import ConfigError
+from raysim.models import backbones
+from raysim.models.backbones import BACKBONES, DEFAULT_BACKBONE, build_backbone, input_spec
+from raysim.models.preprocess import to_model_input
+
+
+def one_line_error(call, match):
+    with pytest.raises(ConfigError, match=match) as caught:
+        call()
+    assert "\n" not in str(caught.value)
+    return str(caught.value)
+
+
+def test_default_builds_frozen_with_the_right_shapes():
+    import timm  # timm only after raysim.models (shim)
+    from timm.models.vision_transformer import VisionTransformer
+
+    assert DEFAULT_BACKBONE in BACKBONES and timm.is_model(DEFAULT_BACKBONE)
+    vit = build_backbone(DEFAULT_BACKBONE)
+    assert isinstance(vit, VisionTransformer)
+    assert (vit.embed_dim, len(vit.blocks), vit.patch_embed.patch_size, vit.num_prefix_tokens) == (192, 6, (4, 4), 1)
+    assert vit.blocks[0].attn.num_heads == 3 and vit.blocks[0].mlp.fc1.out_features == 4 * 192
+    assert vit(torch.zeros(2, 3, 32, 32)).shape == (2, 192)  # headless: the prompt wrapper adds the head
+    assert not vit.training and not any(p.requires_grad for p in vit.parameters())
+    assert input_spec(vit) == (32, (0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
+
+
+def test_star_import_survives_timm_registration():
+    # timm's register_model appends to the module's __all__; the public API must still be listed.
+    assert {"BACKBONES", "DEFAULT_BACKBONE", "build_backbone", "input_spec"} <= set(backbones.__all__)
+
+
+def test_seed_fixes_the_weights_without_touching_global_rng():
+    before = torch.get_rng_state()
+    first, same, other = (build_backbone(DEFAULT_BACKBONE, seed=s).state_dict() for s in (1, 1, 2))
+    assert torch.equal(before, torch.get_rng_state())
+    assert all(torch.equal(first[k], same[k]) for k in first)
+    assert not torch.equal(first["blocks.0.attn.qkv.weight"], other["blocks.0.attn.qkv.weight"])
+
+
+def test_seeding_leaves_accelerator_rngs_alone(monkeypatch):
+    from raysim.models.prompted import PromptedViT, PromptSpec
+
+    def reseed(seed):
+        raise AssertionError("the global CUDA RNG was reseeded")
+
+    monkeypatch.setattr(torch.cuda, "manual_seed_all", reseed)
+    PromptedViT(build_backbone(DEFAULT_BACKBONE), PromptSpec(), num_classes=3)
+
+
+def test_weights_file_round_trip_ignores_head_keys(tmp_path):
+    saved = build_backbone(DEFAULT_BACKBONE, seed=1).state_dict()
+    path = tmp_path / "backbone.safetensors"
+    save_file({**saved, "head.weight": torch.zeros(10, 192), "head.bias": torch.zeros(10)}, str(path))
+    loaded = build_backbone(DEFAULT_BACKBONE, weights=path, seed=0).state_dict()
+    assert loaded.keys() == saved.keys()
+    assert all(torch.equal(loaded[k], saved[k]) for k in saved)
+
+
+def test_missing_weights_file(tmp_path):
+    path = tmp_path / "nope.safetensors"
+    message = one_line_error(lambda: build_backbone(DEFAULT_BACKBONE, weights=path), "does not exist")
+    assert message == (
+        f"weights file {path} does not exist; pass a safetensors file saved from backbone {DEFAULT_BACKBONE}"
+    )
+
+
+def test_weights_file_that_is_not_safetensors(tmp_path):
+    path = tmp_path / "weights.pt"
+    path.write_bytes(b"\x80\x04 this is a pickle, not safetensors")
+    one_line_error(lambda: build_backbone(DEFAULT_BACKBONE, weights=path), "is not a readable safetensors file")
+
+
+def test_weights_file_from_another_architecture(tmp_path):
+    from timm.models.vision_transformer import VisionTransformer
+
+    other = VisionTransformer(img_size=16, patch_size=4, embed_dim=32, depth=2, num_heads=2, num_classes=0)
+    path = tmp_path / "other.safetensors"
+    save_file(other.state_dict(), str(path))
+    message = one_line_error(
+        lambda: build_backbone(DEFAULT_BACKBONE, weights=path), f"does not match backbone {DEFAULT_BACKBONE}"
+    )
+    assert "missing blocks.2." in message
+    assert "shape (given vs expected) blocks.0.attn.proj.bias (32,) vs (192,)" in message
+
+
+def test_unknown_name_lists_the_valid_ones():
+    message = one_line_error(lambda: build_backbone("vit_nonsense"), "unknown backbone 'vit_nonsense'")
+    assert all(name in message for name in BACKBONES)
+    assert "any other timm VisionTransformer name works too" in message
+
+
+def test_timm_model_that_is_not_a_vit():
+    one_line_error(lambda: build_backbone("resnet18"), "is a ResNet, not a timm VisionTransformer")
+
+
+def test_default_has_no_pretrained_weights_yet():
+    one_line_error(
+        lambda: build_backbone(DEFAULT_BACKBONE, pretrained=True),
+        "no pretrained weights ship yet .* pass --weights PATH.safetensors or set model.pretrained=false",
+    )
+
+
+def test_hub_failure_is_a_config_error_and_stays_offline(monkeypatch, tmp_path):
+    import huggingface_hub.constants as hub
+
+    # huggingface_hub reads the environment at import, so the module constants are set as well.
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(hub, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(hub, "HF_HUB_CACHE", str(tmp_path))  # an empty cache: nothing to fall back on
+
+    def no_network(*args, **kwargs):
+        raise AssertionError("the test tried to reach the network")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_network)
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    message = one_line_error(
+        lambda: build_backbone("vit_tiny_patch16_224", pretrained=True),
+        r"could not load pretrained weights for vit_tiny_patch16_224 from the hub \(.+\); "
+        r"pass --weights PATH.safetensors or set model.pretrained=false$",
+    )
+    assert "the test tried to reach the network" not in message
+
+
+def test_to_model_input_shapes_and_range():
+    grey = torch.randint(0, 256, (2, 8, 8), dtype=torch.uint8)
+    out = to_model_input(grey, 32, (0.5,) * 3, (0.5,) * 3)
+    assert out.shape == (2, 3, 32, 32) and out.dtype == torch.float32
+    assert out.min() >= -1 and out.max() <= 1
+    assert torch.equal(out[:, 0], out[:, 1]) and torch.equal(out[:, 0], out[:, 2])
+    assert torch.equal(to_model_input(grey.unsqueeze(-1), 32, (0.5,) * 3, (0.5,) * 3), out)
+    rgb = torch.randint(0, 256, (3, 32, 32, 3), dtype=torch.uint8)
+    assert to_model_input(rgb, 32, (0.5,) * 3, (0.5,) * 3).shape == (3, 3, 32, 32)
+
+
+def test_to_model_input_values_by_hand():
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    rgb = torch.tensor([[[[128, 0, 255]]]], dtype=torch.uint8)  # one 1x1 image, channels last
+    out = to_model_input(rgb, 1, mean, std)
+    expected = [(128 / 255 - 0.485) / 0.229, (0 - 0.456) / 0.224, (1 - 0.406) / 0.225]
+    assert torch.allclose(out.flatten(), torch.tensor(expected), atol=1e-6)
+    # bilinear 2 -> 4 with align_corners=False samples at -0.25 (clamped), 0.25, 0.75, 1.25 (clamped)
+    step = torch.tensor([[[0, 255], [0, 255]]], dtype=torch.uint8)
+    row = to_model_input(step, 4, (0.0,) * 3, (1.0,) * 3)[0, 0, 0]
+    assert torch.allclose(row, torch.tensor([0.0, 0.25, 0.75, 1.0]), atol=1e-6)
+
+
+def test_to_model_input_rejects_bad_input():
+    with pytest.raises(ValueError, match="uint8"):
+        to_model_input(torch.zeros(1, 4, 4), 4, (0.5,) * 3, (0.5,) * 3)
+    with pytest.raises(ValueError, match="C in \\(1, 3\\)"):
+        to_model_input(torch.zeros(1, 4, 4, 2, dtype=torch.uint8), 4, (0.5,) * 3, (0.5,) * 3)
