@@ -155,3 +155,7 @@ def _listing(kind: str) -> dict[str, str]:
     from raysim.config import presets
 
     return presets()
+
+
+if __name__ == "__main__":
+    main()

@@ -51,8 +51,8 @@ class RoundProgress:
 def print_summary(summary: dict[str, dict[str, float]], run_id: str, config, console: Console | None = None) -> None:
     """The papers' protocol: final value, and mean / variance over the last 10 evaluated rounds."""
     console = console or Console()
-    table = Table(title=f"{config.method}: accuracy (%) over the last 10 evaluated rounds")
-    for column in ("metric", "final", "mean", "var"):
+    table = Table(title=f"{config.method}: accuracy (%)")
+    for column in ("metric", "final", "mean (last 10)", "var (last 10)"):
         table.add_column(column, justify="left" if column == "metric" else "right")
     for key, stats in summary.items():
         table.add_row(key, f"{stats['final']:.2f}", f"{stats['mean']:.2f}", f"{stats['var']:.3f}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ def connect_ray(resources) -> None:
         return
     kwargs = dict(logging_level=logging.WARNING, configure_logging=True)
     if resources.address:
+        check_reachable(resources.address)
         try:
             ray.init(address=resources.address, **kwargs)
         except Exception as error:  # noqa: BLE001 - any failure to connect is a bad --address
@@ -50,6 +52,21 @@ def connect_ray(resources) -> None:
     else:
         ray.init(include_dashboard=True, dashboard_host=resources.dashboard_host, **kwargs)
     ray.data.DataContext.get_current().enable_progress_bars = False
+    logging.getLogger("ray.data").setLevel(logging.ERROR)
+
+
+def check_reachable(address: str, timeout_s: float = 3.0) -> None:
+    """Fail in seconds, not minutes, when nothing listens at a HOST:PORT Ray address ('auto' is Ray's own check)."""
+    if address == "auto":
+        return
+    host, _, port = address.split("://", 1)[-1].rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(f"--address {address!r} must be 'auto', 'HOST:PORT' or 'ray://HOST:PORT'")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as error:
+        raise ConfigError(f"could not connect to Ray at {address!r} (nothing answers on {host}:{port}: "
+                          f"{error.strerror or error}); start a cluster with 'ray start --head' or drop --address") from None
 
 
 def resolve_workers(config: Config) -> int:
@@ -128,14 +145,14 @@ class _RemoteSimulation:
         self._ray.kill(self.actor)
 
 
-def make_simulation(config: Config, shards: ShardStore, initial):
+def make_simulation(config: Config, shards: ShardStore, initial, workers: int | None = None):
     """A Simulation in this process (sequential backend) or in a Coordinator actor (Ray backend)."""
     if config.resources.backend == "sequential":
         from raysim.backends import SequentialExecutor
         from raysim.simulation import Simulation
 
         return Simulation(config, shards, initial, SequentialExecutor(config, shards))
-    return _RemoteSimulation(config, shards, initial, resolve_workers(config))
+    return _RemoteSimulation(config, shards, initial, workers or resolve_workers(config))
 
 
 def describe(config: Config, shards: ShardStore) -> str:
@@ -148,12 +165,17 @@ def describe(config: Config, shards: ShardStore) -> str:
 
 
 def run(config: Config, *, show_progress: bool = True, console=None) -> RunResult:
-    """Run one simulation end to end and return its history; the MLflow run ends FINISHED, FAILED or KILLED."""
+    """Run one simulation end to end and return its history; the MLflow run ends FINISHED, FAILED or KILLED.
+
+    Everything that can reject the input (store, cluster, data, partition, weights, pool size) runs before
+    the MLflow run is created, so bad input leaves nothing behind.
+    """
     uri = config.tracking.resolved_uri
     check_store(uri)
     connect_ray(config.resources)
     shards = prepare_shards(config)
     initial = initial_state(config, shards.info.num_classes)
+    workers = resolve_workers(config) if config.resources.backend == "ray" else None
     tracker = Tracker(uri, config.tracking.experiment)
     run_name = config.tracking.run_name or f"{config.method}-{config.data.dataset}-{config.data.partition}-s{config.federation.seed}"
     tags = {"method": config.method, "dataset": config.data.dataset, "partition": config.data.partition,
@@ -162,7 +184,7 @@ def run(config: Config, *, show_progress: bool = True, console=None) -> RunResul
     simulation, status = None, "FAILED"
     try:
         _log_setup(tracker, config, shards)
-        simulation = make_simulation(config, shards, initial)
+        simulation = make_simulation(config, shards, initial, workers)
         history, client_acc = _loop(simulation, config, tracker, describe(config, shards), show_progress, console)
         summary = summarise(history)
         _log_results(tracker, config, simulation.global_state(), history, summary, client_acc, run_id)

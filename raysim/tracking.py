@@ -7,6 +7,7 @@ points anywhere MLflow can (``http://127.0.0.1:5000`` for a server, which a clus
 from __future__ import annotations
 
 import json
+import logging
 import os
 import tempfile
 from pathlib import Path
@@ -18,17 +19,34 @@ PARAM_LIMIT = 500  # MLflow caps a param value's length
 
 
 def check_store(uri: str) -> None:
-    """Fail early, with one line, if a local SQLite store cannot be written (nothing is created)."""
-    if not uri.startswith("sqlite:///"):
-        return
-    path = Path(uri[len("sqlite:///"):])
-    existing = next((p for p in [path, *path.parents] if p.exists()), None)
-    target = existing if existing is not None else Path("/")
-    writable = os.access(target if target.is_dir() else target.parent, os.W_OK) and (
-        not path.exists() or os.access(path, os.W_OK))
-    if not writable:
-        raise ConfigError(f"tracking store {uri} is not writable ({target} is read-only); "
-                          f"pass --tracking-uri sqlite:///SOME/WRITABLE/DIR/mlflow.db")
+    """Fail early, with one line, if the store cannot be used; creates nothing.
+
+    A SQLite file must be creatable (its nearest existing folder writable); a server must answer ``/health``;
+    a plain folder is refused as MLflow 3 does, unless MLFLOW_ALLOW_FILE_STORE is set.
+    """
+    if uri.startswith("sqlite:///"):
+        path = Path(uri[len("sqlite:///"):])
+        existing = next(p for p in [path, *path.parents] if p.exists())
+        try:
+            if existing != path:
+                tempfile.TemporaryDirectory(dir=existing).cleanup()  # probe: creates and removes one folder
+            elif not (path.is_file() and os.access(path, os.W_OK)):
+                raise PermissionError(path)
+        except OSError:
+            raise ConfigError(f"tracking store {uri} is not writable (cannot create files in {existing}); "
+                              "pass --tracking-uri sqlite:///SOME/WRITABLE/DIR/mlflow.db") from None
+    elif uri.startswith(("http://", "https://")):
+        import urllib.request
+
+        try:
+            urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=5).close()
+        except OSError as error:
+            raise ConfigError(f"MLflow server {uri} does not answer ({getattr(error, 'reason', error)}); start it with "
+                              "'mlflow server --host 127.0.0.1 --port 5000' or pass another --tracking-uri") from None
+    elif "://" not in uri or uri.startswith("file:"):
+        if not os.environ.get("MLFLOW_ALLOW_FILE_STORE"):
+            raise ConfigError(f"tracking store {uri!r} is a plain folder, which MLflow 3 refuses; pass "
+                              "--tracking-uri sqlite:///PATH/mlflow.db (or set MLFLOW_ALLOW_FILE_STORE=1)")
 
 
 def _artifact_root(uri: str) -> str | None:
@@ -43,6 +61,9 @@ class Tracker:
     def __init__(self, uri: str, experiment: str):
         import mlflow
         from mlflow.tracking import MlflowClient
+
+        logging.getLogger("mlflow").setLevel(logging.WARNING)
+        logging.getLogger("alembic").setLevel(logging.WARNING)
 
         if uri.startswith("sqlite:///"):
             Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)

@@ -24,7 +24,7 @@ def make_optimizer(params, cfg) -> torch.optim.Optimizer:
 def model_inputs(model, images: np.ndarray, device: torch.device) -> torch.Tensor:
     """uint8 images -> the backbone's normalised float input (size, mean, std from the model)."""
     size, mean, std = model.input_spec
-    return to_model_input(torch.from_numpy(np.ascontiguousarray(images)), size, mean, std).to(device)
+    return to_model_input(torch.tensor(images), size, mean, std).to(device)
 
 
 def batches(n: int, batch_size: int, generator: torch.Generator):
@@ -54,7 +54,7 @@ def local_train(ctx, data: ClientData, loss_fn: Callable[[torch.Tensor, torch.Te
         return {"train_loss": float("nan"), "steps": 0, "samples": 0}
     optimizer = make_optimizer(params, cfg)
     generator = ctx.generator()
-    labels_all = torch.from_numpy(np.ascontiguousarray(data.labels))
+    labels_all = torch.tensor(data.labels)
     model.train()
     steps, samples, start = 0, 0, time.perf_counter()
     for _ in range(epochs):
@@ -80,6 +80,6 @@ def correct_per_row(model, data: ClientData, device: torch.device, forward: Call
     hits = [np.zeros(0)]
     for start in range(0, len(data), EVAL_BATCH):
         x = model_inputs(model, data.images[start:start + EVAL_BATCH], device)
-        y = torch.from_numpy(np.ascontiguousarray(data.labels[start:start + EVAL_BATCH])).to(device)
+        y = torch.tensor(data.labels[start:start + EVAL_BATCH]).to(device)
         hits.append((forward(x).argmax(dim=1) == y).cpu().numpy().astype(np.float64))
     return np.concatenate(hits)

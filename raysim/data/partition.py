@@ -171,7 +171,8 @@ def split_by_shares(
     """Client id (int64) per sample.
 
     For each cell, shuffle its sample indices with ``rng`` and cut them into contiguous chunks at
-    ``floor(cumsum(shares) * n)`` boundaries (the last boundary is exactly ``n``), so every sample of
+    ``floor(cumsum(shares) * n)`` boundaries, taking the clients in a random order per cell so that
+    rounding losses are spread over clients (the last boundary is exactly ``n``), so every sample of
     a cell whose shares sum to 1 goes to exactly one client, never to one with share 0. Cells whose
     shares are all 0 get -1.
     """
@@ -186,11 +187,14 @@ def split_by_shares(
         if row.sum() <= 0:
             continue
         n = sizes[k]
+        # Cut in a random client order per cell, so rounding losses do not hit the same clients every time.
+        cut_order = rng.permutation(num_clients)
+        row = row[cut_order]
         bounds = np.minimum(np.floor(np.cumsum(row) * n).astype(np.int64), n)
         # End at n from the last client with a share on: rounding never gives samples to a share of 0.
         bounds[np.flatnonzero(row)[-1] :] = n
         members = rng.permutation(order[starts[k] : starts[k + 1]])
-        client[members] = np.repeat(np.arange(num_clients), np.diff(bounds, prepend=0))
+        client[members] = np.repeat(cut_order, np.diff(bounds, prepend=0))
     return client
 
 

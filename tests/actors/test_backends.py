@@ -1,0 +1,83 @@
+"""The Ray backend: same numbers as the sequential one, any pool size, fractional resources, many clients."""
+
+from __future__ import annotations
+
+import pytest
+
+from raysim.config import build_config
+from raysim.runner import prepare_shards, initial_state
+
+FAST = {"federation": {"clients": 20, "rounds": 3, "participation": 0.25, "seed": 3},
+        "data": {"dataset": "synthetic", "partition": "dirichlet", "alpha": 1.0},
+        "train": {"batch_size": 16, "lr": 0.05},
+        "fedvpt": {"prompt_length": 2}}
+
+
+def simulate(config, shards):
+    """Per-round metrics of a whole run (no tracking), on the backend the config names."""
+    from raysim.runner import make_simulation
+
+    simulation = make_simulation(config, shards, initial_state(config, shards.info.num_classes))
+    try:
+        return [simulation.run_round(r).metrics for r in range(1, config.federation.rounds + 1)]
+    finally:
+        simulation.shutdown()
+
+
+def config_for(backend, workers=0, **resources):
+    return build_config("fedvpt", [FAST, {"resources": {"backend": backend, "workers": workers, **resources}}])
+
+
+ACCURACY = ("global_acc", "local_acc", "worst_local_acc", "sigma_client", "train_loss")
+
+
+@pytest.fixture(scope="module")
+def sequential_run(ray_session):
+    config = config_for("sequential")
+    return simulate(config, prepare_shards(config))
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_ray_matches_sequential_for_any_pool_size(ray_session, sequential_run, workers):
+    config = config_for("ray", workers=workers, cpus_per_client=0.5)
+    ray_run = simulate(config, prepare_shards(config))
+    assert len(ray_run) == len(sequential_run) == 3
+    for seq, par in zip(sequential_run, ray_run):
+        for key in ACCURACY + ("bytes_up", "bytes_down"):
+            assert par[key] == pytest.approx(seq[key], abs=1e-6), key
+    assert sequential_run[-1]["global_acc"] > 10.0  # learned something beyond chance on 10 classes
+
+
+def test_workers_get_the_requested_fractional_resources(ray_session):
+    from raysim.runner import _RemoteSimulation
+
+    config = config_for("ray", workers=2, cpus_per_client=0.5, gpus_per_client=0.5)
+    shards = prepare_shards(config)
+    simulation = _RemoteSimulation(config, shards, initial_state(config, shards.info.num_classes), 2)
+    try:
+        assigned = simulation.worker_resources()
+    finally:
+        simulation.shutdown()
+    assert len(assigned) == 2
+    for resources in assigned:
+        assert resources["CPU"] == pytest.approx(0.5)
+        assert resources["GPU"] == pytest.approx(0.5)
+
+
+def test_thousand_clients_run_on_a_pool_of_two(ray_session):
+    layers = [FAST, {"federation": {"clients": 1000, "rounds": 1, "participation": 0.004},
+                     "data": {"partition": "iid"}, "resources": {"workers": 2, "cpus_per_client": 0.5}}]
+    config = build_config("fedvpt", layers)
+    shards = prepare_shards(config)
+    assert shards.num_clients == 1000
+    metrics = simulate(config, shards)[0]
+    assert metrics["bytes_up"] > 0 and 0.0 <= metrics["global_acc"] <= 100.0
+
+
+def test_pool_that_does_not_fit_is_a_config_error(ray_session):
+    from raysim.errors import ConfigError
+    from raysim.runner import resolve_workers
+
+    config = config_for("ray", workers=3, cpus_per_client=1.0)
+    with pytest.raises(ConfigError, match="do not fit"):
+        resolve_workers(config)

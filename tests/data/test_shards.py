@@ -1,0 +1,32 @@
+import numpy as np
+
+from raysim.data.partition import PartitionParams, partition
+from raysim.data.shards import DatasetInfo, build_shards
+
+
+def test_shards_are_contiguous_per_client_and_match_the_partition():
+    rng = np.random.default_rng(0)
+    n = 300
+    labels, domains = rng.integers(0, 5, n), np.zeros(n, dtype=np.int64)
+    is_test = np.arange(n) % 4 == 0
+    arrays = {"image": np.arange(n, dtype=np.uint8)[:, None, None].repeat(2, 1).repeat(2, 2), "label": labels,
+              "domain": domains, "is_test": is_test}
+    part = partition("dirichlet", train_labels=labels[~is_test], train_domains=domains[~is_test],
+                     test_labels=labels[is_test], test_domains=domains[is_test], num_classes=5, num_domains=1,
+                     num_clients=7, params=PartitionParams(alpha=1.0), seed=1)
+    shards = build_shards(DatasetInfo("t", 5, 1, (2, 2)), arrays, part, unseen=(3,))
+    train_rows, test_rows = np.flatnonzero(~is_test), np.flatnonzero(is_test)
+    seen_rows = []
+    for client in range(7):
+        train, test = shards.train(client), shards.test(client)
+        expected_train = train_rows[part.train_client == client]
+        expected_test = test_rows[part.test_client == client]
+        # the image of row r is the value r (mod 256), so rows are traceable
+        assert sorted(train.images[:, 0, 0].tolist()) == sorted((expected_train % 256).tolist())
+        assert sorted(test.images[:, 0, 0].tolist()) == sorted((expected_test % 256).tolist())
+        assert sorted(train.labels.tolist()) == sorted(labels[expected_train].tolist())
+        seen_rows += expected_train.tolist() + expected_test.tolist()
+    assert sorted(seen_rows) == list(range(n))  # every row in exactly one client's train or test block
+    assert shards.train_sizes().sum() + shards.test_sizes().sum() == n
+    assert shards.seen_clients() == [0, 1, 2, 4, 5, 6]
+    assert shards.images.flags.c_contiguous

@@ -1,0 +1,85 @@
+"""Sources read with Ray Data: the bundled digits, the synthetic set, and parquet files in the documented layout."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from raysim.config import DataConfig
+from raysim.data.sources import fixed_test_split, load_dataset
+from raysim.errors import ConfigError
+
+
+def test_digits_are_the_real_sklearn_digits(ray_session):
+    from sklearn.datasets import load_digits
+
+    info, arrays = load_dataset(DataConfig(dataset="digits"))
+    digits = load_digits()
+    assert info.num_classes == 10 and arrays["image"].shape == (1797, 8, 8)
+    assert arrays["image"].dtype == np.uint8 and arrays["image"].max() == 255
+    assert (arrays["label"] == digits.target).all()
+    assert abs(arrays["is_test"].mean() - 0.2) < 0.01
+
+
+def test_synthetic_is_deterministic_and_balanced(ray_session):
+    info, first = load_dataset(DataConfig(dataset="synthetic"))
+    _, second = load_dataset(DataConfig(dataset="synthetic"))
+    assert (first["image"] == second["image"]).all()
+    assert info.num_domains == 3 and info.coarse_of_class == (0, 0, 1, 1, 2, 2, 3, 3, 4, 4)
+    cells = np.bincount(first["domain"] * 10 + first["label"])
+    assert (cells == 50).all()
+    assert first["is_test"].sum() == 30 * 10
+
+
+def test_fixed_test_split_takes_a_fifth_of_every_cell():
+    labels = np.repeat(np.arange(4), 10)
+    domains = np.tile([0, 1], 20)
+    is_test = fixed_test_split(labels, domains)
+    for d in (0, 1):
+        for c in range(4):
+            assert is_test[(labels == c) & (domains == d)].sum() == 1  # round(0.2 * 5)
+    assert (is_test == fixed_test_split(labels, domains)).all()
+
+
+def _png(array: np.ndarray) -> bytes:
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.fromarray(array).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def test_parquet_with_png_bytes_domains_and_split(ray_session, tmp_path):
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (12, 6, 6, 3), dtype=np.uint8)
+    table = pa.table({"image": [_png(i) for i in images], "label": [i % 3 for i in range(12)],
+                      "domain": [i % 2 for i in range(12)], "split": ["test" if i < 4 else "train" for i in range(12)]})
+    pq.write_table(table, tmp_path / "data.parquet")
+    info, arrays = load_dataset(DataConfig(dataset="parquet", data_dir=str(tmp_path / "data.parquet")))
+    assert info.num_classes == 3 and info.num_domains == 2 and info.image_shape == (6, 6, 3)
+    assert (arrays["image"] == images).all()
+    assert arrays["is_test"].tolist() == [True] * 4 + [False] * 8
+
+
+def test_parquet_without_split_gets_the_fixed_split(ray_session, tmp_path):
+    table = pa.table({"image": [_png(np.full((4, 4), i, np.uint8)) for i in range(20)], "label": [i % 2 for i in range(20)]})
+    pq.write_table(table, tmp_path / "d.parquet")
+    _, arrays = load_dataset(DataConfig(dataset="parquet", data_dir=str(tmp_path)))
+    assert arrays["is_test"].sum() == 4 and arrays["image"].shape == (20, 4, 4)
+
+
+@pytest.mark.parametrize("make, fragment", [
+    (lambda p: None, "needs data.data_dir"),
+    (lambda p: pq.write_table(pa.table({"pixels": [b"x"], "y": [1]}), p / "x.parquet"), "expected a parquet"),
+    (lambda p: (p / "x.parquet").write_text("not parquet"), "could not read parquet"),
+])
+def test_bad_parquet_dirs_give_one_line_errors(ray_session, tmp_path, make, fragment):
+    make(tmp_path)
+    data_dir = str(tmp_path) if any(tmp_path.iterdir()) else str(tmp_path / "missing")
+    with pytest.raises(ConfigError) as info:
+        load_dataset(DataConfig(dataset="parquet", data_dir=data_dir))
+    assert fragment in str(info.value) and "\n" not in str(info.value)

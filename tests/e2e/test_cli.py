@@ -1,0 +1,105 @@
+"""The CLI end to end: a run read back from MLflow, and the bad-input table (one line, exit 2, no run left)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+from mlflow.tracking import MlflowClient
+from safetensors.torch import save_file
+
+from raysim.cli import main
+
+QUICK = ["--preset", "quick", "--no-progress", "--set", "fedvpt.prompt_length=2"]
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def runs_in(uri):
+    client = MlflowClient(tracking_uri=uri)
+    return [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])]
+
+
+@pytest.mark.parametrize("backend", ["sequential", "ray"])
+def test_run_is_tracked_in_mlflow(ray_session, tracking_uri, backend):
+    result = invoke("run", "fedvpt", *QUICK, "--backend", backend, "--workers", "2", "--cpus-per-client", "0.5",
+                    "--tracking-uri", tracking_uri, "--experiment", "e2e")
+    assert result.exit_code == 0, result.output
+    assert "global_acc" in result.output and "mean (last 10)" in result.output
+    (run,) = runs_in(tracking_uri)
+    client = MlflowClient(tracking_uri=tracking_uri)
+    assert run.info.status == "FINISHED"
+    assert run.data.params["federation.clients"] == "20" and run.data.params["fedvpt.prompt_length"] == "2"
+    assert run.data.tags["method"] == "fedvpt" and run.data.tags["dataset"] == "synthetic"
+    history = client.get_metric_history(run.info.run_id, "global_acc")
+    assert [m.step for m in history] == [1, 2, 3]
+    for key in ("local_acc", "worst_local_acc", "sigma_client", "bytes_down", "bytes_up", "round_time_s",
+                "train_samples_per_s", "summary.global_acc.mean"):
+        assert key in run.data.metrics, key
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"config.yaml", "summary.json", "accuracy_curves.png", "client_accuracy.png", "partition.png",
+            "partition_summary.json", "global_state.safetensors"} <= artifacts
+
+
+def _mismatched_weights(tmp_path):
+    import torch
+
+    path = tmp_path / "other.safetensors"
+    save_file({"patch_embed.proj.weight": torch.zeros(8, 3, 2, 2)}, str(path))
+    return str(path)
+
+
+BAD_INPUTS = [
+    (["run", "fedsgd"], "unknown method 'fedsgd'; valid methods: fedavg"),
+    (["run", "fedvpt", "--dataset", "mnist"], "valid datasets: digits, parquet, synthetic"),
+    (["run", "fedvpt", "--partition", "zipf"], "valid partitions: dirichlet"),
+    (["run", "fedvpt", "--set", "data.s=12"], "s=12 is larger than the number of classes (10)"),
+    (["run", "fedvpt", "--partition", "dirichlet", "--set", "data.alpha=0"], "data.alpha=0.0 must be > 0"),
+    (["run", "fedvpt", "--participation", "1.5"], "participation=1.5 must be in (0, 1]"),
+    (["run", "fedvpt", "--participation", "0"], "participation=0.0 must be in (0, 1]"),
+    (["run", "fedvpt", "--clients", "4", "--workers", "8"], "workers=8 is more than the 4 clients"),
+    (["run", "fedvpt", "--weights", "/nope/w.safetensors"], "weights file /nope/w.safetensors does not exist"),
+    (["run", "fedvpt", "--weights", "MISMATCHED"], "raysim_vit_tiny_p4_32"),
+    (["run", "fedvpt", "--tracking-uri", "sqlite:////proc/raysim/mlflow.db"], "is not writable"),
+    (["run", "fedvpt", "--clients", "two"], "'two' is not a valid integer"),
+    (["run", "fedvpt", "--set", "rounds=3"], "must look like section.key=value"),
+    (["run", "fedvpt", "--preset", "nope"], "valid presets"),
+    (["ls", "things"], "'things' is not one of"),
+]
+
+
+@pytest.mark.parametrize("args, fragment", BAD_INPUTS, ids=[" ".join(a) for a, _ in BAD_INPUTS])
+def test_bad_input_is_one_line_exit_2_and_leaves_no_run(ray_session, tmp_path, tracking_uri, args, fragment):
+    args = [_mismatched_weights(tmp_path) if a == "MISMATCHED" else a for a in args]
+    if "--tracking-uri" not in args:
+        args += ["--tracking-uri", tracking_uri] if args[0] == "run" else []
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("raysim: error: "), result.stderr
+    assert fragment in lines[0]
+    assert not (tmp_path / "mlflow.db").exists()  # nothing written: the store was never created
+
+
+def test_real_console_script_help_ls_and_one_line_errors(tmp_path):
+    def raysim(*args):
+        return subprocess.run([sys.executable, "-m", "raysim.cli", *args], capture_output=True, text=True,
+                              cwd=tmp_path, timeout=120)
+
+    help_text = raysim("run", "--help").stdout
+    for flag in ("--clients", "--rounds", "--participation", "--local-epochs", "--dataset", "--partition",
+                 "--backbone", "--weights", "--workers", "--gpus-per-client", "--cpus-per-client", "--seed",
+                 "--eval-every", "--preset", "--set", "--tracking-uri", "--experiment", "--address"):
+        assert flag in help_text, flag
+    listing = raysim("ls").stdout
+    for name in ("fedavg", "fedvpt", "fedvpt-d", "head-tune", "fedprox", "digits", "pathological", "quick"):
+        assert name in listing
+    bad = raysim("run", "fedvpt", "--address", "127.0.0.1:9", "--no-progress")
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines()[-1].startswith("raysim: error: could not connect to Ray at '127.0.0.1:9'")
+    assert "Traceback" not in bad.stderr
+    assert not (tmp_path / "raysim-runs").exists()
