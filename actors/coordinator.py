@@ -22,6 +22,10 @@ class Coordinator:
         self.executor = RayExecutor(config, shards_ref, num_workers)
         self.simulation = Simulation(config, ray.get(shards_ref), initial_state, self.executor)
 
+    def ready(self) -> bool:
+        """Returns once the pool is up (each worker has built its model)."""
+        return True
+
     def run_round(self, round: int):
         return self.simulation.run_round(round)
 

@@ -32,7 +32,7 @@ class FederationConfig:
     """Who trains when: M clients, participation ratio, rounds, evaluation cadence, seed."""
 
     clients: int = 100
-    rounds: int = 20
+    rounds: int = 30
     participation: float = 0.1
     eval_every: int = 1
     unseen_fraction: float = 0.0
@@ -66,10 +66,10 @@ class FederationConfig:
 class TrainConfig:
     """Local training on a client: epochs, batch size and the client optimiser."""
 
-    local_epochs: int = 1
-    batch_size: int = 32
-    optimizer: str = "sgd"
-    lr: float = 0.01
+    local_epochs: int = 3
+    batch_size: int = 16
+    optimizer: str = "adamw"
+    lr: float = 3e-3
     momentum: float = 0.9
     weight_decay: float = 1e-5
 
@@ -103,7 +103,7 @@ class DataConfig:
     """The data source and how it is partitioned over clients (see ``raysim ls datasets|partitions``)."""
 
     dataset: str = "digits"
-    partition: str = "pathological"
+    partition: str = "iid"
     data_dir: str | None = None
     s: int = 2
     alpha: float = 0.5

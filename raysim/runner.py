@@ -130,6 +130,7 @@ class _RemoteSimulation:
 
         self._ray = ray
         self.actor = Coordinator.remote(config, [ray.put(shards)], initial, workers)
+        ray.get(self.actor.ready.remote())  # start-up (pool, models) happens here, not in round 1
 
     def run_round(self, round):
         return self._ray.get(self.actor.run_round.remote(round))
