@@ -170,11 +170,12 @@ def split_by_shares(
 ) -> np.ndarray:
     """Client id (int64) per sample.
 
-    For each cell, shuffle its sample indices with ``rng`` and cut them into contiguous chunks at
-    ``floor(cumsum(shares) * n)`` boundaries, taking the clients in a random order per cell so that
-    rounding losses are spread over clients (the last boundary is exactly ``n``), so every sample of
-    a cell whose shares sum to 1 goes to exactly one client, never to one with share 0. Cells whose
-    shares are all 0 get -1.
+    Each cell's samples are shuffled with ``rng`` and dealt as whole counts: every client with a share
+    gets ``floor(share * n)``, and the few samples left over go to the clients whose running total lags
+    its expected total the most (largest remainder, carried across cells; ties broken at random). So
+    every sample of a cell whose shares sum to 1 goes to exactly one client, never to a client whose
+    share is 0, and each client's total stays within one sample of its expectation over all cells.
+    Cells whose shares are all 0 get -1.
     """
     num_domains, num_classes, num_clients = shares.shape
     cell = np.asarray(domains, dtype=np.int64) * num_classes + np.asarray(labels, dtype=np.int64)
@@ -182,19 +183,21 @@ def split_by_shares(
     sizes = np.bincount(cell, minlength=num_domains * num_classes)
     starts = np.concatenate([[0], np.cumsum(sizes)])
     client = np.full(len(cell), -1, dtype=np.int64)
+    lag = np.zeros(num_clients)  # expected minus received, summed over the cells dealt so far
     for k in np.flatnonzero(sizes):
         row = shares[k // num_classes, k % num_classes]
         if row.sum() <= 0:
             continue
-        n = sizes[k]
-        # Cut in a random client order per cell, so rounding losses do not hit the same clients every time.
-        cut_order = rng.permutation(num_clients)
-        row = row[cut_order]
-        bounds = np.minimum(np.floor(np.cumsum(row) * n).astype(np.int64), n)
-        # End at n from the last client with a share on: rounding never gives samples to a share of 0.
-        bounds[np.flatnonzero(row)[-1] :] = n
+        expected = row / row.sum() * sizes[k]
+        counts = np.floor(expected).astype(np.int64)
+        leftover = sizes[k] - counts.sum()
+        holders = np.flatnonzero(row > 0)
+        holders = holders[rng.permutation(len(holders))]  # random tie-break
+        priority = (lag + expected - counts)[holders]
+        counts[holders[np.argsort(-priority, kind="stable")[:leftover]]] += 1
+        lag += expected - counts
         members = rng.permutation(order[starts[k] : starts[k + 1]])
-        client[members] = np.repeat(cut_order, np.diff(bounds, prepend=0))
+        client[members] = np.repeat(np.arange(num_clients), counts)
     return client
 
 

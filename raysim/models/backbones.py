@@ -18,12 +18,14 @@ from timm.models.vision_transformer import VisionTransformer
 from raysim.errors import ConfigError, unknown_name
 
 # timm's register_model appends each registered name to __all__ (creating it if absent), so declare it.
-__all__ = ["BACKBONES", "DEFAULT_BACKBONE", "build_backbone", "input_spec", "state_mismatches"]
+__all__ = ["BACKBONES", "DEFAULT_BACKBONE", "NANO_BACKBONE", "build_backbone", "input_spec", "state_mismatches"]
 
 DEFAULT_BACKBONE = "raysim_vit_tiny_p4_32"
+NANO_BACKBONE = "raysim_vit_nano_p4_16"
 
 BACKBONES: dict[str, str] = {
     DEFAULT_BACKBONE: "ViT-Tiny, patch 4, 32x32 input, depth 6 (raysim default; builds offline)",
+    NANO_BACKBONE: "ViT-Nano, width 64, patch 4, 16x16 input, depth 4 (seconds-long smoke runs and tests)",
     "vit_base_patch16_224.augreg_in21k": "ViT-B/16 pretrained on ImageNet-21k (SGPT, FGPT, FedGCR)",
     "deit_small_patch16_224": "DeiT-S/16 pretrained on ImageNet-1k (FedV, FedVZ)",
     "vit_tiny_patch16_224": "ViT-Ti/16 pretrained on ImageNet-21k, fine-tuned on ImageNet-1k",
@@ -32,21 +34,16 @@ BACKBONES: dict[str, str] = {
 _HALF = (0.5, 0.5, 0.5)
 _SHOWN_KEYS = 3  # how many offending keys a mismatch error names per kind
 
+
+
+def _offline_cfg(size: int) -> dict:
+    return {"num_classes": 0, "input_size": (3, size, size), "fixed_input_size": True, "interpolation": "bilinear",
+            "crop_pct": 1.0, "mean": _HALF, "std": _HALF, "first_conv": "patch_embed.proj", "classifier": "head",
+            "license": "apache-2.0"}
+
+
 # register_model reads the pretrained configs from this module-level name.
-default_cfgs = generate_default_cfgs({
-    DEFAULT_BACKBONE: {
-        "num_classes": 0,
-        "input_size": (3, 32, 32),
-        "fixed_input_size": True,
-        "interpolation": "bilinear",
-        "crop_pct": 1.0,
-        "mean": _HALF,
-        "std": _HALF,
-        "first_conv": "patch_embed.proj",
-        "classifier": "head",
-        "license": "apache-2.0",
-    },
-})
+default_cfgs = generate_default_cfgs({DEFAULT_BACKBONE: _offline_cfg(32), NANO_BACKBONE: _offline_cfg(16)})
 
 
 @register_model
@@ -54,6 +51,13 @@ def raysim_vit_tiny_p4_32(pretrained: bool = False, **kwargs) -> VisionTransform
     """The small offline default: ViT-Tiny width (192) with patch 4 on 32x32 images and 6 blocks."""
     model_args = dict(img_size=32, patch_size=4, in_chans=3, embed_dim=192, depth=6, num_heads=3, mlp_ratio=4)
     return build_model_with_cfg(VisionTransformer, DEFAULT_BACKBONE, pretrained, **dict(model_args, **kwargs))
+
+
+@register_model
+def raysim_vit_nano_p4_16(pretrained: bool = False, **kwargs) -> VisionTransformer:
+    """A tiny ViT for smoke runs and tests: width 64, patch 4 on 16x16 images, 4 blocks."""
+    model_args = dict(img_size=16, patch_size=4, in_chans=3, embed_dim=64, depth=4, num_heads=2, mlp_ratio=4)
+    return build_model_with_cfg(VisionTransformer, NANO_BACKBONE, pretrained, **dict(model_args, **kwargs))
 
 
 def build_backbone(

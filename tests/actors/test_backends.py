@@ -9,7 +9,8 @@ from raysim.runner import prepare_shards, initial_state
 
 FAST = {"federation": {"clients": 20, "rounds": 3, "participation": 0.25, "seed": 3},
         "data": {"dataset": "synthetic", "partition": "dirichlet", "alpha": 1.0},
-        "train": {"batch_size": 16, "lr": 0.05},
+        "train": {"local_epochs": 1},
+        "model": {"backbone": "raysim_vit_nano_p4_16"},
         "fedvpt": {"prompt_length": 2}}
 
 

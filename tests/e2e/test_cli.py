@@ -57,7 +57,7 @@ BAD_INPUTS = [
     (["run", "fedsgd"], "unknown method 'fedsgd'; valid methods: fedavg"),
     (["run", "fedvpt", "--dataset", "mnist"], "valid datasets: digits, parquet, synthetic"),
     (["run", "fedvpt", "--partition", "zipf"], "valid partitions: dirichlet"),
-    (["run", "fedvpt", "--set", "data.s=12"], "s=12 is larger than the number of classes (10)"),
+    (["run", "fedvpt", "--partition", "pathological", "--set", "data.s=12"], "s=12 is larger than the number of classes (10)"),
     (["run", "fedvpt", "--partition", "dirichlet", "--set", "data.alpha=0"], "data.alpha=0.0 must be > 0"),
     (["run", "fedvpt", "--participation", "1.5"], "participation=1.5 must be in (0, 1]"),
     (["run", "fedvpt", "--participation", "0"], "participation=0.0 must be in (0, 1]"),
