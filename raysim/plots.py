@@ -25,7 +25,7 @@ def plot_accuracy_curves(history: list[dict[str, float]], title: str, path: str 
     ax.set_ylabel("accuracy (%)")
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right")
+    ax.legend(loc="best")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

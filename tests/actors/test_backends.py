@@ -82,3 +82,18 @@ def test_pool_that_does_not_fit_is_a_config_error(ray_session):
     config = config_for("ray", workers=3, cpus_per_client=1.0)
     with pytest.raises(ConfigError, match="do not fit"):
         resolve_workers(config)
+
+
+def test_unseen_clients_never_train_and_are_reported(ray_session):
+    config = build_config("fedvpt", [FAST, {"federation": {"unseen_fraction": 0.2, "participation": 0.5},
+                                            "resources": {"backend": "sequential"}}])
+    shards = prepare_shards(config)
+    assert len(shards.unseen) == 4 and config.federation.clients_per_round == 8
+    from raysim.runner import make_simulation
+
+    simulation = make_simulation(config, shards, initial_state(config, shards.info.num_classes))
+    reports = [simulation.run_round(r) for r in range(1, 4)]
+    for report in reports:
+        assert not set(report.sampled) & set(shards.unseen)
+        assert 0.0 <= report.metrics["unseen_acc"] <= 100.0
+    assert set(shards.unseen) <= set(reports[-1].client_acc)
