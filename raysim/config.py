@@ -105,6 +105,7 @@ class DataConfig:
     dataset: str = "digits"
     partition: str = "iid"
     data_dir: str | None = None
+    image_size: int | None = None
     s: int = 2
     alpha: float = 0.5
     beta: float = 0.5
@@ -118,6 +119,8 @@ class DataConfig:
 
         _check(self.dataset in SOURCES, str(unknown_name("dataset", self.dataset, SOURCES)))
         _check(self.partition in PARTITIONERS, str(unknown_name("partition", self.partition, PARTITIONERS)))
+        _check(self.image_size is None or self.image_size >= 4,
+               f"data.image_size={self.image_size} must be at least 4 pixels (or null for the source's size)")
         _check(self.s >= 1, f"data.s={self.s} must be at least 1 (classes per client)")
         _check(self.alpha > 0, f"data.alpha={self.alpha} must be > 0 (Dirichlet concentration)")
         _check(self.beta > 0 and self.beta_fine > 0, "data.beta and data.beta_fine must be > 0")
