@@ -30,7 +30,7 @@ class Source:
     read: Callable  # (DataConfig) -> (ray.data.Dataset, DatasetInfo)
 
 
-def _table(images: np.ndarray, labels: np.ndarray, domains: np.ndarray, is_test: np.ndarray) -> pa.Table:
+def rows_table(images: np.ndarray, labels: np.ndarray, domains: np.ndarray, is_test: np.ndarray) -> pa.Table:
     from ray.data.extensions import ArrowTensorArray
 
     return pa.table({
@@ -61,7 +61,7 @@ def _read_digits(_cfg):
     images = np.round(digits.images * (255.0 / 16.0)).astype(np.uint8)
     labels = digits.target.astype(np.int64)
     domains = np.zeros_like(labels)
-    ds = ray.data.from_arrow(_table(images, labels, domains, fixed_test_split(labels, domains)))
+    ds = ray.data.from_arrow(rows_table(images, labels, domains, fixed_test_split(labels, domains)))
     info = DatasetInfo("digits", 10, 1, (8, 8), tuple(str(c) for c in range(10)), ("sklearn",))
     return ds, info
 
@@ -143,7 +143,7 @@ def _read_parquet(cfg):
         arrays["is_test"] = fixed_test_split(arrays["label"], arrays["domain"])
     info = DatasetInfo("parquet", int(arrays["label"].max()) + 1, int(arrays["domain"].max()) + 1,
                        tuple(arrays["image"].shape[1:]))
-    table = _table(arrays["image"], arrays["label"], arrays["domain"], arrays["is_test"])
+    table = rows_table(arrays["image"], arrays["label"], arrays["domain"], arrays["is_test"])
     return ray.data.from_arrow(table), info
 
 
