@@ -254,6 +254,16 @@ def load_preset(name_or_path: str) -> dict[str, Any]:
     return data
 
 
+def preset_for_method(preset: Mapping[str, Any], method: str) -> dict[str, Any]:
+    """A preset's layer for ``method``: option sections of other registered methods are dropped, so one
+    preset (a paper's setting) can carry the options of every method it is run with."""
+    from raysim.registry import get_method, load_methods
+
+    own = get_method(method).options_key
+    others = {cls.options_key for cls in load_methods().values()} - {own}
+    return {key: value for key, value in preset.items() if key not in others}
+
+
 def parse_override(text: str) -> tuple[str, str, Any]:
     """``section.key=value`` -> (section, key, YAML-parsed value)."""
     if "=" not in text or "." not in text.split("=", 1)[0]:

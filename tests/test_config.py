@@ -82,3 +82,16 @@ def test_resolved_config_round_trips_through_yaml():
     data = yaml.safe_load(dump_yaml(config))
     again = build_config(data.pop("method"), [data])
     assert again == config
+
+
+def test_a_preset_carries_options_for_several_methods(tmp_path):
+    from raysim.config import preset_for_method
+
+    path = tmp_path / "setting.yaml"
+    path.write_text("federation: {rounds: 4}\nfedprox: {mu: 0.3}\nfedvpt: {prompt_length: 3}\n")
+    preset = load_preset(str(path))
+    assert build_config("fedprox", [preset_for_method(preset, "fedprox")]).options.mu == pytest.approx(0.3)
+    vpt = build_config("fedvpt", [preset_for_method(preset, "fedvpt")])
+    assert vpt.options.prompt_length == 3 and vpt.federation.rounds == 4
+    with pytest.raises(ConfigError, match="unknown section 'fedprox'"):
+        build_config("fedvpt", [preset])  # --set style layers keep rejecting other methods' sections
