@@ -32,7 +32,7 @@ def test_parse_override_reads_yaml_values():
     ([{"federation": {"participation": 0.0}}], "participation=0.0 must be in (0, 1]"),
     ([{"federation": {"participation": 1.5}}], "participation=1.5"),
     ([{"data": {"alpha": 0.0}}], "data.alpha=0.0 must be > 0"),
-    ([{"data": {"dataset": "cifar1000"}}], "valid datasets: digits, parquet, synthetic"),
+    ([{"data": {"dataset": "cifar1000"}}], "valid datasets: cifar10, cifar100, digit-five, digits,"),
     ([{"data": {"partition": "nope"}}], "valid partitions: dirichlet, domains, iid, pachinko, pathological"),
     ([{"federation": {"clients": 3}, "resources": {"workers": 4}}], "workers=4 is more than the 3 clients"),
     ([{"federation": {"colour": 1}}], "unknown key federation.colour; valid keys in federation:"),

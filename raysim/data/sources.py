@@ -127,10 +127,14 @@ def _read_parquet(cfg):
     if not {"image", "label"} <= columns:
         raise ConfigError(f"parquet at {cfg.data_dir} has columns {sorted(columns)}; expected {PARQUET_LAYOUT}")
 
+    sizes = set(raw.map_batches(lambda b: {"size": np.array([_size_of(v) for v in b["image"]])},
+                                batch_format="numpy").unique("size"))
+    if len(sizes) > 1 and not cfg.image_size:
+        raise ConfigError(f"parquet images at {cfg.data_dir} differ in size ({', '.join(sorted(sizes)[:3])}); "
+                          "pass --set data.image_size=N to resize them to N x N")
+
     def decode(batch: dict) -> dict:
-        images = [_decode_image(value) for value in batch["image"]]
-        if len({image.shape for image in images}) > 1:
-            raise ConfigError(f"parquet images at {cfg.data_dir} differ in size; resize them to one size first")
+        images = [_decode_image(value, cfg.image_size) for value in batch["image"]]
         out = {"image": np.stack(images), "label": np.asarray(batch["label"], dtype=np.int64)}
         out["domain"] = np.asarray(batch["domain"], dtype=np.int64) if "domain" in batch else np.zeros(len(images), np.int64)
         if "split" in batch:
@@ -147,12 +151,25 @@ def _read_parquet(cfg):
     return ray.data.from_arrow(table), info
 
 
-def _decode_image(value) -> np.ndarray:
+def _decode_image(value, size: int | None = None) -> np.ndarray:
+    """PNG/JPEG bytes or an array -> uint8 array; RGB and ``size`` x ``size`` when a size is given."""
+    from PIL import Image
+
+    image = Image.open(io.BytesIO(value)) if isinstance(value, (bytes, bytearray)) else None
+    if size is None:
+        return np.asarray(image) if image is not None else np.asarray(value, dtype=np.uint8)
+    image = image if image is not None else Image.fromarray(np.asarray(value, dtype=np.uint8))
+    return np.asarray(image.convert("RGB").resize((size, size), Image.BILINEAR))
+
+
+def _size_of(value) -> str:
+    """'HxW' of an encoded image (header only) or of an array."""
     if isinstance(value, (bytes, bytearray)):
         from PIL import Image
 
-        return np.asarray(Image.open(io.BytesIO(value)))
-    return np.asarray(value, dtype=np.uint8)
+        width, height = Image.open(io.BytesIO(value)).size
+        return f"{height}x{width}"
+    return "x".join(str(d) for d in np.asarray(value).shape[:2])
 
 
 SOURCES: dict[str, Source] = {

@@ -83,3 +83,15 @@ def test_bad_parquet_dirs_give_one_line_errors(ray_session, tmp_path, make, frag
     with pytest.raises(ConfigError) as info:
         load_dataset(DataConfig(dataset="parquet", data_dir=data_dir))
     assert fragment in str(info.value) and "\n" not in str(info.value)
+
+
+def test_parquet_of_mixed_sizes_needs_image_size_and_then_resizes(ray_session, tmp_path):
+    sizes = [4, 4, 6, 6, 6]
+    pq.write_table(pa.table({"image": [_png(np.full((n, n, 3), 9 * n, np.uint8)) for n in sizes],
+                             "label": [0, 1, 0, 1, 0]}), tmp_path / "m.parquet")
+    with pytest.raises(ConfigError) as info:
+        load_dataset(DataConfig(dataset="parquet", data_dir=str(tmp_path)))
+    assert "differ in size" in str(info.value) and "data.image_size" in str(info.value)
+    _, arrays = load_dataset(DataConfig(dataset="parquet", data_dir=str(tmp_path), image_size=8))
+    assert arrays["image"].shape == (5, 8, 8, 3)
+    assert (arrays["image"][0] == 36).all() and (arrays["image"][4] == 54).all()

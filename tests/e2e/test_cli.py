@@ -55,7 +55,7 @@ def _mismatched_weights(tmp_path):
 
 BAD_INPUTS = [
     (["run", "fedsgd"], "unknown method 'fedsgd'; valid methods: fedavg"),
-    (["run", "fedvpt", "--dataset", "mnist"], "valid datasets: digits, parquet, synthetic"),
+    (["run", "fedvpt", "--dataset", "mnist"], "valid datasets: cifar10, cifar100, digit-five, digits,"),
     (["run", "fedvpt", "--partition", "zipf"], "valid partitions: dirichlet"),
     (["run", "fedvpt", "--partition", "pathological", "--set", "data.s=12"], "s=12 is larger than the number of classes (10)"),
     (["run", "fedvpt", "--partition", "dirichlet", "--set", "data.alpha=0"], "data.alpha=0.0 must be > 0"),
