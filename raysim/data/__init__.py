@@ -1,7 +1,8 @@
 """Data sources, partitioners and client shards. Importing the package registers every source by name."""
 
+from raysim.data.glyphs import GLYPH_SOURCES
 from raysim.data.real import REAL_SOURCES
 from raysim.data.sources import SOURCES, Source
 
-for _name, (_description, _read) in REAL_SOURCES.items():
+for _name, (_description, _read) in {**GLYPH_SOURCES, **REAL_SOURCES}.items():
     SOURCES.setdefault(_name, Source(_name, _description, _read))
