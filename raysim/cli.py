@@ -126,8 +126,8 @@ def run(method, preset, overrides, progress, **flags):
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="Where to write the safetensors file "
               "(a .json sidecar with SHA-256, recipe and command is written beside it).")
 @click.option("--backbone", default="raysim_vit_tiny_p4_32", show_default=True, help="timm name of the backbone.")
-@click.option("--per-class", type=int, default=120, show_default=True, help="Rendered images per pretraining class.")
-@click.option("--epochs", type=int, default=12, show_default=True)
+@click.option("--per-class", type=int, default=100, show_default=True, help="Rendered images per pretraining class.")
+@click.option("--epochs", type=int, default=10, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--threads", type=int, default=2, show_default=True, help="torch threads (fix it to reproduce the file).")
 def pretrain(out, backbone, per_class, epochs, seed, threads):

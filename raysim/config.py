@@ -66,7 +66,7 @@ class FederationConfig:
 class TrainConfig:
     """Local training on a client: epochs, batch size and the client optimiser."""
 
-    local_epochs: int = 3
+    local_epochs: int = 1
     batch_size: int = 16
     optimizer: str = "adamw"
     lr: float = 3e-3
@@ -85,11 +85,15 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """The frozen backbone: a timm name, and where its weights come from."""
+    """The frozen backbone: a timm name, and where its weights come from.
+
+    ``pretrained`` loads the weights that ship with raysim (the offline default, checked by SHA-256) or,
+    for timm's names, the hub's; ``weights`` (a local safetensors file) takes precedence over both.
+    """
 
     backbone: str = "raysim_vit_tiny_p4_32"
     weights: str | None = None
-    pretrained: bool = False
+    pretrained: bool = True
 
     def __post_init__(self):
         if self.weights is not None:
@@ -102,8 +106,8 @@ class ModelConfig:
 class DataConfig:
     """The data source and how it is partitioned over clients (see ``raysim ls datasets|partitions``)."""
 
-    dataset: str = "digits"
-    partition: str = "iid"
+    dataset: str = "glyphs62"
+    partition: str = "dirichlet"
     data_dir: str | None = None
     image_size: int | None = None
     s: int = 2

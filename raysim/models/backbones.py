@@ -6,6 +6,8 @@ so hub checkpoints drop their classifier and ``head.*`` keys in a weights file a
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 
 import timm
@@ -18,7 +20,8 @@ from timm.models.vision_transformer import VisionTransformer
 from raysim.errors import ConfigError, unknown_name
 
 # timm's register_model appends each registered name to __all__ (creating it if absent), so declare it.
-__all__ = ["BACKBONES", "DEFAULT_BACKBONE", "NANO_BACKBONE", "build_backbone", "input_spec", "state_mismatches"]
+__all__ = ["BACKBONES", "DEFAULT_BACKBONE", "NANO_BACKBONE", "WEIGHTS_DIR", "build_backbone", "input_spec",
+           "shipped_weights", "state_mismatches", "verified_shipped_weights"]
 
 DEFAULT_BACKBONE = "raysim_vit_tiny_p4_32"
 NANO_BACKBONE = "raysim_vit_nano_p4_16"
@@ -32,6 +35,7 @@ BACKBONES: dict[str, str] = {
 }
 
 _HALF = (0.5, 0.5, 0.5)
+WEIGHTS_DIR = Path(__file__).resolve().parents[1] / "weights"  # raysim/weights: shipped files + sidecars
 _SHOWN_KEYS = 3  # how many offending keys a mismatch error names per kind
 
 
@@ -82,6 +86,8 @@ def build_backbone(
         message = unknown_name("backbone", name, BACKBONES)
         raise ConfigError(f"{message}; any other timm VisionTransformer name works too")
     path = None if weights is None else Path(weights)
+    if path is None and pretrained and shipped_weights(name) is not None:
+        path = verified_shipped_weights(name)
     state = None if path is None else _read_weights(path, name)
     load_hub = pretrained and state is None
     if load_hub:
@@ -97,6 +103,23 @@ def build_backbone(
     if state is not None:
         _load_state(vit, name, path, state)
     return vit.eval().requires_grad_(False)
+
+
+def shipped_weights(name: str) -> dict | None:
+    """The sidecar of weights that ship with raysim for ``name`` (file, sha256, recipe, command), if any."""
+    sidecar = WEIGHTS_DIR / f"{name}.json"
+    return json.loads(sidecar.read_text()) if sidecar.is_file() else None
+
+
+def verified_shipped_weights(name: str) -> Path:
+    """Path of the shipped weights of ``name`` after checking their SHA-256 against the sidecar."""
+    sidecar = shipped_weights(name)
+    path = WEIGHTS_DIR / sidecar["file"]
+    digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "missing"
+    if digest != sidecar["sha256"]:
+        raise ConfigError(f"shipped weights {path} fail their SHA-256 check ({digest[:12]} != "
+                          f"{sidecar['sha256'][:12]}); reinstall raysim or regenerate them with: {sidecar['command']}")
+    return path
 
 
 def input_spec(vit: VisionTransformer) -> tuple[int, tuple[float, float, float], tuple[float, float, float]]:

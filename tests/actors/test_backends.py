@@ -10,7 +10,7 @@ from raysim.runner import prepare_shards, initial_state
 FAST = {"federation": {"clients": 20, "rounds": 3, "participation": 0.25, "seed": 3},
         "data": {"dataset": "synthetic", "partition": "dirichlet", "alpha": 1.0},
         "train": {"local_epochs": 1},
-        "model": {"backbone": "raysim_vit_nano_p4_16"},
+        "model": {"backbone": "raysim_vit_nano_p4_16", "pretrained": False},
         "fedvpt": {"prompt_length": 2}}
 
 

@@ -12,7 +12,7 @@ from raysim.runner import initial_state, make_simulation, prepare_shards
 TINY = {"federation": {"clients": 6, "rounds": 2, "participation": 0.5, "seed": 1},
         "data": {"dataset": "synthetic", "partition": "iid"},
         "train": {"local_epochs": 1},
-        "model": {"backbone": "raysim_vit_nano_p4_16"},
+        "model": {"backbone": "raysim_vit_nano_p4_16", "pretrained": False},
         "resources": {"backend": "sequential"}}
 
 

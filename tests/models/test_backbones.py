@@ -102,9 +102,9 @@ def test_timm_model_that_is_not_a_vit():
     one_line_error(lambda: build_backbone("resnet18"), "is a ResNet, not a timm VisionTransformer")
 
 
-def test_default_has_no_pretrained_weights_yet():
+def test_nano_has_no_pretrained_weights():
     one_line_error(
-        lambda: build_backbone(DEFAULT_BACKBONE, pretrained=True),
+        lambda: build_backbone("raysim_vit_nano_p4_16", pretrained=True),
         "no pretrained weights ship yet .* pass --weights PATH.safetensors or set model.pretrained=false",
     )
 
