@@ -7,6 +7,15 @@ import logging
 import pytest
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_cache(tmp_path_factory):
+    """Generated datasets go to a per-session cache, never the user's ~/.cache/raysim."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("RAYSIM_CACHE", str(tmp_path_factory.mktemp("raysim-cache")))
+    yield
+    mp.undo()
+
+
 @pytest.fixture(scope="session")
 def ray_session():
     """A local Ray with 2 CPUs and 2 logical GPUs (Ray can declare GPUs on a CPU machine)."""

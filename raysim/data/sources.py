@@ -173,7 +173,7 @@ def _size_of(value) -> str:
 
 
 SOURCES: dict[str, Source] = {
-    "digits": Source("digits", "scikit-learn's real handwritten digits, 8x8, 10 classes, 1,797 images (offline default)",
+    "digits": Source("digits", "scikit-learn's real handwritten digits, 8x8, 10 classes, 1,797 images",
                      _read_digits),
     "synthetic": Source("synthetic", "deterministic 16x16 toy images, 10 classes in 5 coarse pairs x 3 colour domains",
                         _read_synthetic),
