@@ -64,14 +64,13 @@ def plain_loop(config, shards, initial) -> tuple[float, list[float]]:
         with torch.no_grad():
             for k in names:
                 params[k].copy_(global_params[k])
-            correct = total = 0
+            correct = 0
             clients = shards.seen_clients()
             images = np.concatenate([shards.test(c).images for c in clients])
             labels = torch.tensor(np.concatenate([shards.test(c).labels for c in clients]))
             for s in range(0, len(labels), 256):
                 correct += int((model(model_inputs(model, images[s:s + 256], "cpu")).argmax(1) == labels[s:s + 256]).sum())
-            total = len(labels)
-        accuracies.append(100.0 * correct / total)
+        accuracies.append(100.0 * correct / len(labels))
     return time.perf_counter() - start, accuracies
 
 

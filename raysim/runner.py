@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import socket
 import tempfile
@@ -250,4 +249,3 @@ def _log_results(tracker, config, state, history, summary, client_acc, run_id) -
             tracker.log_artifact(tmp / name)
     tracker.log_metrics({f"summary.{k}.{stat}": v for k, stats in summary.items() for stat, v in stats.items()},
                         step=config.federation.rounds)
-    json.dumps(result)  # summary must stay JSON-serialisable
