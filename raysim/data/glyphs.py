@@ -47,7 +47,7 @@ from typing import Callable
 import numpy as np
 
 from raysim.data.shards import DatasetInfo
-from raysim.data.sources import fixed_test_split, rows_table
+from raysim.data.sources import fixed_test_split, rows_table, sklearn_digits
 from raysim.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -306,20 +306,11 @@ def _lowres(mask: np.ndarray) -> np.ndarray:
     return np.asarray(Image.fromarray(half).resize((size, size), Image.BILINEAR), dtype=np.float32) / 255
 
 
-@lru_cache(maxsize=None)
-def _handwritten() -> tuple[np.ndarray, np.ndarray]:
-    """scikit-learn's 1,797 handwritten digits as uint8 [N, 8, 8] (white on black) and their labels."""
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()
-    return np.round(digits.images * (255.0 / 16.0)).astype(np.uint8), digits.target.astype(np.int64)
-
-
 def _real_digit(index: int, size: int) -> np.ndarray:
     """scikit-learn digit ``index`` upsampled bilinearly to [size, size, 3]."""
     from PIL import Image
 
-    grey = Image.fromarray(_handwritten()[0][index]).resize((size, size), Image.BILINEAR)
+    grey = Image.fromarray(sklearn_digits()[0][index]).resize((size, size), Image.BILINEAR)
     return np.repeat(np.asarray(grey)[..., None], 3, axis=2)
 
 
@@ -372,7 +363,7 @@ def _glyph_rows(chars: str, fonts: list[Path], per_class: int, label0: int, doma
 
 def _handwritten_rows(per_class: int, label0: int, domain: int, seed: int) -> dict[str, np.ndarray]:
     """``per_class`` scikit-learn digits per class, a seeded choice without replacement."""
-    labels = _handwritten()[1]
+    labels = sklearn_digits()[1]
     rng = np.random.default_rng([seed, label0, domain])
     index = np.concatenate([rng.permutation(np.flatnonzero(labels == c))[:per_class] for c in range(10)])
     return {"code": index, "font": np.zeros_like(index), "style": np.full_like(index, REAL),

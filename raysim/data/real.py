@@ -17,7 +17,7 @@ from typing import Callable
 import numpy as np
 
 from raysim.data.shards import DatasetInfo
-from raysim.data.sources import fixed_test_split, rows_table
+from raysim.data.sources import fit_image, fixed_test_split, rows_table
 from raysim.errors import ConfigError
 
 CIFAR_URL = "https://www.cs.toronto.edu/~kriz/cifar.html"
@@ -163,18 +163,8 @@ def _resize_batch(batch: dict, size: int) -> dict:
     """Resize a numpy batch's ``image`` column to ``size`` x ``size``."""
     from PIL import Image
 
-    batch["image"] = np.stack([_fit(Image.fromarray(image), size) for image in batch["image"]])
+    batch["image"] = np.stack([fit_image(Image.fromarray(image), size) for image in batch["image"]])
     return batch
-
-
-def _fit(image, size: int) -> np.ndarray:
-    """An RGB [size, size, 3] uint8 array of a PIL image, resized bilinearly when its size differs."""
-    from PIL import Image
-
-    image = image.convert("RGB")
-    if image.size != (size, size):
-        image = image.resize((size, size), Image.BILINEAR)
-    return np.asarray(image, dtype=np.uint8)
 
 
 def read_tiny_imagenet(cfg) -> tuple:
@@ -353,7 +343,7 @@ def _decode_batch(batch: dict, size: int) -> dict:
     for path in batch["path"]:
         try:
             with Image.open(path) as image:
-                images.append(_fit(image, size))
+                images.append(fit_image(image, size))
             errors.append("")
         except Exception as error:  # noqa: BLE001 - any decoder failure means an unreadable file
             images.append(np.zeros((size, size, 3), np.uint8))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
@@ -52,14 +53,21 @@ def fixed_test_split(labels: np.ndarray, domains: np.ndarray, fraction: float = 
     return is_test
 
 
-def _read_digits(_cfg):
-    """scikit-learn's bundled handwritten digits (UCI optdigits test set): 1,797 8x8 images, 10 classes."""
-    import ray
+@lru_cache(maxsize=None)
+def sklearn_digits() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's bundled handwritten digits (UCI optdigits test set) as uint8 [1797, 8, 8] (0-255,
+    white on black) and int64 labels."""
     from sklearn.datasets import load_digits
 
     digits = load_digits()
-    images = np.round(digits.images * (255.0 / 16.0)).astype(np.uint8)
-    labels = digits.target.astype(np.int64)
+    return np.round(digits.images * (255.0 / 16.0)).astype(np.uint8), digits.target.astype(np.int64)
+
+
+def _read_digits(_cfg):
+    """scikit-learn's bundled handwritten digits: 1,797 8x8 images, 10 classes."""
+    import ray
+
+    images, labels = sklearn_digits()
     domains = np.zeros_like(labels)
     ds = ray.data.from_arrow(rows_table(images, labels, domains, fixed_test_split(labels, domains)))
     info = DatasetInfo("digits", 10, 1, (8, 8), tuple(str(c) for c in range(10)), ("sklearn",))
@@ -151,6 +159,16 @@ def _read_parquet(cfg):
     return ray.data.from_arrow(table), info
 
 
+def fit_image(image, size: int) -> np.ndarray:
+    """An RGB [size, size, 3] uint8 array of a PIL image, resized bilinearly when its size differs."""
+    from PIL import Image
+
+    image = image.convert("RGB")
+    if image.size != (size, size):
+        image = image.resize((size, size), Image.BILINEAR)
+    return np.asarray(image, dtype=np.uint8)
+
+
 def _decode_image(value, size: int | None = None) -> np.ndarray:
     """PNG/JPEG bytes or an array -> uint8 array; RGB and ``size`` x ``size`` when a size is given."""
     from PIL import Image
@@ -158,8 +176,7 @@ def _decode_image(value, size: int | None = None) -> np.ndarray:
     image = Image.open(io.BytesIO(value)) if isinstance(value, (bytes, bytearray)) else None
     if size is None:
         return np.asarray(image) if image is not None else np.asarray(value, dtype=np.uint8)
-    image = image if image is not None else Image.fromarray(np.asarray(value, dtype=np.uint8))
-    return np.asarray(image.convert("RGB").resize((size, size), Image.BILINEAR))
+    return fit_image(image if image is not None else Image.fromarray(np.asarray(value, dtype=np.uint8)), size)
 
 
 def _size_of(value) -> str:

@@ -86,7 +86,7 @@ def build_backbone(
         message = unknown_name("backbone", name, BACKBONES)
         raise ConfigError(f"{message}; any other timm VisionTransformer name works too")
     path = None if weights is None else Path(weights)
-    if path is None and pretrained and shipped_weights(name) is not None:
+    if path is None and pretrained:
         path = verified_shipped_weights(name)
     state = None if path is None else _read_weights(path, name)
     load_hub = pretrained and state is None
@@ -111,9 +111,12 @@ def shipped_weights(name: str) -> dict | None:
     return json.loads(sidecar.read_text()) if sidecar.is_file() else None
 
 
-def verified_shipped_weights(name: str) -> Path:
-    """Path of the shipped weights of ``name`` after checking their SHA-256 against the sidecar."""
+def verified_shipped_weights(name: str) -> Path | None:
+    """Path of the shipped weights of ``name`` after checking their SHA-256 against the sidecar; None if
+    none ship."""
     sidecar = shipped_weights(name)
+    if sidecar is None:
+        return None
     path = WEIGHTS_DIR / sidecar["file"]
     digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "missing"
     if digest != sidecar["sha256"]:
