@@ -100,8 +100,7 @@ def main() -> None:
 
     ray.init(num_cpus=max(2, int(args.cpus)), include_dashboard=False, logging_level=logging.WARNING)
     connect_ray(config.resources)
-    shards = prepare_shards(config)
-    initial = initial_state(config, shards.info.num_classes)
+    initial, shards = initial_state(config, prepare_shards(config))
     ray_time, ray_acc = raysim_loop(config, shards, initial)
     plain_time, plain_acc = plain_loop(config, shards, initial)
     same = np.allclose(ray_acc, plain_acc, atol=1e-6)

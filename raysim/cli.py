@@ -10,6 +10,7 @@ import sys
 import click
 
 from raysim.errors import ConfigError
+from raysim.pretrain_recipe import PretrainRecipe
 
 # flag name -> (section, key)
 RUN_FLAGS = {
@@ -78,7 +79,7 @@ def main():
 @click.option("--rounds", type=int, help="Communication rounds T.")
 @click.option("--participation", type=float, help="Share of clients sampled per round, in (0, 1].")
 @click.option("--local-epochs", type=int, help="Local epochs E per round.")
-@click.option("--eval-every", type=int, help="Evaluate every k rounds (and always after the last).")
+@click.option("--eval-every", type=int, help="Evaluate every k rounds (default 2; always after the last).")
 @click.option("--seed", type=int, help="The run seed; every random draw derives from it.")
 @click.option("--dataset", help="Data source (raysim ls datasets).")
 @click.option("--partition", help="How data is split over clients (raysim ls partitions).")
@@ -122,19 +123,23 @@ def run(method, preset, overrides, progress, **flags):
     run_simulation(config, show_progress=progress)
 
 
+_RECIPE = PretrainRecipe()
+
+
 @main.command()
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="Where to write the safetensors file "
               "(a .json sidecar with SHA-256, recipe and command is written beside it).")
-@click.option("--backbone", default="raysim_vit_tiny_p4_32", show_default=True, help="timm name of the backbone.")
-@click.option("--per-class", type=int, default=100, show_default=True, help="Rendered images per pretraining class.")
-@click.option("--epochs", type=int, default=10, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--threads", type=int, default=2, show_default=True, help="torch threads (fix it to reproduce the file).")
+@click.option("--backbone", default=_RECIPE.backbone, show_default=True, help="timm name of the backbone.")
+@click.option("--per-class", type=int, default=_RECIPE.per_class, show_default=True,
+              help="Rendered images per pretraining class.")
+@click.option("--epochs", type=int, default=_RECIPE.epochs, show_default=True)
+@click.option("--seed", type=int, default=_RECIPE.seed, show_default=True)
+@click.option("--threads", type=int, default=_RECIPE.threads, show_default=True,
+              help="torch threads (fix it to reproduce the file).")
 def pretrain(out, backbone, per_class, epochs, seed, threads):
     """Pretrain the offline backbone on glyphs of scripts no benchmark uses (the shipped weights' recipe)."""
     from rich.console import Console
 
-    from raysim.pretrain import PretrainRecipe
     from raysim.pretrain import pretrain as run_pretrain
 
     recipe = PretrainRecipe(backbone=backbone, per_class=per_class, epochs=epochs, seed=seed, threads=threads)

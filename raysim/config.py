@@ -34,7 +34,7 @@ class FederationConfig:
     clients: int = 100
     rounds: int = 30
     participation: float = 0.1
-    eval_every: int = 1
+    eval_every: int = 2
     unseen_fraction: float = 0.0
     seed: int = 0
 

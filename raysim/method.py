@@ -5,12 +5,17 @@ lives in :mod:`raysim.simulation` and is never written in a method. A method nev
 
 Hooks:
     ``prompt_spec(depth)``  what the worker's model looks like (prompt slots, what trains).
+    ``extra_parameters(vit, generator)``  tensors of the method's own on the model (SGPT's keys).
+    ``row_features(model, x)``  per-row values cached once per run with the shards (SGPT's query).
     ``init_global(model, generator)``  the communicated tensors and the server state.
     ``configure(round, state, client_ids)``  what the sampled clients receive: one shared view, plus
                             small per-client instructions (e.g. a cluster id) in ``ClientContext``.
     ``client_update(ctx, view, client_state, data)``  local training inside a worker.
     ``aggregate(round, state, results)``  server math (pure tensor functions in raysim/aggregate.py).
     ``eval_view(view, client_state)``  the parameters a client is evaluated with (personalised methods).
+    ``forward(model, x, data, rows)``  inference logits (FGPT-U's top-K ensemble, SGPT's selection).
+    ``diagnostics(round, state, results, shards, evaluated)`` / ``artifacts(records, folder)``  extra
+                            metrics per round and end-of-run pictures (e.g. SGPT's selection maps).
 
 All state is tensors (``GlobalState.params`` and ``GlobalState.server``), never hidden attributes, so
 checkpoints are exact.
@@ -19,8 +24,10 @@ checkpoints are exact.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from pathlib import Path
+from typing import Any, ClassVar
 
+import numpy as np
 import torch
 
 from raysim import aggregate as agg
@@ -90,6 +97,14 @@ class Method:
         """The prompt wrapper's spec (:class:`raysim.models.prompted.PromptSpec`) for a backbone of ``depth`` blocks."""
         raise NotImplementedError
 
+    def extra_parameters(self, vit: torch.nn.Module, generator: torch.Generator) -> dict[str, torch.nn.Parameter]:
+        """Parameters of the method's own on the model (``extra.<name>``); those requiring grad are communicated."""
+        return {}
+
+    def row_features(self, model: torch.nn.Module, x: torch.Tensor) -> dict[str, torch.Tensor] | None:
+        """Values computed once per row and run from the frozen model (cached with the shards), or None."""
+        return None
+
     def init_global(self, model: torch.nn.Module, generator: torch.Generator) -> GlobalState:
         """Initial global tensors: the worker model's trainable state (it is built from the run seed)."""
         return GlobalState(params=model.trainable_state())
@@ -102,7 +117,7 @@ class Method:
                       data: ClientData) -> ClientResult:
         """Local training of the trainable tensors from the received view; returns the new tensors."""
         ctx.model.load_trainable(view)
-        stats = train.local_train(ctx, data, lambda logits, y: self.loss(ctx, logits, y, view))
+        stats = train.local_train(ctx, data, lambda x, y, rows: self.loss(ctx, ctx.model(x), y, view))
         return ClientResult(ctx.client_id, len(data), ctx.model.trainable_state(), stats)
 
     def loss(self, ctx: ClientContext, logits: torch.Tensor, labels: torch.Tensor, view: Tensors) -> torch.Tensor:
@@ -119,3 +134,17 @@ class Method:
     def eval_view(self, view: Tensors, client_state: Tensors | None) -> Tensors:
         """The tensors a client is evaluated with; the global view unless a method personalises."""
         return view
+
+    def forward(self, model: torch.nn.Module, x: torch.Tensor, data: ClientData, rows: np.ndarray) -> torch.Tensor:
+        """Inference logits for ``x`` (rows ``rows`` of ``data``), with the evaluated tensors loaded."""
+        return model(x)
+
+    def diagnostics(self, round: int, state: GlobalState, results: list[ClientResult], shards,
+                    evaluated: bool) -> tuple[dict[str, float], dict[str, Any]]:
+        """Extra metrics (logged per round) and records (kept for :meth:`artifacts`), computed on the
+        coordinator after aggregation; ``evaluated`` rounds may also look at the shards' cached features."""
+        return {}, {}
+
+    def artifacts(self, records: list[dict[str, Any]], folder: Path) -> list[Path]:
+        """Files (pictures, JSON) made at the end from every round's records, to log to MLflow."""
+        return []

@@ -1,10 +1,11 @@
-"""Pictures saved as MLflow artifacts: accuracy curves and the global-vs-worst-local view."""
+"""Pictures saved as MLflow artifacts: accuracy curves, the global-vs-worst-local view, selection maps."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -43,6 +44,34 @@ def plot_client_accuracy(client_acc: dict[int, float], title: str, path: str | P
     ax.set_ylabel("accuracy (%)")
     ax.set_title(title)
     ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def plot_selection_map(counts, title: str, path: str | Path) -> None:
+    """Rows per group for every client ([clients, groups]), each client's row normalised: who uses which group."""
+    counts = np.asarray(counts, dtype=float)
+    shares = counts / np.maximum(counts.sum(axis=1, keepdims=True), 1)
+    fig, ax = plt.subplots(figsize=(6.4, 4.8), dpi=120)
+    image = ax.imshow(shares, aspect="auto", interpolation="nearest", cmap="viridis", vmin=0, vmax=1)
+    fig.colorbar(image, ax=ax, label="share of the client's test rows")
+    ax.set_xlabel("group")
+    ax.set_ylabel("client")
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def plot_selection_stability(counts, rounds: list[int], title: str, path: str | Path) -> None:
+    """SGPT Fig. 3: mean and std over evaluated rounds of one client's rows per group ([rounds, groups])."""
+    counts = np.asarray(counts, dtype=float)
+    fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=120)
+    ax.bar(range(counts.shape[1]), counts.mean(axis=0), yerr=counts.std(axis=0), capsize=3, color="tab:blue")
+    ax.set_xlabel("group")
+    ax.set_ylabel(f"rows per group (rounds {rounds[0]}-{rounds[-1]})")
+    ax.set_title(title)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

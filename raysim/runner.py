@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import socket
 import tempfile
@@ -17,6 +18,7 @@ from raysim.data.partition import PartitionParams, partition
 from raysim.data.shards import ShardStore, build_shards
 from raysim.data.sources import load_dataset
 from raysim.errors import ConfigError
+from raysim.method import GlobalState
 from raysim.metrics import summarise
 from raysim.progress import RoundProgress, print_summary
 from raysim.registry import get_method
@@ -31,6 +33,7 @@ class RunResult:
     history: list[dict[str, float]]
     summary: dict[str, dict[str, float]]
     client_acc: dict[int, float] = field(default_factory=dict)
+    records: list[dict] = field(default_factory=list)
 
 
 def connect_ray(resources) -> None:
@@ -107,16 +110,22 @@ def prepare_shards(config: Config) -> ShardStore:
     return build_shards(info, arrays, part, tuple(sorted(int(c) for c in unseen)))
 
 
-def initial_state(config: Config, num_classes: int):
-    """Build the model once on the driver: checks the weights file, and yields the initial global state."""
+def initial_state(config: Config, shards: ShardStore) -> tuple[GlobalState, ShardStore]:
+    """Build the model once on the driver: checks the weights file, yields the initial global state, and the
+    shards with the per-row values the method caches for the whole run (e.g. SGPT's frozen-backbone query),
+    computed here in one batched pass so no client recomputes them."""
     import torch
 
     from raysim.models.factory import build_model
+    from raysim.runtime import pick_device
+    from raysim.train import row_features
 
     method = get_method(config.method)(config)
-    model = build_model(config, method, num_classes)
+    device = pick_device()
+    model = build_model(config, method, shards.info.num_classes).to(device)
     generator = torch.Generator().manual_seed(seeding.derive_seed(config.federation.seed, "init", 2))
-    return method.init_global(model, generator)
+    features = row_features(method, model, shards.images, device)
+    return method.init_global(model.cpu(), generator), dataclasses.replace(shards, features=features)
 
 
 class _RemoteSimulation:
@@ -173,8 +182,7 @@ def run(config: Config, *, show_progress: bool = True, console=None) -> RunResul
     uri = config.tracking.resolved_uri
     check_store(uri)
     connect_ray(config.resources)
-    shards = prepare_shards(config)
-    initial = initial_state(config, shards.info.num_classes)
+    initial, shards = initial_state(config, prepare_shards(config))
     workers = resolve_workers(config) if config.resources.backend == "ray" else None
     tracker = Tracker(uri, config.tracking.experiment)
     run_name = config.tracking.run_name or f"{config.method}-{config.data.dataset}-{config.data.partition}-s{config.federation.seed}"
@@ -185,12 +193,13 @@ def run(config: Config, *, show_progress: bool = True, console=None) -> RunResul
     try:
         _log_setup(tracker, config, shards)
         simulation = make_simulation(config, shards, initial, workers)
-        history, client_acc = _loop(simulation, config, tracker, describe(config, shards), show_progress, console)
+        history, client_acc, records = _loop(simulation, config, tracker, describe(config, shards), show_progress,
+                                             console)
         summary = summarise(history)
-        _log_results(tracker, config, simulation.global_state(), history, summary, client_acc, run_id)
+        _log_results(tracker, config, simulation.global_state(), history, summary, client_acc, run_id, records)
         print_summary(summary, run_id, config, console)
         status = "FINISHED"
-        return RunResult(run_id, history, summary, client_acc)
+        return RunResult(run_id, history, summary, client_acc, records)
     except KeyboardInterrupt:
         status = "KILLED"
         raise
@@ -201,15 +210,17 @@ def run(config: Config, *, show_progress: bool = True, console=None) -> RunResul
 
 
 def _loop(simulation, config, tracker, headline, show_progress, console):
-    history, client_acc = [], {}
+    history, client_acc, records = [], {}, []
     with RoundProgress(config.federation.rounds, headline, enabled=show_progress, console=console) as progress:
         for round in range(1, config.federation.rounds + 1):
             report = simulation.run_round(round)
             tracker.log_metrics(report.metrics, step=round)
             history.append({"round": round, **report.metrics})
             client_acc = report.client_acc or client_acc
+            if report.records:
+                records.append(report.records)
             progress.advance(round, report.metrics)
-    return history, client_acc
+    return history, client_acc, records
 
 
 def _log_setup(tracker: Tracker, config: Config, shards: ShardStore) -> None:
@@ -229,7 +240,7 @@ def _log_setup(tracker: Tracker, config: Config, shards: ShardStore) -> None:
         tracker.log_artifact(path)
 
 
-def _log_results(tracker, config, state, history, summary, client_acc, run_id) -> None:
+def _log_results(tracker, config, state, history, summary, client_acc, run_id, records) -> None:
     from safetensors.torch import save_file
 
     from raysim.plots import plot_accuracy_curves, plot_client_accuracy
@@ -245,7 +256,9 @@ def _log_results(tracker, config, state, history, summary, client_acc, run_id) -
         tensors = {f"params/{k}": v.contiguous() for k, v in state.params.items()}
         tensors.update({f"server/{k}": v.contiguous() for k, v in state.server.items()})
         save_file(tensors, str(tmp / "global_state.safetensors"), metadata={"method": config.method})
-        for name in ("accuracy_curves.png", "client_accuracy.png", "global_state.safetensors"):
-            tracker.log_artifact(tmp / name)
+        method_files = get_method(config.method)(config).artifacts(records, tmp)
+        for path in [tmp / "accuracy_curves.png", tmp / "client_accuracy.png", tmp / "global_state.safetensors",
+                     *method_files]:
+            tracker.log_artifact(path)
     tracker.log_metrics({f"summary.{k}.{stat}": v for k, stats in summary.items() for stat, v in stats.items()},
                         step=config.federation.rounds)

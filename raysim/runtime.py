@@ -64,13 +64,18 @@ class ClientRuntime:
             else:
                 self.model.load_trainable(personal)
                 data = self.shards.test(client_id)
-                out[client_id] = (int(correct_per_row(self.model, data, self.device).sum()), len(data))
+                out[client_id] = (int(self._correct(data).sum()), len(data))
         if shared:
             self.model.load_trainable(view)
             parts = [self.shards.test(c) for c in shared]
             owner = np.repeat(np.arange(len(shared)), [len(p) for p in parts])
-            merged = ClientData(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("images", "labels", "domains")))
-            correct = correct_per_row(self.model, merged, self.device)
+            merged = ClientData.concat(parts)
+            correct = self._correct(merged)
             hits = np.bincount(owner, weights=correct, minlength=len(shared)).astype(np.int64)
             out.update({c: (int(hits[i]), len(parts[i])) for i, c in enumerate(shared)})
         return out
+
+    def _correct(self, data: ClientData) -> np.ndarray:
+        """Per-row hits of the method's inference forward with the loaded tensors."""
+        return correct_per_row(self.model, data, self.device,
+                               lambda x, rows: self.method.forward(self.model, x, data, rows))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -32,21 +32,24 @@ class Executor(Protocol):
 
 @dataclass
 class RoundReport:
-    """One round's metrics (MLflow keys) and, on evaluated rounds, every client's accuracy."""
+    """One round's metrics (MLflow keys), on evaluated rounds every client's accuracy, and the method's
+    diagnostic records (kept by the driver for the end-of-run pictures)."""
 
     round: int
     metrics: dict[str, float]
     client_acc: dict[int, float] = field(default_factory=dict)
     sampled: list[int] = field(default_factory=list)
+    records: dict[str, Any] = field(default_factory=dict)
 
 
 class Simulation:
     """The coordinator's logic: global state, client states, client sampling and the round loop."""
 
-    def __init__(self, config, shards_meta, initial: GlobalState, executor: Executor):
+    def __init__(self, config, shards, initial: GlobalState, executor: Executor):
         """
         Args:
-            shards_meta: the :class:`~raysim.data.shards.ShardStore` (only its sizes and ids are read here).
+            shards: the :class:`~raysim.data.shards.ShardStore`; the loop reads its sizes and ids, a method's
+                diagnostics may read cached features (analysis only, never fed back into training).
             initial: the method's initial global state (built by the driver from the run seed).
         """
         self.config = config
@@ -54,9 +57,10 @@ class Simulation:
         self.state = initial
         self.client_states: dict[int, Tensors] = {}
         self.executor = executor
-        self.seen = shards_meta.seen_clients()
-        self.unseen = list(shards_meta.unseen)
-        self.client_type = shards_meta.client_domain
+        self.shards = shards
+        self.seen = shards.seen_clients()
+        self.unseen = list(shards.unseen)
+        self.client_type = shards.client_domain
 
     def run_round(self, round: int) -> RoundReport:
         """Train one round (1-based), then evaluate if this round is due."""
@@ -82,8 +86,11 @@ class Simulation:
         if losses:
             metrics["train_loss"] = float(np.mean(losses))
         report = RoundReport(round, metrics, sampled=sampled)
-        if round % fed.eval_every == 0 or round == fed.rounds:
+        evaluated = round % fed.eval_every == 0 or round == fed.rounds
+        if evaluated:
             self._evaluate(report)
+        extra, report.records = self.method.diagnostics(round, self.state, results, self.shards, evaluated)
+        report.metrics.update(extra)
         return report
 
     def _evaluate(self, report: RoundReport) -> None:

@@ -34,24 +34,25 @@ def batches(n: int, batch_size: int, generator: torch.Generator):
         yield order[start:start + batch_size].numpy()
 
 
-def local_train(ctx, data: ClientData, loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-                epochs: int | None = None, forward: Callable | None = None) -> dict[str, float]:
-    """E epochs of minibatch descent on the model's trainable tensors.
+Objective = Callable[[torch.Tensor, torch.Tensor, np.ndarray], torch.Tensor]  # (inputs, labels, rows) -> loss
+
+
+def local_train(ctx, data: ClientData, objective: Objective, epochs: int | None = None) -> dict[str, float]:
+    """E epochs of minibatch descent on the parameters of ``ctx.model`` that currently require grad.
 
     Args:
         ctx: the :class:`~raysim.method.ClientContext`; its generator fixes the batch order.
-        loss_fn: (logits, labels) -> scalar loss.
-        forward: (inputs) -> logits; defaults to ``ctx.model``.
+        objective: (inputs, labels, rows) -> scalar loss; ``rows`` index ``data`` (for its cached features).
+        epochs: defaults to ``train.local_epochs``.
 
     Returns:
-        ``train_loss`` (mean over steps of the last epoch), ``steps``, ``samples`` (rows processed).
+        ``train_loss`` (mean over steps of the last epoch), ``steps``, ``samples`` (rows processed), ``compute_s``.
     """
     model, cfg = ctx.model, ctx.config.train
     epochs = cfg.local_epochs if epochs is None else epochs
-    forward = forward or model
     params = [p for p in model.parameters() if p.requires_grad]
     if len(data) == 0 or not params:
-        return {"train_loss": float("nan"), "steps": 0, "samples": 0}
+        return {"train_loss": float("nan"), "steps": 0, "samples": 0, "compute_s": 0.0}
     optimizer = make_optimizer(params, cfg)
     generator = ctx.generator()
     labels_all = torch.tensor(data.labels)
@@ -59,27 +60,43 @@ def local_train(ctx, data: ClientData, loss_fn: Callable[[torch.Tensor, torch.Te
     steps, samples, start = 0, 0, time.perf_counter()
     for _ in range(epochs):
         losses = []
-        for idx in batches(len(data), cfg.batch_size, generator):
-            x = model_inputs(model, data.images[idx], ctx.device)
-            y = labels_all[idx].to(ctx.device)
-            loss = loss_fn(forward(x), y)
+        for rows in batches(len(data), cfg.batch_size, generator):
+            x = model_inputs(model, data.images[rows], ctx.device)
+            loss = objective(x, labels_all[rows].to(ctx.device), rows)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
             losses.append(loss.item())
-            steps, samples = steps + 1, samples + len(idx)
+            steps, samples = steps + 1, samples + len(rows)
     model.eval()
     return {"train_loss": float(np.mean(losses)), "steps": steps, "samples": samples,
             "compute_s": time.perf_counter() - start}
 
 
 @torch.no_grad()
-def correct_per_row(model, data: ClientData, device: torch.device, forward: Callable | None = None) -> np.ndarray:
-    """1.0 where the argmax prediction equals the label, else 0.0, per row (batched)."""
-    forward = forward or model
+def correct_per_row(model, data: ClientData, device: torch.device,
+                    forward: Callable[[torch.Tensor, np.ndarray], torch.Tensor] | None = None) -> np.ndarray:
+    """1.0 where the argmax prediction equals the label, else 0.0, per row (batched).
+
+    ``forward(inputs, rows) -> logits`` defaults to ``model(inputs)``; ``rows`` index ``data``.
+    """
     hits = [np.zeros(0)]
     for start in range(0, len(data), EVAL_BATCH):
-        x = model_inputs(model, data.images[start:start + EVAL_BATCH], device)
-        y = torch.tensor(data.labels[start:start + EVAL_BATCH]).to(device)
-        hits.append((forward(x).argmax(dim=1) == y).cpu().numpy().astype(np.float64))
+        rows = np.arange(start, min(start + EVAL_BATCH, len(data)))
+        x = model_inputs(model, data.images[rows], device)
+        logits = forward(x, rows) if forward else model(x)
+        hits.append((logits.argmax(dim=1).cpu() == torch.tensor(data.labels[rows])).numpy().astype(np.float64))
     return np.concatenate(hits)
+
+
+@torch.no_grad()
+def row_features(method, model, images: np.ndarray, device: torch.device) -> dict[str, np.ndarray]:
+    """``method.row_features`` over every row of ``images`` (batched), or {} when the method caches nothing."""
+    out: dict[str, list[np.ndarray]] = {}
+    for start in range(0, len(images), EVAL_BATCH):
+        computed = method.row_features(model, model_inputs(model, images[start:start + EVAL_BATCH], device))
+        if computed is None:
+            return {}
+        for name, values in computed.items():
+            out.setdefault(name, []).append(values.cpu().numpy())
+    return {name: np.concatenate(parts) for name, parts in out.items()}

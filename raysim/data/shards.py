@@ -8,7 +8,7 @@ only what a method returns (parameters and the statistics it defines) crosses to
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -17,14 +17,25 @@ from raysim.data.partition import Partition
 
 @dataclass(frozen=True)
 class ClientData:
-    """One client's train or test rows (read-only views into the shared block)."""
+    """One client's train or test rows (read-only views into the shared block).
+
+    ``features`` holds what a method caches per row once per run (e.g. SGPT's selection query), row-aligned.
+    """
 
     images: np.ndarray
     labels: np.ndarray
     domains: np.ndarray
+    features: dict[str, np.ndarray] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.labels)
+
+    @staticmethod
+    def concat(parts: list[ClientData]) -> ClientData:
+        """The rows of ``parts`` one after another (e.g. several clients evaluated as one batch)."""
+        names = parts[0].features.keys() if parts else ()
+        return ClientData(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("images", "labels", "domains")),
+                          {n: np.concatenate([p.features[n] for p in parts]) for n in names})
 
 
 @dataclass(frozen=True)
@@ -50,6 +61,7 @@ class ShardStore:
             ``train_offsets[i]:train_offsets[i + 1]``.
         client_domain: [M] the client's type (domain) when the partition defines one, else None.
         unseen: ids of held-out clients that never train (evaluated with the global model).
+        features: per-row arrays a method computed once per run (:meth:`raysim.method.Method.row_features`).
     """
 
     info: DatasetInfo
@@ -60,6 +72,7 @@ class ShardStore:
     test_offsets: np.ndarray
     client_domain: np.ndarray | None
     unseen: tuple[int, ...]
+    features: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def num_clients(self) -> int:
@@ -82,7 +95,8 @@ class ShardStore:
         return [c for c in range(self.num_clients) if c not in unseen]
 
     def _rows(self, lo: int, hi: int) -> ClientData:
-        return ClientData(self.images[lo:hi], self.labels[lo:hi], self.domains[lo:hi])
+        return ClientData(self.images[lo:hi], self.labels[lo:hi], self.domains[lo:hi],
+                          {name: values[lo:hi] for name, values in self.features.items()})
 
 
 def build_shards(info: DatasetInfo, arrays: dict[str, np.ndarray], part: Partition, unseen: tuple[int, ...]) -> ShardStore:

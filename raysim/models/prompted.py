@@ -14,6 +14,7 @@ only and does not change any output.
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -48,8 +49,9 @@ class PromptSlot:
             the first listed block and at each later one replace this slot's outputs of the previous block.
         init: "zeros"; "xavier": uniform with VPT's bound ``sqrt(6 / (C * patch_h * patch_w + D))``;
             "normal": std 0.02.
-        dynamic: Tokens are given per sample at forward time (shape ``[B, len(blocks), length, D]``);
-            nothing is stored and ``init`` is unused.
+        dynamic: Tokens are given per sample at forward time (shape ``[B, len(blocks), length, D]``), e.g.
+            selected from a bank of group prompts; nothing is stored and ``init`` is unused. A forward that
+            does not give them runs without this slot (SGPT's Block I).
     """
 
     name: str
@@ -83,11 +85,13 @@ class PromptSpec:
 class PromptedViT(nn.Module):
     """A timm VisionTransformer with prompt slots and a fresh classifier.
 
-    Parameter names: ``vit.*`` (backbone, ``vit.head.*`` the classifier) and ``prompts.<slot>``.
+    Parameter names: ``vit.*`` (backbone, ``vit.head.*`` the classifier), ``prompts.<slot>`` and
+    ``extra.<name>`` (a method's own tensors, e.g. SGPT's keys and group-prompt bank).
     Blocks run one by one, so timm's gradient checkpointing and attention masks are not used.
     """
 
-    def __init__(self, vit: VisionTransformer, spec: PromptSpec, num_classes: int, seed: int = 0) -> None:
+    def __init__(self, vit: VisionTransformer, spec: PromptSpec, num_classes: int, seed: int = 0,
+                 extras: dict[str, nn.Parameter] | None = None) -> None:
         """Wrap ``vit`` (modified in place: new head, frozen unless ``spec.train_backbone``).
 
         Args:
@@ -96,6 +100,7 @@ class PromptedViT(nn.Module):
             num_classes: Classes of the new head.
             seed: Seeds the head and prompt initialisation from the CPU generator, whose global state is
                 restored afterwards. Wrap on CPU (as ``build_backbone`` returns it), then move the wrapper.
+            extras: The method's own parameters; those with ``requires_grad`` train and are communicated.
 
         Raises:
             ConfigError: The spec does not fit this backbone.
@@ -112,6 +117,7 @@ class PromptedViT(nn.Module):
             for slot in spec.slots:
                 if not slot.dynamic:
                     self.prompts[slot.name] = nn.Parameter(_initial_prompt(slot, vit))
+        self.extra = nn.ParameterDict(extras or {})
         vit.requires_grad_(spec.train_backbone)
         vit.head.requires_grad_(spec.train_head)
         self._trainable = tuple(sorted(name for name, p in self.named_parameters() if p.requires_grad))
@@ -135,26 +141,58 @@ class PromptedViT(nn.Module):
             x: Images ``[B, C, H, W]``.
             dynamic: Slot name -> ``[B, len(blocks), length, D]`` for every dynamic slot, and nothing else.
         """
-        vit = self.vit
-        self._check_dynamic(dynamic or {}, x.shape[0])
-        x = vit.norm_pre(vit.patch_drop(vit._pos_embed(vit.patch_embed(x))))
-        sizes = {slot.name: 0 for slot in self.spec.slots}
-        for block, entering in zip(vit.blocks, self._schedule):
-            for slot, k in entering:
-                x = self._enter(x, slot, self._slot_tokens(slot, k, x.shape[0], dynamic), sizes)
-            x = block(x)
-        return vit.norm(x), self._slices(sizes)
+        tokens, sizes = self.run_blocks(self.embed(x), 0, len(self.vit.blocks), dynamic)
+        return self.vit.norm(tokens), self._slices(sizes)
 
-    def forward_head(self, tokens: torch.Tensor, slices: dict[str, slice]) -> torch.Tensor:
-        """Logits from :meth:`forward_features`' output, pooled as ``spec.head_pooling`` says."""
+    def embed(self, x: torch.Tensor) -> tuple[torch.Tensor, dict[str, int]]:
+        """Patch and position embedding: the sequence before block 0, and the (empty) prompt segment sizes."""
         vit = self.vit
-        if self.spec.head_pooling == "backbone":
+        return vit.norm_pre(vit.patch_drop(vit._pos_embed(vit.patch_embed(x)))), {s.name: 0 for s in self.spec.slots}
+
+    def run_blocks(self, state: tuple[torch.Tensor, dict[str, int]], start: int, stop: int,
+                   dynamic: dict[str, torch.Tensor] | None = None) -> tuple[torch.Tensor, dict[str, int]]:
+        """Blocks ``start..stop-1`` on ``state`` (from :meth:`embed` or an earlier call), prompts entering as
+        scheduled; a prefix computed once can branch into several continuations (FGPT-U)."""
+        x, sizes = state[0], dict(state[1])
+        self._check_dynamic(dynamic or {}, x.shape[0])
+        for b in range(start, stop):
+            for slot, k in self._schedule[b]:
+                if not slot.dynamic or (dynamic and slot.name in dynamic):
+                    x = self._enter(x, slot, self._slot_tokens(slot, k, x.shape[0], dynamic), sizes)
+            x = self.vit.blocks[b](x)
+        return x, sizes
+
+    def head_from(self, state: tuple[torch.Tensor, dict[str, int]], pool: tuple[str, ...] | None = None) -> torch.Tensor:
+        """Logits from the output of the last block (final norm, then :meth:`forward_head`)."""
+        return self.forward_head(self.vit.norm(state[0]), self._slices(state[1]), pool)
+
+    def forward_head(self, tokens: torch.Tensor, slices: dict[str, slice],
+                     pool: tuple[str, ...] | None = None) -> torch.Tensor:
+        """Logits from :meth:`forward_features`' output, pooled as ``spec.head_pooling`` says, or, with
+        ``pool``, as the mean of the class token and the outputs of the named slots (SGPT: CLS + group)."""
+        vit = self.vit
+        if pool is None and self.spec.head_pooling == "backbone":
             return vit.forward_head(_without(tokens, slices))
-        picked = [tokens[:, :1]]
-        if self.spec.head_pooling == "cls+prompts":
-            picked += [tokens[:, s] for s in slices.values()]
+        if pool is None:
+            pool = tuple(slices) if self.spec.head_pooling == "cls+prompts" else ()
+        picked = [tokens[:, :1]] + [tokens[:, slices[name]] for name in pool]
         pooled = torch.cat(picked, dim=1).mean(dim=1)
         return vit.head(vit.head_drop(vit.fc_norm(pooled)))
+
+    @contextmanager
+    def training_only(self, names):
+        """Within the block, only the trainable tensors in ``names`` require grad (block coordinate descent)."""
+        params = dict(self.named_parameters())
+        unknown = set(names) - set(self._trainable)
+        if unknown:
+            raise ValueError(f"not trainable tensors: {sorted(unknown)}")
+        try:
+            for name in self._trainable:
+                params[name].requires_grad_(name in names)
+            yield
+        finally:
+            for name in self._trainable:
+                params[name].requires_grad_(True)
 
     def trainable_names(self) -> list[str]:
         """Sorted names (as in ``named_parameters()``) of what trains and is communicated."""
@@ -207,18 +245,15 @@ class PromptedViT(nn.Module):
         return slices
 
     def _check_dynamic(self, dynamic: dict[str, torch.Tensor], batch: int) -> None:
-        """Raise ValueError unless ``dynamic`` has exactly the dynamic slots, each with the right shape."""
+        """Raise ValueError unless ``dynamic`` holds only dynamic slots, each with the right shape."""
         wanted = {
             slot.name: (batch, len(slot.blocks), slot.length, self.vit.embed_dim)
             for slot in self.spec.slots
             if slot.dynamic
         }
-        if dynamic.keys() != wanted.keys():
-            raise ValueError(
-                f"dynamic prompts must be given for exactly the dynamic slots {sorted(wanted)}, "
-                f"got {sorted(dynamic)}"
-            )
-        for name, shape in wanted.items():
+        if not dynamic.keys() <= wanted.keys():
+            raise ValueError(f"dynamic prompts are for the dynamic slots {sorted(wanted)} only, got {sorted(dynamic)}")
+        for name, shape in ((n, wanted[n]) for n in dynamic):
             if tuple(dynamic[name].shape) != shape:
                 raise ValueError(f"dynamic prompts {name!r} must have shape {shape}, got {tuple(dynamic[name].shape)}")
 
@@ -262,14 +297,17 @@ def _validate(spec: PromptSpec, vit: VisionTransformer, num_classes: int) -> Non
             raise ConfigError(f"{where}: unknown init {slot.init!r}; valid: {', '.join(INITS)}")
 
 
+def xavier_prompt(vit: VisionTransformer, shape: tuple[int, ...], generator: torch.Generator | None = None) -> torch.Tensor:
+    """Uniform draws in VPT's Xavier range ``+-sqrt(6 / (C * patch_h * patch_w + D))`` (Jia et al., 2022)."""
+    bound = math.sqrt(6.0 / (vit.in_chans * math.prod(vit.patch_embed.patch_size) + vit.embed_dim))
+    return torch.empty(shape).uniform_(-bound, bound, generator=generator)
+
+
 def _initial_prompt(slot: PromptSlot, vit: VisionTransformer) -> torch.Tensor:
     """``[len(blocks), length, D]`` initial tokens from the current (seeded) CPU RNG, on ``vit``'s device."""
-    prompt = torch.zeros(len(slot.blocks), slot.length, vit.embed_dim)
-    if slot.init == "xavier":
-        patch_dim = vit.in_chans * math.prod(vit.patch_embed.patch_size)
-        bound = math.sqrt(6.0 / (patch_dim + vit.embed_dim))
-        prompt.uniform_(-bound, bound)
-    elif slot.init == "normal":
+    shape = (len(slot.blocks), slot.length, vit.embed_dim)
+    prompt = xavier_prompt(vit, shape) if slot.init == "xavier" else torch.zeros(shape)
+    if slot.init == "normal":
         prompt.normal_(std=0.02)
     reference = vit.head.weight
     return prompt.to(device=reference.device, dtype=reference.dtype)

@@ -18,7 +18,8 @@ def simulate(config, shards):
     """Per-round metrics of a whole run (no tracking), on the backend the config names."""
     from raysim.runner import make_simulation
 
-    simulation = make_simulation(config, shards, initial_state(config, shards.info.num_classes))
+    initial, shards = initial_state(config, shards)
+    simulation = make_simulation(config, shards, initial)
     try:
         return [simulation.run_round(r).metrics for r in range(1, config.federation.rounds + 1)]
     finally:
@@ -54,7 +55,8 @@ def test_workers_get_the_requested_fractional_resources(ray_session):
 
     config = config_for("ray", workers=2, cpus_per_client=0.5, gpus_per_client=0.5)
     shards = prepare_shards(config)
-    simulation = _RemoteSimulation(config, shards, initial_state(config, shards.info.num_classes), 2)
+    initial, shards = initial_state(config, shards)
+    simulation = _RemoteSimulation(config, shards, initial, 2)
     try:
         assigned = simulation.worker_resources()
     finally:
@@ -91,7 +93,8 @@ def test_unseen_clients_never_train_and_are_reported(ray_session):
     assert len(shards.unseen) == 4 and config.federation.clients_per_round == 8
     from raysim.runner import make_simulation
 
-    simulation = make_simulation(config, shards, initial_state(config, shards.info.num_classes))
+    initial, shards = initial_state(config, shards)
+    simulation = make_simulation(config, shards, initial)
     reports = [simulation.run_round(r) for r in range(1, 4)]
     for report in reports:
         assert not set(report.sampled) & set(shards.unseen)

@@ -149,14 +149,19 @@ def test_dynamic_slot_equals_static_slot_with_same_tokens():
     assert torch.allclose(dynamic(x, {"group": given}), static(x), atol=1e-6)
 
 
+def test_omitted_dynamic_slot_runs_without_it():
+    prompted = wrap(small_vit(), PromptSlot("group", blocks=(0,), dynamic=True), head_pooling="backbone")
+    plain = wrap(small_vit(), head_pooling="backbone")
+    x = images(plain.vit)
+    assert torch.allclose(prompted(x), plain(x), atol=1e-6)
+
+
 def test_dynamic_slot_errors():
     model = wrap(small_vit(), PromptSlot("group", blocks=(0,), dynamic=True))
     x = images(model.vit)
-    with pytest.raises(ValueError, match="dynamic slots \\['group'\\]"):
-        model(x)
     with pytest.raises(ValueError, match="must have shape \\(2, 1, 1, 32\\)"):
         model(x, {"group": torch.zeros(2, 1, 2, 32)})
-    with pytest.raises(ValueError, match="got \\['group', 'other'\\]"):
+    with pytest.raises(ValueError, match="dynamic slots \\['group'\\] only, got \\['group', 'other'\\]"):
         model(x, {"group": torch.zeros(2, 1, 1, 32), "other": torch.zeros(1)})
 
 
@@ -256,3 +261,46 @@ def test_invalid_specs_give_one_line_config_errors(slots, spec, message):
 def test_cls_pooling_needs_a_class_token():
     with pytest.raises(ConfigError, match="needs a class token"):
         wrap(small_vit(class_token=False, global_pool="avg"), head_pooling="cls")
+
+
+def test_blocks_run_in_pieces_equal_the_full_forward():
+    model = wrap(small_vit(), PromptSlot("shared", blocks=(0,), length=2, init="normal"),
+                 PromptSlot("group", blocks=(2,), dynamic=True), head_pooling="cls+prompts")
+    x = images(model.vit)
+    group = {"group": torch.randn(2, 1, 1, 32, generator=torch.Generator().manual_seed(1))}
+    prefix = model.run_blocks(model.embed(x), 0, 2)
+    assert prefix[1] == {"shared": 2, "group": 0}
+    branched = model.head_from(model.run_blocks(prefix, 2, 4, group))
+    assert torch.allclose(branched, model(x, group), atol=1e-6)
+    assert prefix[1] == {"shared": 2, "group": 0}  # a branch does not change the prefix's bookkeeping
+
+
+def test_head_pooling_over_named_slots():
+    model = wrap(small_vit(), PromptSlot("shared", blocks=(0,), init="normal"),
+                 PromptSlot("group", blocks=(1,), dynamic=True), head_pooling="cls")
+    x = images(model.vit)
+    group = {"group": torch.randn(2, 1, 1, 32, generator=torch.Generator().manual_seed(1))}
+    tokens, slices = model.forward_features(x, group)
+    pooled = torch.cat([tokens[:, :1], tokens[:, slices["group"]]], dim=1).mean(dim=1)
+    assert torch.allclose(model.head_from(model.run_blocks(model.embed(x), 0, 4, group), pool=("group",)),
+                          model.vit.head(pooled), atol=1e-6)
+    assert torch.allclose(model.forward_head(tokens, slices, pool=()), model.vit.head(tokens[:, 0]), atol=1e-6)
+
+
+def test_extras_are_registered_and_trainable_only_with_grad():
+    extras = {"bank": torch.nn.Parameter(torch.ones(3, 32)),
+              "fixed": torch.nn.Parameter(torch.zeros(3, 32), requires_grad=False)}
+    model = PromptedViT(small_vit(), PromptSpec(), CLASSES, extras=extras)
+    assert "extra.bank" in model.trainable_names() and "extra.fixed" not in model.trainable_names()
+    assert torch.equal(model.trainable_state()["extra.bank"], torch.ones(3, 32))
+
+
+def test_training_only_freezes_the_others_and_restores():
+    model = wrap(small_vit(), PromptSlot("shared", blocks=(0,)))
+    params = dict(model.named_parameters())
+    with model.training_only({"prompts.shared"}):
+        assert [n for n in model.trainable_names() if params[n].requires_grad] == ["prompts.shared"]
+    assert all(params[n].requires_grad for n in model.trainable_names())
+    with pytest.raises(ValueError, match="not trainable"):
+        with model.training_only({"vit.cls_token"}):
+            pass
