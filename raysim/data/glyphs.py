@@ -387,8 +387,9 @@ def _family(path: Path) -> str:
 def _glyphs62(seed: int = SEED, per_writer: int = GLYPHS62_PER_WRITER) -> tuple[_Plan, DatasetInfo]:
     fonts = bundled_fonts()
     rows = _glyph_rows(ALNUM, fonts, per_writer * len(fonts), 0, None, STYLES.index(PAPER))
+    coarse = tuple(0 if ch in DIGITS else 1 if ch in UPPER else 2 for ch in ALNUM)  # digit / upper / lower
     info = DatasetInfo("glyphs62", len(ALNUM), len(fonts), (SIZE, SIZE, 3), tuple(ALNUM),
-                       tuple(f.stem for f in fonts))
+                       tuple(f.stem for f in fonts), coarse)
     return _plan("glyphs62", seed, fonts, [rows]), info
 
 

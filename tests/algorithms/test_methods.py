@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from raysim.config import build_config
-from raysim.registry import load_methods
+from raysim.registry import get_method, load_methods
 from raysim.runner import initial_state, make_simulation, prepare_shards
 
-TINY = {"federation": {"clients": 6, "rounds": 2, "participation": 0.5, "seed": 1},
+TINY = {"federation": {"clients": 6, "rounds": 2, "participation": 0.5, "seed": 1, "eval_every": 1},
         "data": {"dataset": "synthetic", "partition": "iid"},
         "train": {"local_epochs": 1},
         "model": {"backbone": "raysim_vit_nano_p4_16", "pretrained": False},
@@ -18,11 +18,13 @@ TINY = {"federation": {"clients": 6, "rounds": 2, "participation": 0.5, "seed": 
 
 def run_rounds(method, *layers):
     config = build_config(method, [TINY, *layers])
-    shards = prepare_shards(config)
-    initial = initial_state(config, shards.info.num_classes)
+    initial, shards = initial_state(config, prepare_shards(config))
     simulation = make_simulation(config, shards, initial)
     reports = [simulation.run_round(r) for r in range(1, config.federation.rounds + 1)]
     return config, initial, simulation.global_state(), reports
+
+
+GROUP_STATS = {"sgpt": ("selection_counts",), "fgpt": ("selection_counts",), "fgpt-u": ("selection_counts",)}
 
 
 @pytest.mark.parametrize("method", sorted(load_methods()))
@@ -30,10 +32,15 @@ def test_every_method_trains_and_reports_the_shared_metrics(ray_session, method)
     config, initial, final, reports = run_rounds(method)
     assert set(final.params) == set(initial.params)
     assert any(not torch.equal(final.params[k], initial.params[k]) for k in initial.params)
-    sent = sum(t.numel() * t.element_size() for t in initial.params.values())
+    from raysim.aggregate import tensor_bytes
+
+    method_obj = get_method(method)(config)
+    down = tensor_bytes(method_obj.configure(1, initial, [])[0])  # the parameters, plus e.g. SGPT's q shares
+    # up: the parameters, plus the N_g^i counts (float64) of the group-prompt methods
+    up = tensor_bytes(initial.params) + (8 * method_obj.options.groups if "selection_counts" in GROUP_STATS.get(method, ()) else 0)
     for report in reports:
         m = report.metrics
-        assert m["bytes_down"] == pytest.approx(3 * sent) and m["bytes_up"] == pytest.approx(3 * sent)
+        assert m["bytes_down"] == pytest.approx(3 * down) and m["bytes_up"] == pytest.approx(3 * up)
         assert {"global_acc", "local_acc", "worst_local_acc", "sigma_client", "round_time_s",
                 "train_samples_per_s"} <= set(m)
         assert 0.0 <= m["worst_local_acc"] <= m["local_acc"] <= 100.0
@@ -47,12 +54,13 @@ def test_every_method_trains_and_reports_the_shared_metrics(ray_session, method)
 ])
 def test_each_method_communicates_exactly_its_trainable_tensors(ray_session, method, must_have, must_not_have):
     config = build_config(method, [TINY])
-    state = initial_state(config, 10)
+    state, _ = initial_state(config, prepare_shards(config))
     assert must_have <= set(state.params) and not (must_not_have & set(state.params))
 
 
 def test_deep_prompts_have_one_token_set_per_block(ray_session):
-    state = initial_state(build_config("fedvpt-d", [TINY, {"fedvpt": {"prompt_length": 3}}]), 10)
+    config = build_config("fedvpt-d", [TINY, {"fedvpt": {"prompt_length": 3}}])
+    state, _ = initial_state(config, prepare_shards(config))
     assert state.params["prompts.deep"].shape == (4, 3, 64)  # nano: 4 blocks, width 64
 
 

@@ -55,6 +55,7 @@ def _mismatched_weights(tmp_path):
     return str(path)
 
 
+SYN = ("--dataset", "synthetic", "--set")
 BAD_INPUTS = [
     (["run", "fedsgd"], "unknown method 'fedsgd'; valid methods: fedavg"),
     (["run", "fedvpt", "--dataset", "mnist"], "valid datasets: cifar10, cifar100, digit-five, digits,"),
@@ -72,6 +73,14 @@ BAD_INPUTS = [
     (["run", "fedvpt", "--set", "rounds=3"], "must look like section.key=value"),
     (["run", "fedvpt", "--preset", "nope"], "valid presets"),
     (["ls", "things"], "'things' is not one of"),
+    (["run", "sgpt", *SYN, "sgpt.groups=0"], "sgpt.groups=0 must be at least 1"),
+    (["run", "sgpt", *SYN, "sgpt.group_blocks=[2,6]"],
+     "sgpt.group_blocks=[2, 6] must be distinct block indices in [0, 5] (the backbone has 6 blocks)"),
+    (["run", "sgpt", *SYN, "sgpt.select_layer=7"], "sgpt.select_layer=7 is past the backbone's 6 blocks"),
+    (["run", "sgpt", *SYN, "sgpt.bcd=random"], "sgpt.bcd='random' is not one of joint, bcd, bcd-inv"),
+    (["run", "sgpt", *SYN, "sgpt.groups=500"], "500 orthogonal keys need groups <= the backbone width 192"),
+    (["run", "fgpt-u", *SYN, "fgpt.k=11"], "fgpt.k=11 must be in 1..groups=10"),
+    (["run", "fgpt", *SYN, "fgpt.group_block=6"], "fgpt.group_block=6 is outside the backbone's blocks 0..5"),
 ]
 
 

@@ -1,0 +1,187 @@
+"""SGPT: shared and group prompt tuning (Deng et al., "Unlocking the Potential of Prompt-Tuning in Bridging
+Generalized and Personalized Federated Learning", CVPR 2024; METHODS.md "SGPT").
+
+Shared prompts enter the blocks U_S (growing sequence, zero init); one group prompt per block of U_G is
+chosen per sample by Select(x) = argmax_g cos(q(x), k_g), with q the frozen backbone's class token (cached
+once per run). Training selects with the q_g-calibrated rule and adds L_key; local training is block
+coordinate descent (Block I: shared prompts + head; Block II: group prompts + keys + head, shared frozen).
+The server averages head, shared and group prompts with N_i / N, keys with N_g^i / sum_i N_g^i, accumulates
+v_g and applies momentum to keys and group prompts (Eq. 7). The global keys and group prompts *are* the
+momentum buffers k_hat, p_hat (k_hat^0 = k^0), so the only server state is v.
+
+Ablations (SGPT Tables 3-4): ``bcd`` joint | bcd | bcd-inv, ``prompts`` shared | group | both,
+``key_rule`` plain | qg, ``momentum`` on/off, ``head_pooling`` cls | cls+group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+from raysim import aggregate as agg
+from raysim import prompt_selection as sel
+from raysim import train
+from raysim.errors import ConfigError
+from raysim.group_diagnostics import GroupDiagnostics
+from raysim.method import ClientResult, GlobalState, Method
+from raysim.models.prompted import PromptSlot, PromptSpec, xavier_prompt
+from raysim.registry import register
+from raysim.seeding import derive_seed
+
+SHARED, GROUP = "prompts.shared", "extra.group_prompts"
+KEYS, HEAD = "extra.selection_keys", ("vit.head.weight", "vit.head.bias")
+SHARE = "selection_share"  # view only: the cumulative shares q_g
+COUNTS = "selection_counts"  # update only: N_g^i
+
+
+def _one_of(name: str, value: str, valid: tuple[str, ...]) -> None:
+    if value not in valid:
+        raise ConfigError(f"sgpt.{name}={value!r} is not one of {', '.join(valid)}")
+
+
+@dataclass(frozen=True)
+class SGPTOptions:
+    """SGPT's options; empty block tuples mean the paper's layout scaled to the backbone's depth."""
+
+    groups: int = 10
+    shared_blocks: tuple = ()
+    group_blocks: tuple = ()
+    select_layer: int = 0
+    bcd: str = "bcd"
+    prompts: str = "both"
+    key_rule: str = "qg"
+    eps: float = sel.EPS
+    momentum: bool = True
+    alpha_k: float = 0.5
+    alpha_g: float = 0.5
+    head_pooling: str = "cls+group"
+
+    def __post_init__(self):
+        if self.groups < 1:
+            raise ConfigError(f"sgpt.groups={self.groups} must be at least 1 (the number of groups G)")
+        _one_of("bcd", self.bcd, ("joint", "bcd", "bcd-inv"))
+        _one_of("prompts", self.prompts, ("shared", "group", "both"))
+        _one_of("key_rule", self.key_rule, ("plain", "qg"))
+        _one_of("head_pooling", self.head_pooling, ("cls", "cls+group"))
+        if not (0 <= self.alpha_k < 1 and 0 <= self.alpha_g < 1):
+            raise ConfigError("sgpt.alpha_k and sgpt.alpha_g must be in [0, 1) (0 turns momentum off)")
+        if self.eps < 0 or self.select_layer < 0:
+            raise ConfigError("sgpt.eps and sgpt.select_layer must be >= 0 (select_layer 0 = the last block)")
+
+
+@register("sgpt", "shared + group prompts with learned key selection, q_g anti-collapse, BCD and momentum (CVPR 2024)")
+class SGPT(GroupDiagnostics, Method):
+    Options = SGPTOptions
+    options_key = "sgpt"
+
+    @property
+    def uses_groups(self) -> bool:
+        return self.options.prompts != "shared"
+
+    def group_blocks(self, depth: int) -> tuple[int, ...]:
+        """U_G: ``group_blocks`` or the paper's 4th-6th of 12 blocks scaled to ``depth``."""
+        return sel.check_blocks("sgpt.group_blocks", self.options.group_blocks or sel.paper_blocks(depth, 3, 3), depth)
+
+    def prompt_spec(self, depth: int) -> PromptSpec:
+        o = self.options
+        sel.query_layer("sgpt.select_layer", o.select_layer, depth)
+        slots = []
+        if o.prompts != "group":
+            blocks = sel.check_blocks("sgpt.shared_blocks", o.shared_blocks or sel.paper_blocks(depth, 0, 3), depth)
+            slots.append(PromptSlot("shared", blocks, length=1, mode="insert", init="zeros"))
+        if self.uses_groups:
+            slots.append(PromptSlot("group", self.group_blocks(depth), length=1, mode="insert", dynamic=True))
+        return PromptSpec(slots=tuple(slots), head_pooling="cls")
+
+    def extra_parameters(self, vit, generator: torch.Generator) -> dict[str, torch.nn.Parameter]:
+        if not self.uses_groups:
+            return {}
+        g, d = self.options.groups, vit.embed_dim
+        bank = xavier_prompt(vit, (g, len(self.group_blocks(len(vit.blocks))), 1, d), generator)
+        return {"selection_keys": torch.nn.Parameter(sel.orthogonal_keys(g, d, generator)),
+                "group_prompts": torch.nn.Parameter(bank)}
+
+    def row_features(self, model, x: torch.Tensor) -> dict[str, torch.Tensor] | None:
+        if not self.uses_groups:
+            return None
+        layer = sel.query_layer("sgpt.select_layer", self.options.select_layer, len(model.vit.blocks))
+        return {"query": sel.backbone_query(model.vit, x, layer)}
+
+    def init_global(self, model, generator) -> GlobalState:
+        server = {"selection_total": torch.zeros(self.options.groups, dtype=torch.float64)} if self.uses_groups else {}
+        return GlobalState(params=model.trainable_state(), server=server)
+
+    def configure(self, round, state, client_ids):
+        if not self.uses_groups or self.options.key_rule == "plain":
+            return state.params, {}
+        return {**state.params, SHARE: sel.shares(state.server["selection_total"]).float()}, {}
+
+    # client ------------------------------------------------------------------------------------------------
+
+    def logits(self, model, x: torch.Tensor, groups: torch.Tensor | None) -> torch.Tensor:
+        """Forward with the group prompts of ``groups`` (one per sample), or without group prompts (None)."""
+        depth = len(model.vit.blocks)
+        if groups is None:
+            return model.head_from(model.run_blocks(model.embed(x), 0, depth), pool=())
+        dynamic = {"group": model.extra["group_prompts"][groups]}
+        pool = ("group",) if self.options.head_pooling == "cls+group" else ()
+        return model.head_from(model.run_blocks(model.embed(x), 0, depth, dynamic), pool=pool)
+
+    def client_update(self, ctx, view, client_state, data) -> ClientResult:
+        model, o = ctx.model, self.options
+        model.load_trainable({k: view[k] for k in model.trainable_names()})
+        selected_counts = torch.zeros(o.groups, dtype=torch.float64)
+
+        def shared_step(x, y, rows):
+            return torch.nn.functional.cross_entropy(self.logits(model, x, None), y)
+
+        def group_step(x, y, rows):
+            nonlocal selected_counts
+            cos = sel.cached_cosine(data, rows, model.extra["selection_keys"])
+            with torch.no_grad():
+                picked = sel.select_calibrated(cos, view[SHARE], o.eps) if SHARE in view else cos.argmax(dim=1)
+            selected_counts += sel.counts(picked, o.groups)
+            return torch.nn.functional.cross_entropy(self.logits(model, x, picked), y) + sel.key_loss(cos, picked)
+
+        shared_part = ({SHARED} if o.prompts != "group" else set()) | set(HEAD)
+        group_part = {GROUP, KEYS} | set(HEAD)
+        if o.prompts == "shared":
+            plan = [(shared_part, shared_step)]
+        elif o.prompts == "group" or o.bcd == "joint":
+            plan = [(set(model.trainable_names()), group_step)]
+        else:
+            plan = [(shared_part, shared_step), (group_part, group_step)]
+            plan = plan[::-1] if o.bcd == "bcd-inv" else plan
+        stats = {"steps": 0, "samples": 0, "compute_s": 0.0}
+        for number, (names, step) in enumerate(plan):
+            with model.training_only(names):  # each block shuffles with its own seed
+                block = train.local_train(replace(ctx, seed=derive_seed(ctx.seed, "block", number)), data, step)
+            stats = {k: stats[k] + block[k] for k in stats} | {"train_loss": block["train_loss"]}
+        update = model.trainable_state()
+        if self.uses_groups:
+            update[COUNTS] = selected_counts
+        return ClientResult(ctx.client_id, len(data), update, stats)
+
+    def forward(self, model, x, data, rows):
+        """Inference: plain Select(x) = argmax_g cos(q(x), k_g) (no q_g calibration)."""
+        if not self.uses_groups:
+            return self.logits(model, x, None)
+        return self.logits(model, x, sel.cached_cosine(data, rows, model.extra["selection_keys"]).argmax(dim=1))
+
+    # server ------------------------------------------------------------------------------------------------
+
+    def aggregate(self, round, state, results) -> GlobalState:
+        if sum(r.num_samples for r in results) == 0:
+            return state
+        o = self.options
+        if not self.uses_groups:
+            return super().aggregate(round, state, results)
+        updates, group_counts = sel.split_counts(results, COUNTS)
+        params = agg.weighted_mean(updates, [r.num_samples for r in results])
+        params[KEYS] = sel.group_weighted_mean(torch.stack([u[KEYS] for u in updates]), group_counts)
+        if o.momentum:
+            params[KEYS] = sel.momentum(state.params[KEYS], params[KEYS], o.alpha_k)
+            params[GROUP] = sel.momentum(state.params[GROUP], params[GROUP], o.alpha_g)
+        total = state.server["selection_total"] + group_counts.sum(dim=0)
+        return GlobalState(params=params, server={**state.server, "selection_total": total})

@@ -1,0 +1,96 @@
+"""FGPT / FGPT-U: fixed keys, N_g^i-weighted group prompts, and the top-K ensemble's cost and equivalences."""
+
+import pytest
+import torch
+
+from raysim import prompt_selection as sel
+from raysim import train
+from raysim.config import build_config
+from raysim.method import ClientResult, GlobalState
+from raysim.registry import get_method
+from raysim.runner import initial_state, make_simulation, prepare_shards
+from raysim.runtime import ClientRuntime
+
+pytestmark = pytest.mark.usefixtures("ray_session")  # the data source reads with Ray Data
+
+TINY = {"federation": {"clients": 6, "rounds": 2, "participation": 0.5, "seed": 2},
+        "data": {"dataset": "synthetic", "partition": "dirichlet", "alpha": 1.0},
+        "model": {"backbone": "raysim_vit_nano_p4_16", "pretrained": False},
+        "resources": {"backend": "sequential"}}
+GROUP = "extra.group_prompts"
+
+
+def runtime_for(method, **options):
+    config = build_config(method, [TINY, {"fgpt": {"groups": 4, **options}}])
+    initial, shards = initial_state(config, prepare_shards(config))
+    return ClientRuntime(config, shards), initial, shards
+
+
+def test_group_prompts_are_averaged_with_selection_counts():
+    method = get_method("fgpt")(build_config("fgpt", [TINY, {"fgpt": {"groups": 2, "k": 1}}]))
+    state = GlobalState(params={"vit.head.bias": torch.tensor([0.0]), GROUP: torch.zeros(2, 1, 1, 1)})
+    results = [ClientResult(0, 1, {"vit.head.bias": torch.tensor([2.0]), GROUP: torch.tensor([1.0, 5.0]).reshape(2, 1, 1, 1),
+                                   "selection_counts": torch.tensor([3.0, 0.0], dtype=torch.float64)}),
+               ClientResult(1, 3, {"vit.head.bias": torch.tensor([6.0]), GROUP: torch.tensor([3.0, 7.0]).reshape(2, 1, 1, 1),
+                                   "selection_counts": torch.tensor([1.0, 0.0], dtype=torch.float64)})]
+    out = method.aggregate(1, state, results)
+    assert out.params["vit.head.bias"].item() == pytest.approx((2 + 18) / 4)  # N_i / N
+    # g0: beta = (3/4, 1/4) -> 1.5; g1 chosen by nobody -> plain mean 6
+    assert out.params[GROUP].flatten().tolist() == [1.5, 6.0]
+
+
+def test_keys_are_fixed_orthogonal_never_communicated_and_never_trained():
+    config = build_config("fgpt", [TINY, {"fgpt": {"groups": 4}}])
+    initial, shards = initial_state(config, prepare_shards(config))
+    keys = initial.server["fixed_keys"]
+    assert "extra.fixed_keys" not in initial.params
+    assert torch.allclose(keys @ keys.T, torch.eye(4), atol=1e-5)
+    simulation = make_simulation(config, shards, initial)
+    for r in (1, 2):
+        simulation.run_round(r)
+    assert torch.equal(simulation.global_state().server["fixed_keys"], keys)
+    random = build_config("fgpt", [TINY, {"fgpt": {"groups": 4, "keys": "random"}}])
+    other = initial_state(random, prepare_shards(random))[0].server["fixed_keys"]
+    assert (other @ other.T - torch.eye(4)).abs().max() > 1e-3
+
+
+def count_blocks(model):
+    calls = []
+    handles = [block.register_forward_hook(lambda *_: calls.append(1)) for block in model.vit.blocks]
+    return calls, handles
+
+
+def test_fgpt_u_with_k1_is_fgpt_and_with_k2_is_the_mean_of_full_passes_at_lower_cost():
+    runtime, _, shards = runtime_for("fgpt-u", k=2)
+    model, data = runtime.model, shards.test(0)
+    rows = torch.arange(min(5, len(data))).numpy()
+    x = train.model_inputs(model, data.images[rows], runtime.device)
+    fgpt = get_method("fgpt")(build_config("fgpt", [TINY, {"fgpt": {"groups": 4}}]))
+    u1 = get_method("fgpt-u")(build_config("fgpt-u", [TINY, {"fgpt": {"groups": 4, "k": 1}}]))
+    with torch.no_grad():
+        torch.nn.init.normal_(model.extra["group_prompts"])  # distinct groups, so the ensemble matters
+        assert torch.equal(u1.forward(model, x, data, rows), fgpt.forward(model, x, data, rows))
+        top = sel.cached_cosine(data, rows, model.extra["fixed_keys"]).topk(2, dim=1).indices
+        calls, handles = count_blocks(model)
+        ensemble = runtime.method.forward(model, x, data, rows)
+        ensemble_blocks = len(calls)
+        calls.clear()
+        full = [model(x, {"group": model.extra["group_prompts"][top[:, j]]}) for j in range(2)]
+        full_blocks = len(calls)
+        for h in handles:
+            h.remove()
+    assert torch.allclose(ensemble, torch.stack(full).mean(dim=0), atol=1e-5)
+    assert not torch.allclose(ensemble, full[0], atol=1e-3)
+    depth, u = len(model.vit.blocks), runtime.method.group_block(len(model.vit.blocks))
+    assert (ensemble_blocks, full_blocks) == (u + 2 * (depth - u), 2 * depth)
+
+
+def test_training_selects_one_group_per_row_with_the_fixed_keys():
+    runtime, initial, shards = runtime_for("fgpt")
+    (result,) = runtime.train(1, initial.params, [(0, {}, None)])
+    counts = result.update["selection_counts"]
+    data = shards.train(0)
+    keys = initial.server["fixed_keys"]
+    expected = torch.bincount((torch.as_tensor(data.features["query"]) @ keys.T).argmax(dim=1), minlength=4)
+    assert counts.tolist() == expected.double().tolist()
+    assert set(result.update) - {"selection_counts"} == set(initial.params)

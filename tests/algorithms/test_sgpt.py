@@ -1,0 +1,151 @@
+"""SGPT: server math by hand, block coordinate descent (which tensors change in which block), selection."""
+
+import pytest
+import torch
+
+from raysim import train
+from raysim.config import build_config
+from raysim.errors import ConfigError
+from raysim.method import ClientResult, GlobalState
+from raysim.registry import get_method
+from raysim.runner import initial_state, prepare_shards
+from raysim.runtime import ClientRuntime
+
+pytestmark = pytest.mark.usefixtures("ray_session")  # the data source reads with Ray Data
+
+TINY = {"federation": {"clients": 6, "rounds": 2, "participation": 0.5, "seed": 1},
+        "data": {"dataset": "synthetic", "partition": "dirichlet", "alpha": 1.0},
+        "model": {"backbone": "raysim_vit_nano_p4_16", "pretrained": False},
+        "resources": {"backend": "sequential"}}
+HEAD, SHARED, GROUP, KEYS = "vit.head.weight", "prompts.shared", "extra.group_prompts", "extra.selection_keys"
+
+
+def sgpt(**options):
+    return get_method("sgpt")(build_config("sgpt", [TINY, {"sgpt": {"groups": 2, **options}}]))
+
+
+def two_clients():
+    state = GlobalState(
+        params={HEAD: torch.tensor([0.0]), SHARED: torch.tensor([0.0]),
+                KEYS: torch.tensor([[1.0, 1.0], [1.0, 1.0]]), GROUP: torch.zeros(2, 1, 1, 2)},
+        server={"selection_total": torch.tensor([1.0, 0.0], dtype=torch.float64)})
+    a = ClientResult(0, 1, {HEAD: torch.tensor([1.0]), SHARED: torch.tensor([2.0]),
+                            KEYS: torch.tensor([[1.0, 0.0], [0.0, 1.0]]),
+                            GROUP: torch.tensor([1.0, 1.0, 2.0, 2.0]).reshape(2, 1, 1, 2),
+                            "selection_counts": torch.tensor([2.0, 0.0], dtype=torch.float64)})
+    b = ClientResult(1, 3, {HEAD: torch.tensor([5.0]), SHARED: torch.tensor([6.0]),
+                            KEYS: torch.tensor([[3.0, 0.0], [0.0, 3.0]]),
+                            GROUP: torch.tensor([3.0, 3.0, 6.0, 6.0]).reshape(2, 1, 1, 2),
+                            "selection_counts": torch.tensor([1.0, 3.0], dtype=torch.float64)})
+    return state, [a, b]
+
+
+def test_aggregation_by_hand_with_momentum():
+    state, results = two_clients()
+    out = sgpt().aggregate(1, state, results)
+    assert out.params[HEAD].item() == pytest.approx((1 * 1 + 3 * 5) / 4)  # N_i / N
+    assert out.params[SHARED].item() == pytest.approx((1 * 2 + 3 * 6) / 4)
+    # keys: g0 (2*[1,0] + 1*[3,0]) / 3 = [5/3, 0]; g1 (0*[0,1] + 3*[0,3]) / 3 = [0, 3]; then 0.5 prev + 0.5 new
+    assert torch.allclose(out.params[KEYS], torch.tensor([[0.5 + 5 / 6, 0.5], [0.5, 2.0]]))
+    # group prompts with N_i / N: g0 (1 + 9) / 4 = 2.5, g1 (2 + 18) / 4 = 5; momentum from 0 halves them
+    assert torch.allclose(out.params[GROUP].flatten(), torch.tensor([1.25, 1.25, 2.5, 2.5]))
+    assert out.server["selection_total"].tolist() == [4.0, 3.0]  # v_g += sum_i N_g^i, never reset
+
+
+def test_aggregation_without_momentum_and_uniform_key_fallback():
+    state, results = two_clients()
+    for r in results:
+        r.update["selection_counts"] = torch.tensor([1.0, 0.0], dtype=torch.float64)
+    out = sgpt(momentum=False).aggregate(1, state, results)
+    # g0: (1*[1,0] + 1*[3,0]) / 2; g1 chosen by nobody: the plain mean of the clients' keys
+    assert torch.allclose(out.params[KEYS], torch.tensor([[2.0, 0.0], [0.0, 2.0]]))
+    assert torch.allclose(out.params[GROUP].flatten(), torch.tensor([2.5, 2.5, 5.0, 5.0]))
+
+
+def test_clients_receive_the_cumulative_shares_only_with_the_qg_rule():
+    state, _ = two_clients()
+    view, _ = sgpt().configure(1, state, [0, 1])
+    assert view["selection_share"].tolist() == [1.0, 0.0]
+    assert "selection_share" not in sgpt(key_rule="plain").configure(1, state, [0, 1])[0]
+
+
+def trace_blocks(monkeypatch, **options):
+    """Run one client's update and record, per local_train call, what required grad and what changed."""
+    config = build_config("sgpt", [TINY, {"sgpt": {"groups": 3, **options}}])
+    initial, shards = initial_state(config, prepare_shards(config))
+    runtime = ClientRuntime(config, shards)
+    model, calls, original = runtime.model, [], train.local_train
+
+    def spy(ctx, data, objective, epochs=None):
+        before = model.trainable_state()
+        required = {n for n, p in model.named_parameters() if p.requires_grad}
+        stats = original(ctx, data, objective, epochs)
+        after = model.trainable_state()
+        calls.append((required, {n for n in before if not torch.equal(before[n], after[n])}))
+        return stats
+
+    monkeypatch.setattr(train, "local_train", spy)
+    view, _ = runtime.method.configure(1, initial, [0])
+    (result,) = runtime.train(1, view, [(0, {}, None)])
+    return calls, result, len(shards.train(0))
+
+
+HEAD_BOTH = {"vit.head.weight", "vit.head.bias"}
+
+
+def test_bcd_trains_shared_then_group_with_shared_frozen(monkeypatch):
+    calls, result, rows = trace_blocks(monkeypatch)
+    (req1, changed1), (req2, changed2) = calls
+    assert req1 == {SHARED} | HEAD_BOTH and changed1 == req1
+    assert req2 == {GROUP, KEYS} | HEAD_BOTH and changed2 == req2
+    assert result.update["selection_counts"].sum() == rows  # one selection per row in Block II (E = 1)
+
+
+def test_bcd_inv_reverses_the_blocks_and_joint_trains_everything_at_once(monkeypatch):
+    (req1, _), (req2, _) = trace_blocks(monkeypatch, bcd="bcd-inv")[0]
+    assert req1 == {GROUP, KEYS} | HEAD_BOTH and req2 == {SHARED} | HEAD_BOTH
+    ((required, changed),) = trace_blocks(monkeypatch, bcd="joint")[0]
+    assert required == changed == {SHARED, GROUP, KEYS} | HEAD_BOTH
+
+
+def test_prompt_ablations_train_only_their_prompts(monkeypatch):
+    ((required, _),) = trace_blocks(monkeypatch, prompts="shared")[0]
+    assert required == {SHARED} | HEAD_BOTH
+    ((required, _),) = trace_blocks(monkeypatch, prompts="group")[0]
+    assert required == {GROUP, KEYS} | HEAD_BOTH
+
+
+def test_inference_selects_by_plain_cosine_and_uses_the_selected_group_prompt():
+    config = build_config("sgpt", [TINY, {"sgpt": {"groups": 3}}])
+    _, shards = initial_state(config, prepare_shards(config))
+    runtime = ClientRuntime(config, shards)
+    model, method, data = runtime.model, runtime.method, shards.test(0)
+    rows = torch.arange(min(4, len(data))).numpy()
+    x = train.model_inputs(model, data.images[rows], runtime.device)
+    with torch.no_grad():
+        chosen = (torch.as_tensor(data.features["query"][rows]) @ torch.nn.functional.normalize(
+            model.extra["selection_keys"], dim=1).T).argmax(dim=1)
+        expected = method.logits(model, x, chosen)
+        assert torch.allclose(method.forward(model, x, data, rows), expected)
+        other = method.logits(model, x, (chosen + 1) % 3)
+    assert not torch.allclose(expected, other)
+
+
+def test_initial_keys_are_orthogonal_and_shared_prompts_start_at_zero():
+    config = build_config("sgpt", [TINY, {"sgpt": {"groups": 4}}])
+    initial, shards = initial_state(config, prepare_shards(config))
+    keys = initial.params[KEYS]
+    assert torch.allclose(keys @ keys.T, torch.eye(4), atol=1e-5)
+    assert not initial.params[SHARED].any()
+    assert initial.params[GROUP].shape == (4, 1, 1, 64)  # nano: 4 blocks -> U_G = (1,), width 64
+    assert shards.features["query"].shape == (len(shards.labels), 64)
+
+
+def test_block_sets_and_select_layer_are_checked_against_the_depth():
+    for options, message in [({"shared_blocks": [4]}, "sgpt.shared_blocks=[4] must be distinct block indices in [0, 3]"),
+                             ({"select_layer": 5}, "sgpt.select_layer=5 is past the backbone's 4 blocks")]:
+        config = build_config("sgpt", [TINY, {"sgpt": options}])
+        with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
+            initial_state(config, prepare_shards(config))
+    with pytest.raises(ConfigError, match="sgpt.groups=0 must be at least 1"):
+        build_config("sgpt", [TINY, {"sgpt": {"groups": 0}}])
