@@ -1,7 +1,7 @@
 import pytest
 import yaml
 
-from raysim.config import build_config, dump_yaml, load_preset, parse_override, presets
+from raysim.config import build_config, dump_yaml, load_preset, parse_override, preset_for_method, presets
 from raysim.errors import ConfigError
 
 
@@ -49,7 +49,7 @@ def test_bad_values_give_one_line_errors(layers, fragment):
 
 
 def test_unknown_method_lists_valid_names():
-    with pytest.raises(ConfigError, match="valid methods: fedavg, fedprox, fedvpt, fedvpt-d, head-tune"):
+    with pytest.raises(ConfigError, match="valid methods: fedavg, fedprox, fedvpt, fedvpt-d, fgpt, fgpt-u, head-tune, sgpt"):
         build_config("fedsgd", [])
 
 
@@ -62,7 +62,8 @@ def test_presets_are_listed_loaded_and_valid():
     names = presets()
     assert "quick" in names and names["quick"]
     for name in names:
-        build_config("fedvpt", [load_preset(name)])
+        for method in ("fedvpt", "sgpt", "fgpt-u"):  # a preset may carry several methods' option sections
+            build_config(method, [preset_for_method(load_preset(name), method)])
 
 
 def test_preset_file_and_errors(tmp_path):

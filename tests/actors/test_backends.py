@@ -7,7 +7,7 @@ import pytest
 from raysim.config import build_config
 from raysim.runner import prepare_shards, initial_state
 
-FAST = {"federation": {"clients": 20, "rounds": 3, "participation": 0.25, "seed": 3},
+FAST = {"federation": {"clients": 20, "rounds": 3, "participation": 0.25, "seed": 3, "eval_every": 1},
         "data": {"dataset": "synthetic", "partition": "dirichlet", "alpha": 1.0},
         "train": {"local_epochs": 1},
         "model": {"backbone": "raysim_vit_nano_p4_16", "pretrained": False},

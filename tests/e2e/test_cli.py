@@ -13,7 +13,7 @@ from safetensors.torch import save_file
 
 from raysim.cli import main
 
-RAY_FORWARDED = re.compile(r"^(\x1b\[\d+m)?\(\w+ pid=\d+")
+RAY_FORWARDED = re.compile(r"^(\x1b\[\d+m)?\((\w+ )?pid=\w+\)")  # "(Coordinator pid=12)", "(pid=gcs_server)"
 QUICK = ["--preset", "quick", "--no-progress", "--set", "fedvpt.prompt_length=2"]
 
 
