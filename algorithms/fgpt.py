@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 import torch
 
-from raysim import aggregate as agg
 from raysim import prompt_selection as sel
 from raysim import train
 from raysim.errors import ConfigError
@@ -113,12 +112,7 @@ class FGPT(GroupDiagnostics, Method):
         return self.logits(model, x, sel.cached_cosine(data, rows, model.extra["fixed_keys"]).topk(self.top_k, dim=1).indices)
 
     def aggregate(self, round, state, results) -> GlobalState:
-        if sum(r.num_samples for r in results) == 0:
-            return state
-        updates, group_counts = sel.split_counts(results, COUNTS)
-        params = agg.weighted_mean(updates, [r.num_samples for r in results])
-        params[GROUP] = sel.group_weighted_mean(torch.stack([u[GROUP] for u in updates]), group_counts)
-        return GlobalState(params=params, server=state.server)
+        return GlobalState(params=sel.aggregate_with_counts(results, GROUP, COUNTS)[0], server=state.server)
 
 
 @register("fgpt-u", "FGPT + inference ensembling the top-K groups' logits, prefix blocks computed once (Deng et al.)")

@@ -19,7 +19,6 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from raysim import aggregate as agg
 from raysim import prompt_selection as sel
 from raysim import train
 from raysim.errors import ConfigError
@@ -121,12 +120,9 @@ class SGPT(GroupDiagnostics, Method):
 
     def logits(self, model, x: torch.Tensor, groups: torch.Tensor | None) -> torch.Tensor:
         """Forward with the group prompts of ``groups`` (one per sample), or without group prompts (None)."""
-        depth = len(model.vit.blocks)
-        if groups is None:
-            return model.head_from(model.run_blocks(model.embed(x), 0, depth), pool=())
-        dynamic = {"group": model.extra["group_prompts"][groups]}
-        pool = ("group",) if self.options.head_pooling == "cls+group" else ()
-        return model.head_from(model.run_blocks(model.embed(x), 0, depth, dynamic), pool=pool)
+        dynamic = None if groups is None else {"group": model.extra["group_prompts"][groups]}
+        pool = ("group",) if dynamic and self.options.head_pooling == "cls+group" else ()
+        return model.head_from(model.run_blocks(model.embed(x), 0, len(model.vit.blocks), dynamic), pool=pool)
 
     def client_update(self, ctx, view, client_state, data) -> ClientResult:
         model, o = ctx.model, self.options
@@ -172,14 +168,10 @@ class SGPT(GroupDiagnostics, Method):
     # server ------------------------------------------------------------------------------------------------
 
     def aggregate(self, round, state, results) -> GlobalState:
-        if sum(r.num_samples for r in results) == 0:
-            return state
-        o = self.options
         if not self.uses_groups:
             return super().aggregate(round, state, results)
-        updates, group_counts = sel.split_counts(results, COUNTS)
-        params = agg.weighted_mean(updates, [r.num_samples for r in results])
-        params[KEYS] = sel.group_weighted_mean(torch.stack([u[KEYS] for u in updates]), group_counts)
+        o = self.options
+        params, group_counts = sel.aggregate_with_counts(results, KEYS, COUNTS)
         if o.momentum:
             params[KEYS] = sel.momentum(state.params[KEYS], params[KEYS], o.alpha_k)
             params[GROUP] = sel.momentum(state.params[GROUP], params[GROUP], o.alpha_g)

@@ -125,9 +125,7 @@ class Method:
         return torch.nn.functional.cross_entropy(logits, labels)
 
     def aggregate(self, round: int, state: GlobalState, results: list[ClientResult]) -> GlobalState:
-        """Sample-weighted mean (N_i / N) of the clients' tensors; keeps the state if no client had data."""
-        if sum(r.num_samples for r in results) == 0:
-            return state
+        """Sample-weighted mean (N_i / N) of the clients' tensors (called only when some client had data)."""
         params = agg.weighted_mean([r.update for r in results], [r.num_samples for r in results])
         return GlobalState(params=params, server=state.server)
 

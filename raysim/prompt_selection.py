@@ -13,6 +13,7 @@ import math
 import numpy as np
 import torch
 
+from raysim.aggregate import weighted_mean
 from raysim.errors import ConfigError
 
 EPS = 5e-4  # SGPT's eps in the q_g-calibrated selection
@@ -117,10 +118,14 @@ def group_weighted_mean(values: torch.Tensor, group_counts: torch.Tensor) -> tor
     return (weights.reshape(shape) * values.to(torch.float64)).sum(dim=0).to(values.dtype)
 
 
-def split_counts(results, name: str = "selection_counts") -> tuple[list[dict], torch.Tensor]:
-    """The clients' updates without their N_g^i, and the N_g^i stacked ``[m, G]``."""
+def aggregate_with_counts(results, by_counts: str, name: str = "selection_counts") -> tuple[dict, torch.Tensor]:
+    """Server aggregation of SGPT/FGPT: every tensor weighted N_i / N except ``by_counts``, which is weighted
+    per group by N_g^i / sum_i N_g^i; also returns the clients' N_g^i stacked ``[m, G]``."""
     updates = [{k: v for k, v in r.update.items() if k != name} for r in results]
-    return updates, torch.stack([r.update[name] for r in results])
+    group_counts = torch.stack([r.update[name] for r in results])
+    params = weighted_mean(updates, [r.num_samples for r in results])
+    params[by_counts] = group_weighted_mean(torch.stack([u[by_counts] for u in updates]), group_counts)
+    return params, group_counts
 
 
 def momentum(previous: torch.Tensor, new: torch.Tensor, alpha: float) -> torch.Tensor:

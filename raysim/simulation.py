@@ -73,7 +73,8 @@ class Simulation:
         for result in results:
             if result.state is not None:
                 self.client_states[result.client_id] = result.state
-        self.state = self.method.aggregate(round, self.state, results)
+        if sum(r.num_samples for r in results) > 0:  # a round in which no client had data changes nothing
+            self.state = self.method.aggregate(round, self.state, results)
         elapsed = time.perf_counter() - start
         samples = sum(r.stats.get("samples", 0) for r in results)
         losses = [r.stats["train_loss"] for r in results if r.stats.get("steps", 0) > 0]
