@@ -9,7 +9,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 SHOWN = (("global_acc", "global"), ("local_acc", "local"), ("worst_local_acc", "worst"),
-         ("unseen_acc", "unseen"), ("train_loss", "loss"))
+         ("sigma_type", "sigma_type"), ("unseen_acc", "unseen"), ("train_loss", "loss"))
 
 
 def format_metrics(metrics: dict[str, float]) -> str:
@@ -22,9 +22,11 @@ def format_metrics(metrics: dict[str, float]) -> str:
 class RoundProgress:
     """A progress bar over rounds whose text shows the latest metrics; plain lines when not a terminal."""
 
-    def __init__(self, rounds: int, headline: str, enabled: bool = True, console: Console | None = None):
+    def __init__(self, rounds: int, headline: str, enabled: bool = True, console: Console | None = None,
+                 done: int = 0):
+        """``done``: rounds already run (a resumed run's bar starts there)."""
         self.console = console or Console(file=sys.stderr)
-        self.enabled, self.rounds, self.headline = enabled, rounds, headline
+        self.enabled, self.rounds, self.headline, self.done = enabled, rounds, headline, done
         self.latest: dict[str, float] = {}
         self.progress = Progress(TextColumn("round"), MofNCompleteColumn(), BarColumn(), TimeElapsedColumn(),
                                  TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.description}"),
@@ -34,7 +36,7 @@ class RoundProgress:
         if self.enabled:
             self.console.print(self.headline, highlight=False, soft_wrap=True)
         self.progress.__enter__()
-        self.task = self.progress.add_task("", total=self.rounds)
+        self.task = self.progress.add_task("", total=self.rounds, completed=self.done)
         return self
 
     def advance(self, round: int, metrics: dict[str, float]) -> None:
@@ -43,6 +45,10 @@ class RoundProgress:
         self.progress.update(self.task, completed=round, description=text)
         if self.enabled and not self.console.is_terminal and "global_acc" in metrics:
             self.console.print(f"round {round}/{self.rounds}: {text}", highlight=False)
+
+    def note(self, text: str) -> None:
+        """A line above the bar (e.g. what a Ctrl-C will do)."""
+        self.console.print(text, highlight=False, soft_wrap=True)
 
     def __exit__(self, *exc):
         return self.progress.__exit__(*exc)
