@@ -151,11 +151,11 @@ class FedGCR(Method):
     def client_update(self, ctx, view, client_state, data) -> ClientResult:
         model, device = ctx.model, ctx.device
         model.load_trainable({k: view[k] for k in model.trainable_names()})
-        labels = torch.as_tensor(data.labels)
+        labels = torch.tensor(data.labels)  # a copy: the shard block is read-only
         if not self.customize:
             result = super().client_update(ctx, view, client_state, data)
             result.stats[CE] = result.stats["train_loss"]
-            result.update[REPR] = gc.class_balanced_mean(torch.as_tensor(data.features["cls"]), labels)
+            result.update[REPR] = gc.class_balanced_mean(torch.tensor(data.features["cls"]), labels)
             return result
         o = self.options
         centres = view.get(CENTRES)
@@ -239,7 +239,7 @@ class FedGCR(Method):
         metrics = {"clusters_used": float(len(np.unique(cluster_of[clients]))) if clients else 0.0}
         if shards.client_domain is not None and clients:
             metrics["cluster_acc"] = gc.cluster_accuracy(cluster_of[clients], shards.client_domain[clients])
-        return metrics, {"round": round, "clusters": {int(c): int(cluster_of[c]) for c in clients}}
+        return metrics, {"round": round, "clusters": {str(c): int(cluster_of[c]) for c in clients}}
 
 
 @register("fedgc", "FedGCR's group customisation alone: GC-Net prompts, l_GC, l_RA, FedAvg aggregation (ablation)")

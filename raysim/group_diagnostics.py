@@ -47,7 +47,7 @@ class GroupDiagnostics:
         if keys is None:
             return {}, {}
         groups = keys.shape[0]
-        train_counts = {r.client_id: r.update[COUNTS].tolist() for r in results if COUNTS in r.update}
+        train_counts = {str(r.client_id): r.update[COUNTS].tolist() for r in results if COUNTS in r.update}
         round_total = np.sum(list(train_counts.values()), axis=0) if train_counts else np.zeros(groups)
         metrics = {"groups_selected": float((round_total > 0).sum())}
         if TOTAL in state.server:

@@ -141,7 +141,8 @@ class Method:
     def diagnostics(self, round: int, state: GlobalState, results: list[ClientResult], shards,
                     evaluated: bool) -> tuple[dict[str, float], dict[str, Any]]:
         """Extra metrics (logged per round) and records (kept for :meth:`artifacts`), computed on the
-        coordinator after aggregation; ``evaluated`` rounds may also look at the shards' cached features."""
+        coordinator after aggregation; ``evaluated`` rounds may also look at the shards' cached features.
+        Records are plain JSON (string keys): checkpoints carry them."""
         return {}, {}
 
     def artifacts(self, records: list[dict[str, Any]], folder: Path) -> list[Path]:

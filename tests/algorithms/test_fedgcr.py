@@ -140,4 +140,4 @@ def test_cluster_accuracy_metric_scores_the_rounds_clients_against_their_types()
     metrics, records = method.diagnostics(1, state, results, shards, True)
     # cluster 0 = types {0, 0}, cluster 1 = {0, 1} (one hit), cluster 2 = {1}: 4 of 5
     assert metrics["cluster_acc"] == pytest.approx(80.0) and metrics["clusters_used"] == 3.0
-    assert records["clusters"] == {0: 0, 1: 0, 2: 1, 3: 1, 4: 2}
+    assert records["clusters"] == {"0": 0, "1": 0, "2": 1, "3": 1, "4": 2}
