@@ -180,6 +180,29 @@ class TrackingConfig:
 
 
 @dataclass(frozen=True)
+class CheckpointConfig:
+    """Checkpoints for exact resume (``raysim run --resume``): every ``every`` rounds (0: only when the run stops
+    early or finishes), the ``keep`` newest kept (0: all), under ``dir`` (default: ``checkpoints/`` beside the
+    SQLite store, else ``./raysim-runs/checkpoints``), one folder per MLflow run."""
+
+    every: int = 1
+    keep: int = 2
+    dir: str | None = None
+
+    def __post_init__(self):
+        _check(self.every >= 0, f"checkpoint.every={self.every} must be >= 0 (0 writes one only when the run stops)")
+        _check(self.keep >= 0, f"checkpoint.keep={self.keep} must be >= 0 (0 keeps every checkpoint)")
+
+    def root(self, tracking_uri: str) -> Path:
+        """The folder that holds one sub-folder of checkpoints per run."""
+        if self.dir:
+            return Path(self.dir).expanduser().resolve()
+        if tracking_uri.startswith("sqlite:///"):
+            return Path(tracking_uri[len("sqlite:///"):]).resolve().parent / "checkpoints"
+        return Path.cwd() / DEFAULT_TRACKING_DIR / "checkpoints"
+
+
+@dataclass(frozen=True)
 class NoOptions:
     """A method without options of its own."""
 
@@ -191,6 +214,7 @@ SECTIONS = {
     "data": DataConfig,
     "resources": ResourceConfig,
     "tracking": TrackingConfig,
+    "checkpoint": CheckpointConfig,
 }
 
 
@@ -205,6 +229,7 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     resources: ResourceConfig = field(default_factory=ResourceConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     options: Any = field(default_factory=NoOptions)
 
     def __post_init__(self):
