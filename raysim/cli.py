@@ -5,11 +5,12 @@ Bad input ends in one line on stderr (``raysim: error: ...``) and exit code 2, n
 
 from __future__ import annotations
 
+import signal
 import sys
 
 import click
 
-from raysim.errors import BadUpdateError, ConfigError
+from raysim.errors import BadUpdateError, ConfigError, RunInterrupted
 from raysim.pretrain_recipe import PretrainRecipe
 
 # flag name -> (section, key)
@@ -44,9 +45,8 @@ class OneLineErrors(click.Group):
             return super().main(*args, standalone_mode=False, **kwargs)
         except click.exceptions.Exit as done:
             sys.exit(done.exit_code)
-        except click.exceptions.Abort:
-            click.echo("raysim: aborted", err=True)
-            sys.exit(130)
+        except (click.exceptions.Abort, KeyboardInterrupt):  # click turns a KeyboardInterrupt into Abort
+            leave("raysim: interrupted")
         except click.UsageError as error:
             hint = f" (see 'raysim {error.ctx.info_name if error.ctx and error.ctx.parent else ''} --help')".replace("  ", " ")
             fail(error.format_message().replace("\n", " ") + hint)
@@ -55,9 +55,15 @@ class OneLineErrors(click.Group):
         except BadUpdateError as error:  # on the Ray backend it arrives wrapped; ``cause`` is the original
             click.echo(f"raysim: error: {getattr(error, 'cause', None) or error}", err=True)
             sys.exit(1)
-        except KeyboardInterrupt:
-            click.echo("raysim: interrupted", err=True)
-            sys.exit(130)
+        except RunInterrupted as stopped:
+            leave(f"raysim: {stopped}")
+
+
+def leave(message: str) -> None:
+    """Exit 130 after Ctrl-C; a further Ctrl-C no longer interrupts the short teardown (Ray's own shutdown)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    click.echo(message, err=True)
+    sys.exit(130)
 
 
 def fail(message: str) -> None:
@@ -77,7 +83,9 @@ def main():
 
 
 @main.command(context_settings={"max_content_width": 100})
-@click.argument("method")
+@click.argument("method", required=False)
+@click.option("--resume", metavar="RUN_ID_OR_DIR", help="Continue a stopped run from its newest checkpoint "
+              "(a run id, or a checkpoint folder); only --rounds and the resource flags may change.")
 @click.option("--clients", type=int, help="Number of clients M (federation.clients).")
 @click.option("--rounds", type=int, help="Communication rounds T.")
 @click.option("--participation", type=float, help="Share of clients sampled per round, in (0, 1].")
@@ -101,14 +109,19 @@ def main():
 @click.option("--experiment", help="MLflow experiment name (default 'raysim').")
 @click.option("--run-name", help="MLflow run name (default METHOD-DATASET-PARTITION-sSEED).")
 @click.option("--progress/--no-progress", default=True, help="Show the per-round progress bar.")
-def run(method, preset, overrides, progress, **flags):
+def run(method, resume, preset, overrides, progress, **flags):
     """Run METHOD (raysim ls methods) as one federated simulation, tracked in MLflow.
 
     Settings come from defaults < --preset < flags < --set. The resolved config is printed, saved with
-    the run, and the final table reports the last 10 evaluated rounds (the papers' protocol).
+    the run, and the final table reports the last 10 evaluated rounds (the papers' protocol). A checkpoint is
+    written after every round; the first Ctrl-C finishes the round and prints the --resume command.
     """
     from raysim.config import build_config, load_preset, parse_override, preset_for_method
 
+    if method is None and resume is None:
+        raise click.UsageError("Missing argument 'METHOD' (raysim ls methods), or --resume RUN_ID_OR_DIR")
+    if resume is not None and preset:
+        raise ConfigError("--preset cannot change a resumed run (it continues its saved config); drop --preset")
     layers = [preset_for_method(load_preset(preset), method)] if preset else []
     layer: dict = {}
     for flag, value in flags.items():
@@ -119,11 +132,16 @@ def run(method, preset, overrides, progress, **flags):
     for text in overrides:
         section, key, value = parse_override(text)
         layers.append({section: {key: value}})
-    config = build_config(method, layers)
-
     from raysim.runner import run as run_simulation
 
-    run_simulation(config, show_progress=progress)
+    if resume is None:
+        run_simulation(build_config(method, layers), show_progress=progress)
+        return
+    from raysim import resume as resuming
+
+    found = resuming.find(resume, flags["tracking_uri"])  # the store only helps find the run; it cannot change
+    layers = [{section: values for section, values in layer.items() if section != "tracking"} for layer in layers]
+    run_simulation(resuming.resumed_config(found, method, layers), show_progress=progress, resume=found)
 
 
 _RECIPE = PretrainRecipe()

@@ -13,3 +13,13 @@ class BadUpdateError(RuntimeError):
 def unknown_name(kind: str, name: str, valid) -> ConfigError:
     """An error for a name that is not registered, listing the valid ones."""
     return ConfigError(f"unknown {kind} {name!r}; valid {kind}s: {', '.join(sorted(valid))}")
+
+
+class SimulationLost(RuntimeError):
+    """The process running the round loop (the Ray ``Coordinator``, or a worker beyond Ray's task retries) died;
+    the driver restarts the loop from the last checkpoint."""
+
+
+class RunInterrupted(RuntimeError):
+    """The run stopped after a round at the user's Ctrl-C, with a checkpoint written; the message says how to
+    resume. The CLI prints it and exits with 130."""

@@ -9,20 +9,23 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
 from raysim import seeding
+from raysim.checkpoint import Checkpoint
 from raysim.config import Config, dump_yaml
 from raysim.data.partition import PartitionParams, partition
 from raysim.data.shards import ShardStore, build_shards
 from raysim.data.sources import load_dataset
-from raysim.errors import ConfigError
+from raysim.errors import ConfigError, RunInterrupted, SimulationLost
 from raysim.method import GlobalState
 from raysim.metrics import summarise
 from raysim.progress import RoundProgress, print_summary
 from raysim.registry import get_method
-from raysim.tracking import Tracker, check_store
+from raysim.round_loop import drive
+from raysim.tracking import Tracker, check_run, check_store
 
 
 @dataclass
@@ -133,39 +136,61 @@ def initial_state(config: Config, shards: ShardStore) -> tuple[GlobalState, Shar
 
 
 class _RemoteSimulation:
-    """The driver's handle on a ``Coordinator`` actor, with the Simulation's interface."""
+    """The driver's handle on a ``Coordinator`` actor, with the Simulation's interface.
 
-    def __init__(self, config, shards: ShardStore, initial, workers: int):
+    The coordinator's death (or a worker's beyond Ray's task retries) surfaces as :class:`SimulationLost`, which
+    the round loop answers by starting a new coordinator from the last checkpoint.
+    """
+
+    def __init__(self, config, shards: ShardStore, initial, workers: int, client_states=None):
         import ray
 
         from raysim.actors.coordinator import Coordinator
 
         self._ray = ray
-        self.actor = Coordinator.remote(config, [ray.put(shards)], initial, workers)
-        ray.get(self.actor.ready.remote())  # start-up (pool, models) happens here, not in round 1
+        self.actor = Coordinator.remote(config, [ray.put(shards)], initial, workers, client_states)
+        self._call(self.actor.ready)  # start-up (pool, models) happens here, not in round 1
+
+    def _call(self, method, *args):
+        from ray.exceptions import RayActorError, RayTaskError
+
+        try:
+            return self._ray.get(method.remote(*args))
+        except RayActorError as error:
+            raise SimulationLost(f"the coordinator died ({type(error).__name__})") from None
+        except RayTaskError as error:
+            if isinstance(error.cause, RayActorError):
+                raise SimulationLost(f"a client worker died beyond Ray's retries ({type(error.cause).__name__})") from None
+            raise
 
     def run_round(self, round):
-        return self._ray.get(self.actor.run_round.remote(round))
+        return self._call(self.actor.run_round, round)
 
     def global_state(self):
-        return self._ray.get(self.actor.global_state.remote())
+        return self._call(self.actor.global_state)
+
+    def snapshot(self):
+        return self._call(self.actor.snapshot)
 
     def worker_resources(self):
-        return self._ray.get(self.actor.worker_resources.remote())
+        return self._call(self.actor.worker_resources)
 
-    def shutdown(self):
-        self._ray.get(self.actor.shutdown.remote())
+    def shutdown(self, graceful: bool = True):
+        """Stops the pool and the coordinator; ``graceful=False`` (an error or a second Ctrl-C) kills at once
+        (the workers die with the coordinator that owns them)."""
+        if graceful:
+            self._ray.get(self.actor.shutdown.remote())
         self._ray.kill(self.actor)
 
 
-def make_simulation(config: Config, shards: ShardStore, initial, workers: int | None = None):
+def make_simulation(config: Config, shards: ShardStore, initial, workers: int | None = None, client_states=None):
     """A Simulation in this process (sequential backend) or in a Coordinator actor (Ray backend)."""
     if config.resources.backend == "sequential":
         from raysim.backends import SequentialExecutor
         from raysim.simulation import Simulation
 
-        return Simulation(config, shards, initial, SequentialExecutor(config, shards))
-    return _RemoteSimulation(config, shards, initial, workers or resolve_workers(config))
+        return Simulation(config, shards, initial, SequentialExecutor(config, shards), client_states)
+    return _RemoteSimulation(config, shards, initial, workers or resolve_workers(config), client_states)
 
 
 def describe(config: Config, shards: ShardStore) -> str:
@@ -177,54 +202,67 @@ def describe(config: Config, shards: ShardStore) -> str:
             f"{config.model.backbone} | {where} | seed {fed.seed}")
 
 
-def run(config: Config, *, show_progress: bool = True, console=None) -> RunResult:
-    """Run one simulation end to end and return its history; the MLflow run ends FINISHED, FAILED or KILLED.
+def run(config: Config, *, show_progress: bool = True, console=None, resume: Checkpoint | None = None,
+        on_round: Callable[[int, dict], None] | None = None) -> RunResult:
+    """Run one simulation end to end (or continue ``resume``'s) and return its history; the MLflow run ends
+    FINISHED, FAILED or KILLED.
 
-    Everything that can reject the input (store, cluster, data, partition, weights, pool size) runs before
-    the MLflow run is created, so bad input leaves nothing behind.
+    Everything that can reject the input (store, resumed run, cluster, data, partition, weights, pool size)
+    runs before the MLflow run is created or reopened, so bad input leaves nothing behind. The first Ctrl-C
+    finishes the round, writes a checkpoint and raises :class:`RunInterrupted` with the resume command.
+    ``on_round(round, metrics)`` is called after every round.
     """
     uri = config.tracking.resolved_uri
     check_store(uri)
+    if resume is not None:
+        check_run(uri, resume.run_id)
     connect_ray(config.resources)
     initial, shards = initial_state(config, prepare_shards(config))
     workers = resolve_workers(config) if config.resources.backend == "ray" else None
-    tracker = Tracker(uri, config.tracking.experiment)
-    run_name = config.tracking.run_name or f"{config.method}-{config.data.dataset}-{config.data.partition}-s{config.federation.seed}"
-    tags = {"method": config.method, "dataset": config.data.dataset, "partition": config.data.partition,
-            "seed": str(config.federation.seed), "backend": config.resources.backend}
-    run_id = tracker.start(run_name, config.flat(), tags)
-    simulation, status = None, "FAILED"
+    tracker = Tracker(uri)
+    if resume is None:
+        run_name = config.tracking.run_name or f"{config.method}-{config.data.dataset}-{config.data.partition}-s{config.federation.seed}"
+        tags = {"method": config.method, "dataset": config.data.dataset, "partition": config.data.partition,
+                "seed": str(config.federation.seed), "backend": config.resources.backend}
+        run_id = tracker.start(config.tracking.experiment, run_name, config.flat(), tags)
+        start = Checkpoint(run_id, 0, config.to_dict(), initial, {}, uri)
+        run_folder = config.checkpoint.root(uri) / run_id
+    else:
+        tracker.attach(resume.run_id)
+        run_id, start, run_folder = resume.run_id, resume, resume.folder.parent
+    status = "FAILED"
     try:
-        _log_setup(tracker, config, shards)
-        simulation = make_simulation(config, shards, initial, workers)
-        history, client_acc, records = _loop(simulation, config, tracker, describe(config, shards), show_progress,
-                                             console)
-        summary = summarise(history)
-        _log_results(tracker, config, simulation.global_state(), history, summary, client_acc, run_id, records, shards)
+        if resume is None:
+            _log_setup(tracker, config, shards)
+
+        def start_simulation(checkpoint: Checkpoint):
+            return make_simulation(config, shards, checkpoint.state, workers, checkpoint.client_states)
+
+        with RoundProgress(config.federation.rounds, describe(config, shards), enabled=show_progress,
+                           console=console, done=start.round) as progress:
+            outcome = drive(start, start_simulation, config, tracker, run_folder, progress, on_round)
+        last = outcome.last
+        if outcome.interrupted:
+            status = "KILLED"
+            raise RunInterrupted(f"stopped after round {last.round} of {config.federation.rounds}; checkpoint "
+                                 f"{outcome.folder}; resume with: {resume_command(config, run_id, run_folder)}")
+        summary = summarise(last.history)
+        _log_results(tracker, config, last.state, last.history, summary, last.client_acc, run_id, last.records,
+                     shards)
         print_summary(summary, run_id, config, console)
         status = "FINISHED"
-        return RunResult(run_id, history, summary, client_acc, records)
+        return RunResult(run_id, last.history, summary, last.client_acc, last.records)
     except KeyboardInterrupt:
         status = "KILLED"
         raise
     finally:
         tracker.end(status)
-        if simulation is not None:
-            simulation.shutdown()
 
 
-def _loop(simulation, config, tracker, headline, show_progress, console):
-    history, client_acc, records = [], {}, []
-    with RoundProgress(config.federation.rounds, headline, enabled=show_progress, console=console) as progress:
-        for round in range(1, config.federation.rounds + 1):
-            report = simulation.run_round(round)
-            tracker.log_metrics(report.metrics, step=round)
-            history.append({"round": round, **report.metrics})
-            client_acc = report.client_acc or client_acc
-            if report.records:
-                records.append(report.records)
-            progress.advance(round, report.metrics)
-    return history, client_acc, records
+def resume_command(config: Config, run_id: str, run_folder: Path) -> str:
+    """The shortest ``raysim run`` line that continues this run from where its checkpoints are."""
+    default = config.tracking.tracking_uri is None and config.checkpoint.dir is None
+    return f"raysim run {config.method} --resume {run_id if default else run_folder}"
 
 
 def _log_setup(tracker: Tracker, config: Config, shards: ShardStore) -> None:

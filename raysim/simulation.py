@@ -75,17 +75,19 @@ class RoundReport:
 class Simulation:
     """The coordinator's logic: global state, client states, client sampling and the round loop."""
 
-    def __init__(self, config, shards, initial: GlobalState, executor: Executor):
+    def __init__(self, config, shards, initial: GlobalState, executor: Executor,
+                 client_states: dict[int, Tensors] | None = None):
         """
         Args:
             shards: the :class:`~raysim.data.shards.ShardStore`; the loop reads its sizes and ids, a method's
                 diagnostics may read cached features (analysis only, never fed back into training).
-            initial: the method's initial global state (built by the driver from the run seed).
+            initial: the method's initial global state (built by the driver from the run seed), or a
+                checkpoint's state together with its ``client_states``.
         """
         self.config = config
         self.method = get_method(config.method)(config)
         self.state = initial
-        self.client_states: dict[int, Tensors] = {}
+        self.client_states: dict[int, Tensors] = dict(client_states or {})
         self.executor = executor
         self.shards = shards
         self.seen = shards.seen_clients()
@@ -143,5 +145,9 @@ class Simulation:
     def global_state(self) -> GlobalState:
         return self.state
 
-    def shutdown(self) -> None:
+    def snapshot(self) -> tuple[GlobalState, dict[int, Tensors]]:
+        """The global state and every client's persistent state: what a checkpoint holds besides the history."""
+        return self.state, self.client_states
+
+    def shutdown(self, graceful: bool = True) -> None:
         self.executor.shutdown()

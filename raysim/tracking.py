@@ -49,6 +49,20 @@ def check_store(uri: str) -> None:
                               "--tracking-uri sqlite:///PATH/mlflow.db (or set MLFLOW_ALLOW_FILE_STORE=1)")
 
 
+def check_run(uri: str, run_id: str) -> None:
+    """Fail with one line, creating nothing, unless ``run_id`` is a run in the store ``uri`` (``--resume``)."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).is_file():
+        raise ConfigError(f"the MLflow store {uri} of the checkpoint does not exist; restore it, or pass a "
+                          f"checkpoint of a run in an existing store")
+    try:
+        MlflowClient(tracking_uri=uri).get_run(run_id)
+    except MlflowException:
+        raise ConfigError(f"MLflow run {run_id} of the checkpoint is not in the store {uri}") from None
+
+
 def _artifact_root(uri: str) -> str | None:
     if uri.startswith("sqlite:///"):
         return (Path(uri[len("sqlite:///"):]).parent / "artifacts").resolve().as_uri()
@@ -58,32 +72,35 @@ def _artifact_root(uri: str) -> str | None:
 class Tracker:
     """A thin layer over an MLflow client for one run; every call names the run explicitly."""
 
-    def __init__(self, uri: str, experiment: str):
-        import mlflow
+    def __init__(self, uri: str):
         from mlflow.tracking import MlflowClient
 
         logging.getLogger("mlflow").setLevel(logging.WARNING)
         logging.getLogger("alembic").setLevel(logging.WARNING)
-
-        if uri.startswith("sqlite:///"):
-            Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
         self.uri = uri
         self.client = MlflowClient(tracking_uri=uri)
-        found = self.client.get_experiment_by_name(experiment)
-        self.experiment_id = found.experiment_id if found else self.client.create_experiment(
-            experiment, artifact_location=_artifact_root(uri))
         self.run_id: str | None = None
-        self._mlflow = mlflow
 
-    def start(self, run_name: str, params: dict[str, Any], tags: dict[str, str]) -> str:
-        run = self.client.create_run(self.experiment_id, run_name=run_name, tags=tags)
-        self.run_id = run.info.run_id
+    def start(self, experiment: str, run_name: str, params: dict[str, Any], tags: dict[str, str]) -> str:
+        """A new run in ``experiment`` (created if missing) with the resolved config as params."""
         from mlflow.entities import Param
 
+        if self.uri.startswith("sqlite:///"):
+            Path(self.uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+        found = self.client.get_experiment_by_name(experiment)
+        experiment_id = found.experiment_id if found else self.client.create_experiment(
+            experiment, artifact_location=_artifact_root(self.uri))
+        run = self.client.create_run(experiment_id, run_name=run_name, tags=tags)
+        self.run_id = run.info.run_id
         items = [Param(k, str(v)[:PARAM_LIMIT]) for k, v in sorted(params.items())]
         for start in range(0, len(items), 100):
             self.client.log_batch(self.run_id, params=items[start:start + 100])
         return self.run_id
+
+    def attach(self, run_id: str) -> None:
+        """Continue an existing run (``--resume``): it is RUNNING again until :meth:`end`."""
+        self.run_id = run_id
+        self.client.update_run(run_id, status="RUNNING")
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         from mlflow.entities import Metric

@@ -90,12 +90,44 @@ BAD_INPUTS = [
     (["run", "fedgcr", "--dataset", "synthetic", "--partition", "iid"],
      "fedgcr reports sigma_type and cluster_acc per client type, and the partition 'iid' gives clients no type"),
     (["run", "qffl", *SYN, "qffl.q=-0.5"], "qffl.q=-0.5 must be >= 0"),
+    # config files, overrides, data folders, weights, stores (FILE:... are written by the test)
+    (["run", "fedvpt", "--preset", "FILE:bad.yaml:federation: {rounds: ["], "preset FILE:bad.yaml is not valid YAML"),
+    (["run", "fedvpt", "--preset", "FILE:key.yaml:federation: {roundz: 3}"], "unknown key federation.roundz; valid keys"),
+    (["run", "fedvpt", "--preset", "FILE:sec.yaml:feds: {rounds: 3}"], "unknown section 'feds' for method fedvpt"),
+    (["run", "fedvpt", "--preset", "FILE:type.yaml:federation: {rounds: many}"], "federation.rounds='many' has the wrong type"),
+    (["run", "fedvpt", "--preset", "FILE:list.yaml:- 1"], "must map section names to mappings"),
+    (["run", "fedvpt", "--preset", "/nope/p.yaml"], "preset file /nope/p.yaml does not exist"),
+    (["run", "fedvpt", "--set", "federation.roundz=3"], "unknown key federation.roundz"),
+    (["run", "fedvpt", "--set", "checkpoint.every=-1"], "checkpoint.every=-1 must be >= 0"),
+    (["run", "fedvpt", "--set", "checkpoint.keep=-2"], "checkpoint.keep=-2 must be >= 0"),
+    (["run", "fedvpt", "--dataset", "cifar10", "--data-dir", "/nope"], "needs --data-dir pointing at cifar-10-batches-bin/"),
+    (["run", "fedvpt", "--dataset", "pacs", "--data-dir", "EMPTY"], "dataset 'pacs' needs --data-dir pointing at a folder"),
+    (["run", "fedvpt", "--dataset", "parquet", "--data-dir", "EMPTY"], "could not read parquet at"),
+    (["run", "fedvpt", "--weights", "FILE:w.safetensors:garbage"], "is not a readable safetensors file"),
+    (["run", "fedvpt", "--tracking-uri", "http://127.0.0.1:9"], "MLflow server http://127.0.0.1:9 does not answer"),
+    (["run", "fedvpt", "--tracking-uri", "EMPTY"], "is a plain folder, which MLflow 3 refuses"),
+    (["run", "--resume", "/nope/run"], "--resume '/nope/run' is neither a checkpoint folder nor a run"),
+    (["run", "--resume", "EMPTY"], "holds no checkpoint (no round-*/manifest.json)"),
+    (["run"], "Missing argument 'METHOD'"),
 ]
+
+
+def _materialise(arg: str, tmp_path) -> str:
+    """FILE:name:text -> a file with that text; EMPTY -> an empty folder."""
+    if arg == "EMPTY":
+        (tmp_path / "empty").mkdir(exist_ok=True)
+        return str(tmp_path / "empty")
+    if arg.startswith("FILE:"):
+        _, name, text = arg.split(":", 2)
+        (tmp_path / name).write_text(text + "\n")
+        return str(tmp_path / name)
+    return arg
 
 
 @pytest.mark.parametrize("args, fragment", BAD_INPUTS, ids=[" ".join(a) for a, _ in BAD_INPUTS])
 def test_bad_input_is_one_line_exit_2_and_leaves_no_run(ray_session, tmp_path, tracking_uri, args, fragment):
-    args = [_mismatched_weights(tmp_path) if a == "MISMATCHED" else a for a in args]
+    args = [_mismatched_weights(tmp_path) if a == "MISMATCHED" else _materialise(a, tmp_path) for a in args]
+    fragment = fragment.replace("FILE:bad.yaml", str(tmp_path / "bad.yaml"))
     if "--tracking-uri" not in args:
         args += ["--tracking-uri", tracking_uri] if args[0] == "run" else []
     result = CliRunner().invoke(main, args)
@@ -105,6 +137,7 @@ def test_bad_input_is_one_line_exit_2_and_leaves_no_run(ray_session, tmp_path, t
     assert len(lines) == 1 and lines[0].startswith("raysim: error: "), result.stderr
     assert fragment in lines[0]
     assert not (tmp_path / "mlflow.db").exists()  # nothing written: the store was never created
+    assert not (tmp_path / "checkpoints").exists()
 
 
 def test_real_console_script_help_ls_and_one_line_errors(tmp_path):
@@ -125,3 +158,60 @@ def test_real_console_script_help_ls_and_one_line_errors(tmp_path):
     assert bad.stderr.strip().splitlines()[-1].startswith("raysim: error: could not connect to Ray at '127.0.0.1:9'")
     assert "Traceback" not in bad.stderr
     assert not (tmp_path / "raysim-runs").exists()
+
+
+@pytest.fixture(scope="module")
+def finished_run(ray_session, tmp_path_factory):
+    """A finished 3-round run with its checkpoints: (store URI, run id, run's checkpoint folder)."""
+    folder = tmp_path_factory.mktemp("finished")
+    uri = f"sqlite:///{folder}/mlflow.db"
+    result = invoke("run", "fedvpt", *QUICK, "--backend", "sequential", "--tracking-uri", uri)
+    assert result.exit_code == 0, result.output
+    (run,) = runs_in(uri)
+    return uri, run.info.run_id, folder / "checkpoints" / run.info.run_id
+
+
+def _copy_with(run_folder, tmp_path, corrupt=False, **manifest_changes):
+    import json
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(run_folder, copy)
+    newest = sorted(copy.glob("round-*"))[-1]
+    manifest = json.loads((newest / "manifest.json").read_text())
+    (newest / "manifest.json").write_text(json.dumps({**manifest, **manifest_changes}))
+    if corrupt:
+        (newest / "state.safetensors").write_bytes((newest / "state.safetensors").read_bytes()[:-4] + b"\0\0\0\0")
+    return str(copy)
+
+
+RESUME_INPUTS = [
+    (["run", "sgpt", "--resume", "RUN"], "is a fedvpt run, not sgpt; use 'raysim run fedvpt --resume ...'"),
+    (["run", "--resume", "RUN"], "has already run 3 of its 3 rounds; pass --rounds N with N > 3 to extend it"),
+    (["run", "--resume", "RUN", "--rounds", "5", "--dataset", "digits"], "data.dataset cannot change when resuming"),
+    (["run", "--resume", "RUN", "--rounds", "5", "--set", "train.lr=0.1"], "train.lr cannot change when resuming"),
+    (["run", "--resume", "RUN", "--rounds", "5", "--preset", "quick"], "--preset cannot change a resumed run"),
+    (["run", "--resume", "CORRUPT", "--rounds", "5"], "does not match the SHA-256 in its manifest"),
+    (["run", "--resume", "OTHER_RUN", "--rounds", "5"], "MLflow run 0123abcd of the checkpoint is not in the store"),
+    (["run", "--resume", "NO_STORE", "--rounds", "5"], "the MLflow store sqlite:////nope/mlflow.db of the checkpoint does not exist"),
+    (["run", "--resume", "0123abcd", "--tracking-uri", "STORE"], "is neither a checkpoint folder nor a run with checkpoints in"),
+]
+
+
+@pytest.mark.parametrize("args, fragment", RESUME_INPUTS, ids=[" ".join(a) for a, _ in RESUME_INPUTS])
+def test_bad_resume_target_is_one_line_exit_2_and_changes_nothing(finished_run, tmp_path, args, fragment):
+    uri, run_id, run_folder = finished_run
+    targets = {"RUN": str(run_folder), "STORE": uri,
+               "CORRUPT": lambda: _copy_with(run_folder, tmp_path, corrupt=True),
+               "OTHER_RUN": lambda: _copy_with(run_folder, tmp_path, run_id="0123abcd"),
+               "NO_STORE": lambda: _copy_with(run_folder, tmp_path, tracking_uri="sqlite:////nope/mlflow.db")}
+    args = [(targets[a]() if callable(targets[a]) else targets[a]) if a in targets else a for a in args]
+    client = MlflowClient(tracking_uri=uri)
+    before = ([p.name for p in run_folder.iterdir()], client.get_run(run_id).info.status,
+              len(client.get_metric_history(run_id, "global_acc")))
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.stderr.strip().splitlines() if not RAY_FORWARDED.search(line)]
+    assert len(lines) == 1 and lines[0].startswith("raysim: error: ") and fragment in lines[0], result.stderr
+    assert before == ([p.name for p in run_folder.iterdir()], client.get_run(run_id).info.status,
+                      len(client.get_metric_history(run_id, "global_acc")))

@@ -1,0 +1,57 @@
+"""Fault injection for robustness checks (tests and ``bench/worker_failures.py``): SIGKILL the process of a Ray
+actor of this driver's local cluster, as a crash or a preempted node would.
+
+Only processes below this one count (``ray.init`` without an address starts the raylet as a child of the driver,
+and actor processes as children of the raylet), so another Ray session on the same machine is never touched.
+Linux only (reads ``/proc``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import numpy as np
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry.name))
+    found, stack = [], [root]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            found.append(child)
+            stack.append(child)
+    return found
+
+
+def actor_pids(class_name: str) -> list[int]:
+    """Process ids of this driver's live ``class_name`` actors (Ray titles them ``ray::Class`` or
+    ``ray::Class.method`` while busy), sorted."""
+    pids = []
+    for pid in _descendants(os.getpid()):
+        try:
+            title = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+        except OSError:
+            continue
+        if title == f"ray::{class_name}" or title.startswith(f"ray::{class_name}."):
+            pids.append(pid)
+    return sorted(pids)
+
+
+def kill_actor(class_name: str, rng: np.random.Generator | None = None) -> int | None:
+    """SIGKILL one live ``class_name`` actor process (a random one with ``rng``, else the first); its pid, or
+    None when there is none."""
+    pids = actor_pids(class_name)
+    if not pids:
+        return None
+    pid = pids[int(rng.integers(len(pids)))] if rng is not None else pids[0]
+    os.kill(pid, signal.SIGKILL)
+    return pid

@@ -1,0 +1,64 @@
+"""Surviving failures: a client worker SIGKILLed mid-round is restarted by Ray and its tasks re-run; a killed
+coordinator is replaced by the driver from the last checkpoint. Either way the run ends with the numbers of a
+run without failures."""
+
+from __future__ import annotations
+
+import io
+import threading
+
+from rich.console import Console
+
+from raysim import chaos
+from raysim.config import build_config
+from raysim.runner import run
+
+TIMING = {"round_time_s", "train_samples_per_s", "eval_time_s"}
+BASE = {"federation": {"clients": 8, "rounds": 5, "participation": 1.0, "seed": 5, "eval_every": 1},
+        "data": {"dataset": "synthetic", "partition": "dirichlet"}, "train": {"local_epochs": 2},
+        "model": {"backbone": "raysim_vit_nano_p4_16", "pretrained": False},
+        "resources": {"workers": 2, "cpus_per_client": 0.5}}
+
+
+def quiet(config, on_round=None):
+    return run(config, show_progress=False, console=Console(file=io.StringIO()), on_round=on_round)
+
+
+def metrics_of(result):
+    return [{k: v for k, v in h.items() if k not in TIMING} for h in result.history]
+
+
+def config_for(tracking_uri, tmp_path, backend="ray", **checkpoint):
+    layers = [BASE, {"resources": {"backend": backend}, "checkpoint": {"dir": str(tmp_path / backend), **checkpoint},
+                     "tracking": {"tracking_uri": tracking_uri}}]
+    return build_config("fedprox", layers)
+
+
+def test_worker_killed_mid_round_is_replaced_and_the_round_rerun(ray_session, tracking_uri, tmp_path):
+    clean = quiet(config_for(tracking_uri, tmp_path, backend="sequential"))
+    killed, timers = [], []
+
+    def kill_soon(round, metrics):  # the next round starts right after this returns; its training takes ~1 s
+        if round in (1, 3):
+            timers.append(threading.Timer(0.3, lambda: killed.append(chaos.kill_actor("ClientWorker"))))
+            timers[-1].start()
+
+    survived = quiet(config_for(tracking_uri, tmp_path), on_round=kill_soon)
+    for timer in timers:
+        timer.join()
+    assert len(killed) == 2 and None not in killed
+    assert metrics_of(survived) == metrics_of(clean)
+    assert not set(killed) & set(chaos.actor_pids("ClientWorker"))  # (the pool is gone; no stale pid lives on)
+
+
+def test_killed_coordinator_is_recovered_from_the_last_checkpoint(ray_session, tracking_uri, tmp_path):
+    clean = quiet(config_for(tracking_uri, tmp_path, backend="sequential"))
+    killed = []
+
+    def kill_after_round_3(round, metrics):  # checkpoints every 2 rounds: round 3 is lost and replayed
+        if round == 3 and not killed:
+            killed.append(chaos.kill_actor("Coordinator"))
+
+    recovered = quiet(config_for(tracking_uri, tmp_path, every=2), on_round=kill_after_round_3)
+    assert killed and killed[0] is not None
+    assert metrics_of(recovered) == metrics_of(clean)

@@ -1,0 +1,85 @@
+"""Ctrl-C on the real console script: the first finishes the round, writes a checkpoint, marks the MLflow run
+KILLED and prints the resume command (which then finishes the run); a second exits at once."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+from mlflow.tracking import MlflowClient
+
+from raysim import checkpoint as ckpt
+
+RUN = ["run", "fedvpt", "--preset", "quick", "--rounds", "40", "--set", "fedvpt.prompt_length=2"]
+
+
+def start(tmp_path, *args):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen([sys.executable, "-m", "raysim.cli", *RUN, "--tracking-uri",
+                             f"sqlite:///{tmp_path}/mlflow.db", *args], cwd=tmp_path, env=env,
+                            stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+
+def wait_for_round(process, round: int, timeout_s: float = 180, first: str | None = None) -> list[str]:
+    """stderr lines until the plain progress line of ``round`` (printed when stderr is not a terminal), or until
+    one that starts with ``first``."""
+    lines, deadline = [], time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        line = process.stderr.readline()
+        assert line, "the run ended before round %d: %s" % (round, "".join(lines))
+        lines.append(line)
+        if line.startswith(first or f"round {round}/40"):
+            return lines
+    raise AssertionError("no round %d within %d s" % (round, timeout_s))
+
+
+def the_run(tmp_path):
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    (experiment,) = [e for e in client.search_experiments() if e.name == "raysim"]
+    (run,) = client.search_runs([experiment.experiment_id])
+    return client, run
+
+
+def test_first_ctrl_c_checkpoints_and_the_printed_command_resumes(tmp_path):
+    process = start(tmp_path, "--workers", "1", "--cpus-per-client", "0.5")
+    wait_for_round(process, 2)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130, err
+    last = err.strip().splitlines()[-1]
+    match = re.fullmatch(r"raysim: stopped after round (\d+) of 40; checkpoint (\S+); resume with: (raysim run .+)", last)
+    assert match, err
+    stopped, folder, command = int(match[1]), match[2], match[3]
+    assert "Traceback" not in err
+    client, run = the_run(tmp_path)
+    assert run.info.status == "KILLED"
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "global_acc")] == list(range(1, stopped + 1))
+    assert ckpt.load(folder).round == stopped and ckpt.load(folder).run_id == run.info.run_id
+
+    resumed = subprocess.run([sys.executable, "-m", "raysim.cli", *command.split()[1:], "--rounds", str(stopped + 1),
+                              "--backend", "sequential", "--no-progress"], cwd=tmp_path, capture_output=True, text=True,
+                             timeout=180)
+    assert resumed.returncode == 0, resumed.stderr
+    client, run = the_run(tmp_path)
+    assert run.info.status == "FINISHED"
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "global_acc")] == list(range(1, stopped + 2))
+
+
+def test_second_ctrl_c_stops_at_once(tmp_path):
+    process = start(tmp_path, "--backend", "sequential", "--set", "train.local_epochs=2000")  # a round of ~30 s
+    wait_for_round(process, 0, first="fedvpt | synthetic")  # the headline: the loop is about to run round 1
+    time.sleep(1.0)
+    began = time.monotonic()
+    process.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130 and time.monotonic() - began < 15
+    assert err.strip().splitlines()[-1] == "raysim: interrupted" and "Traceback" not in err
+    client, run = the_run(tmp_path)
+    assert run.info.status == "KILLED" and not client.get_metric_history(run.info.run_id, "global_acc")
+    assert not list(tmp_path.glob("checkpoints/*/round-*"))
