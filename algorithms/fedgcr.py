@@ -87,6 +87,7 @@ class FedGCR(Method):
     Options = FedGCROptions
     options_key = "fedgcr"
     needs_client_types = True
+    metrics = ("clusters_used", "cluster_acc")
     customize: ClassVar[bool] = True
     reweight: ClassVar[bool] = True
 

@@ -48,10 +48,12 @@ def main() -> None:
     args = parser.parse_args()
     rng, kills, timers = np.random.default_rng(args.seed), [], []
 
-    def chaos_monkey(round, metrics):  # runs between rounds; the timer fires inside the next one
+    def chaos_monkey(round, metrics, folder):  # runs between rounds; the timer fires inside the next one
         if round % args.kill_every == 0 and round < args.rounds:
             delay = float(rng.uniform(0.1, 0.5)) * metrics["round_time_s"]
-            target = "Coordinator" if round == 2 * args.kill_every else "ClientWorker"
+            # the coordinator dies once (rounds replayed after its recovery come here again)
+            once = round == 2 * args.kill_every and not any(k[1] == "Coordinator" for k in kills)
+            target = "Coordinator" if once else "ClientWorker"
             timers.append(threading.Timer(delay, lambda: kills.append((round + 1, target, chaos.kill_actor(target, rng)))))
             timers[-1].start()
 

@@ -10,6 +10,7 @@ import sys
 
 import click
 
+from raysim.config import parse_override
 from raysim.errors import BadUpdateError, ConfigError, RunInterrupted
 from raysim.pretrain_recipe import PretrainRecipe
 
@@ -82,31 +83,57 @@ def main():
     """
 
 
+CONFIG_OPTIONS = [
+    click.option("--clients", type=int, help="Number of clients M (federation.clients)."),
+    click.option("--rounds", type=int, help="Communication rounds T."),
+    click.option("--participation", type=float, help="Share of clients sampled per round, in (0, 1]."),
+    click.option("--local-epochs", type=int, help="Local epochs E per round."),
+    click.option("--eval-every", type=int, help="Evaluate every k rounds (default 2; always after the last)."),
+    click.option("--seed", type=int, help="The run seed; every random draw derives from it."),
+    click.option("--dataset", help="Data source (raysim ls datasets)."),
+    click.option("--partition", help="How data is split over clients (raysim ls partitions)."),
+    click.option("--data-dir", help="Folder or file for datasets read from disk."),
+    click.option("--backbone", help="timm ViT name (raysim ls backbones)."),
+    click.option("--weights", help="Backbone weights, a local safetensors file."),
+    click.option("--backend", type=click.Choice(["ray", "sequential"]), help="Where clients run (default ray)."),
+    click.option("--workers", type=int, help="Size of the client worker pool (default: one per free CPU)."),
+    click.option("--cpus-per-client", type=float, help="CPUs each worker reserves (fractions allowed)."),
+    click.option("--gpus-per-client", type=float, help="GPUs each worker reserves (fractions allowed, e.g. 0.25)."),
+    click.option("--address", help="Ray cluster to join ('auto', 'HOST:PORT' or 'ray://HOST:10001')."),
+    click.option("--preset", "preset", help="A preset name (raysim ls presets) or a YAML file."),
+    click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+                 help="Override any config key, e.g. --set train.lr=0.05 --set fedprox.mu=0.1 (repeatable)."),
+    click.option("--tracking-uri", help="MLflow store (default sqlite:///./raysim-runs/mlflow.db)."),
+    click.option("--experiment", help="MLflow experiment name."),
+]
+
+
+def config_options(command):
+    """The options that set config keys, shared by ``run`` and ``tune``."""
+    for option in reversed(CONFIG_OPTIONS):
+        command = option(command)
+    return command
+
+
+def flag_layers(overrides, flags) -> list[dict]:
+    """The CLI flags, then each --set, as config layers."""
+    layer: dict = {}
+    for flag, value in flags.items():
+        if value is not None and flag in RUN_FLAGS:
+            section, key = RUN_FLAGS[flag]
+            layer.setdefault(section, {})[key] = value
+    layers = [layer]
+    for text in overrides:
+        section, key, value = parse_override(text)
+        layers.append({section: {key: value}})
+    return layers
+
+
 @main.command(context_settings={"max_content_width": 100})
 @click.argument("method", required=False)
 @click.option("--resume", metavar="RUN_ID_OR_DIR", help="Continue a stopped run from its newest checkpoint "
               "(a run id, or a checkpoint folder); only --rounds and the resource flags may change.")
-@click.option("--clients", type=int, help="Number of clients M (federation.clients).")
-@click.option("--rounds", type=int, help="Communication rounds T.")
-@click.option("--participation", type=float, help="Share of clients sampled per round, in (0, 1].")
-@click.option("--local-epochs", type=int, help="Local epochs E per round.")
-@click.option("--eval-every", type=int, help="Evaluate every k rounds (default 2; always after the last).")
-@click.option("--seed", type=int, help="The run seed; every random draw derives from it.")
-@click.option("--dataset", help="Data source (raysim ls datasets).")
-@click.option("--partition", help="How data is split over clients (raysim ls partitions).")
-@click.option("--data-dir", help="Folder or file for datasets read from disk.")
-@click.option("--backbone", help="timm ViT name (raysim ls backbones).")
-@click.option("--weights", help="Backbone weights, a local safetensors file.")
-@click.option("--backend", type=click.Choice(["ray", "sequential"]), help="Where clients run (default ray).")
-@click.option("--workers", type=int, help="Size of the client worker pool (default: one per free CPU).")
-@click.option("--cpus-per-client", type=float, help="CPUs each worker reserves (fractions allowed).")
-@click.option("--gpus-per-client", type=float, help="GPUs each worker reserves (fractions allowed, e.g. 0.25).")
-@click.option("--address", help="Ray cluster to join ('auto', 'HOST:PORT' or 'ray://HOST:10001').")
-@click.option("--preset", "preset", help="A preset name (raysim ls presets) or a YAML file.")
-@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
-              help="Override any config key, e.g. --set train.lr=0.05 --set fedprox.mu=0.1 (repeatable).")
-@click.option("--tracking-uri", help="MLflow store (default sqlite:///./raysim-runs/mlflow.db).")
-@click.option("--experiment", help="MLflow experiment name (default 'raysim').")
+@config_options
 @click.option("--run-name", help="MLflow run name (default METHOD-DATASET-PARTITION-sSEED).")
 @click.option("--progress/--no-progress", default=True, help="Show the per-round progress bar.")
 def run(method, resume, preset, overrides, progress, **flags):
@@ -116,24 +143,14 @@ def run(method, resume, preset, overrides, progress, **flags):
     the run, and the final table reports the last 10 evaluated rounds (the papers' protocol). A checkpoint is
     written after every round; the first Ctrl-C finishes the round and prints the --resume command.
     """
-    from raysim.config import build_config, load_preset, parse_override, preset_for_method
+    from raysim.config import build_config, load_preset, preset_for_method
+    from raysim.runner import run as run_simulation
 
     if method is None and resume is None:
         raise click.UsageError("Missing argument 'METHOD' (raysim ls methods), or --resume RUN_ID_OR_DIR")
     if resume is not None and preset:
         raise ConfigError("--preset cannot change a resumed run (it continues its saved config); drop --preset")
-    layers = [preset_for_method(load_preset(preset), method)] if preset else []
-    layer: dict = {}
-    for flag, value in flags.items():
-        if value is not None:
-            section, key = RUN_FLAGS[flag]
-            layer.setdefault(section, {})[key] = value
-    layers.append(layer)
-    for text in overrides:
-        section, key, value = parse_override(text)
-        layers.append({section: {key: value}})
-    from raysim.runner import run as run_simulation
-
+    layers = ([preset_for_method(load_preset(preset), method)] if preset else []) + flag_layers(overrides, flags)
     if resume is None:
         run_simulation(build_config(method, layers), show_progress=progress)
         return
@@ -142,6 +159,52 @@ def run(method, resume, preset, overrides, progress, **flags):
     found = resuming.find(resume, flags["tracking_uri"])  # the store only helps find the run; it cannot change
     layers = [{section: values for section, values in layer.items() if section != "tracking"} for layer in layers]
     run_simulation(resuming.resumed_config(found, method, layers), show_progress=progress, resume=found)
+
+
+@main.command(context_settings={"max_content_width": 100})
+@click.argument("method", required=False)
+@click.option("--space", help="Search-space YAML (default: tune_spaces/METHOD.yaml shipped with raysim).")
+@click.option("--num-samples", type=int, default=4, show_default=True, help="Trials (times each grid point).")
+@click.option("--max-concurrent", type=int, help="Trials at once (default: as many as the cluster hosts).")
+@click.option("--metric", default="global_acc", show_default=True, help="Per-round metric to optimise.")
+@click.option("--mode", default="max", show_default=True, help="max or min.")
+@click.option("--scheduler", default="asha", show_default=True, help="asha (stops bad trials early) or fifo.")
+@click.option("--name", help="Sweep name: its MLflow experiment and folder (default METHOD-DATE-TIME).")
+@click.option("--resume", metavar="SWEEP_DIR", help="Finish an interrupted sweep (the folder printed at its start).")
+@config_options
+def tune(method, space, num_samples, max_concurrent, metric, mode, scheduler, name, resume, preset, overrides,
+         **flags):
+    """Sweep METHOD's hyperparameters with Ray Tune: every trial is a whole simulation and an MLflow run.
+
+    Trial configs: defaults < --preset < the space's fixed values < flags and --set < the sampled values. At
+    the end the best trial's config is saved as a preset and printed as a ready-to-run command.
+    """
+    from raysim import sweep as sweeping
+
+    if resume is not None:
+        found, folder = sweeping.load_sweep(resume)
+        sweeping.check_store_and_ray(found)
+        click.echo(f"resuming sweep {found.name} in {folder}", err=True)
+        report_best(found, folder, sweeping.run_sweep(found, str(folder)))
+        return
+    if method is None:
+        raise click.UsageError("Missing argument 'METHOD' (raysim ls methods), or --resume SWEEP_DIR")
+    found = sweeping.plan(method, space, num_samples, max_concurrent, metric, mode, scheduler, name, preset,
+                          flag_layers(overrides, flags))
+    folder = sweeping.save_sweep(found)
+    click.echo(f"sweep {found.name}: {found.num_samples} trials, {found.max_concurrent} at once, MLflow experiment "
+               f"{found.name!r}; resume with: raysim tune --resume {folder}", err=True)
+    report_best(found, folder, sweeping.run_sweep(found))
+
+
+def report_best(found, folder, results) -> None:
+    from raysim import sweep as sweeping
+
+    best = sweeping.finish(found, results, folder)
+    shown = {k: round(v, 6) if isinstance(v, float) else v for k, v in best["params"].items()}
+    click.echo(f"best trial: {found.metric} {best['metrics'][found.metric]:.4f} with {shown} "
+               f"(MLflow run {best['run_id']}; {best['errors']} trial(s) failed)")
+    click.echo(f"reproduce it: {best['command']}")
 
 
 _RECIPE = PretrainRecipe()

@@ -38,6 +38,8 @@ class GroupDiagnostics:
     """Mixin for methods that select group prompts by cosine between cached queries and keys."""
 
     _kmeans: tuple[np.ndarray, np.ndarray] | None = None  # (train rows, K-Means labels): a fixed function of the data
+    metrics = ("groups_selected", "q_entropy", "cluster_top_share", "cluster_groups_used", "cluster_acc",
+               "kmeans_congruence")
 
     def selection_keys(self, state) -> torch.Tensor | None:
         return state.params.get(KEYS, state.server.get(FIXED_KEYS))

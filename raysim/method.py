@@ -89,6 +89,7 @@ class Method:
     options_key: ClassVar[str | None] = None
     Options: ClassVar[type] = NoOptions
     needs_client_types: ClassVar[bool] = False  # evaluated per client type (FedGCR's sigma_type, cluster_acc)
+    metrics: ClassVar[tuple[str, ...]] = ()  # per-round keys :meth:`diagnostics` may report (``raysim tune --metric``)
 
     def __init__(self, config: Config):
         self.config = config

@@ -10,7 +10,14 @@ import numpy as np
 
 ACCURACY_KEYS = ("global_acc", "local_acc", "avg_acc", "worst_local_acc", "sigma_client", "sigma_type", "unseen_acc",
                  "cluster_acc")
+ROUND_KEYS = ("train_loss", "bytes_down", "bytes_up", "round_time_s", "train_samples_per_s", "eval_time_s",
+              "rejected_updates")  # logged by the round loop for every method
 SUMMARY_WINDOW = 10
+
+
+def reported_metrics(method_cls) -> set[str]:
+    """Every per-round key a method's runs may log: the shared ones and its diagnostics' own."""
+    return {*ACCURACY_KEYS, *ROUND_KEYS, *method_cls.metrics}
 
 
 def accuracy_metrics(counts: dict[int, tuple[int, int]], seen: list[int], unseen: list[int],

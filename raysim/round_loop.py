@@ -62,9 +62,10 @@ class Outcome:
 
 
 def drive(start: ckpt.Checkpoint, make_simulation: Callable[[ckpt.Checkpoint], object], config, tracker,
-          run_folder: Path, progress, on_round: Callable[[int, dict], None] | None = None) -> Outcome:
+          run_folder: Path, progress, on_round: Callable[[int, dict, Path | None], None] | None = None) -> Outcome:
     """Run rounds ``start.round + 1 .. config.federation.rounds``; checkpoints every ``checkpoint.every`` rounds,
-    after the last round and after an interrupted one."""
+    after the last round and after an interrupted one. ``on_round(round, metrics, checkpoint folder or None)``
+    follows each round (and its checkpoint)."""
     rounds, every, keep = config.federation.rounds, config.checkpoint.every, config.checkpoint.keep
     last, written = start, None
     history, client_acc, records = list(start.history), dict(start.client_acc), list(start.records)
@@ -92,14 +93,15 @@ def drive(start: ckpt.Checkpoint, make_simulation: Callable[[ckpt.Checkpoint], o
                 if report.records:
                     records.append(report.records)
                 progress.advance(round, report.metrics)
-                if on_round is not None:
-                    on_round(round, report.metrics)
+                saved = None
                 if (every and round % every == 0) or round == rounds or stop.requested:
                     state, client_states = simulation.snapshot()
                     last = replace(start, round=round, config=config.to_dict(), state=state,
                                    client_states=client_states, history=list(history), client_acc=dict(client_acc),
                                    records=list(records))
-                    written = last.folder = ckpt.save(run_folder, last, keep)
+                    written = saved = last.folder = ckpt.save(run_folder, last, keep)
+                if on_round is not None:
+                    on_round(round, report.metrics, saved)
                 if stop.requested and round < rounds:
                     break
                 round += 1

@@ -75,10 +75,13 @@ def check_reachable(address: str, timeout_s: float = 3.0) -> None:
 
 
 def resolve_workers(config: Config) -> int:
-    """The pool size: ``--workers``, or as many as the cluster's free CPUs (and GPUs) allow, capped at m."""
+    """The pool size: ``--workers``, or as many as the cluster's free CPUs (and GPUs) allow, capped at m; inside a
+    placement group (a ``raysim tune`` trial) ``--workers`` (at least 1), which the group's bundles reserve."""
     import ray
 
     res = config.resources
+    if ray.util.get_current_placement_group() is not None:  # a Tune trial: its bundles already hold the pool
+        return max(1, res.workers)
     available = ray.available_resources()
     cpus, gpus = available.get("CPU", 0.0), available.get("GPU", 0.0)
     if res.workers:
@@ -203,21 +206,23 @@ def describe(config: Config, shards: ShardStore) -> str:
 
 
 def run(config: Config, *, show_progress: bool = True, console=None, resume: Checkpoint | None = None,
-        on_round: Callable[[int, dict], None] | None = None) -> RunResult:
+        on_round: Callable[[int, dict, Path | None], None] | None = None,
+        shards: ShardStore | None = None) -> RunResult:
     """Run one simulation end to end (or continue ``resume``'s) and return its history; the MLflow run ends
     FINISHED, FAILED or KILLED.
 
     Everything that can reject the input (store, resumed run, cluster, data, partition, weights, pool size)
     runs before the MLflow run is created or reopened, so bad input leaves nothing behind. The first Ctrl-C
     finishes the round, writes a checkpoint and raises :class:`RunInterrupted` with the resume command.
-    ``on_round(round, metrics)`` is called after every round.
+    ``on_round(round, metrics, checkpoint folder or None)`` is called after every round (Ray Tune reports there).
+    ``shards``: the data already partitioned for this config (a sweep prepares them once for all its trials).
     """
     uri = config.tracking.resolved_uri
     check_store(uri)
     if resume is not None:
         check_run(uri, resume.run_id)
     connect_ray(config.resources)
-    initial, shards = initial_state(config, prepare_shards(config))
+    initial, shards = initial_state(config, shards if shards is not None else prepare_shards(config))
     workers = resolve_workers(config) if config.resources.backend == "ray" else None
     tracker = Tracker(uri)
     if resume is None:

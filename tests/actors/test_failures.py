@@ -38,7 +38,7 @@ def test_worker_killed_mid_round_is_replaced_and_the_round_rerun(ray_session, tr
     clean = quiet(config_for(tracking_uri, tmp_path, backend="sequential"))
     killed, timers = [], []
 
-    def kill_soon(round, metrics):  # the next round starts right after this returns; its training takes ~1 s
+    def kill_soon(round, metrics, folder):  # the next round starts right after this returns; its training takes ~1 s
         if round in (1, 3):
             timers.append(threading.Timer(0.3, lambda: killed.append(chaos.kill_actor("ClientWorker"))))
             timers[-1].start()
@@ -55,7 +55,7 @@ def test_killed_coordinator_is_recovered_from_the_last_checkpoint(ray_session, t
     clean = quiet(config_for(tracking_uri, tmp_path, backend="sequential"))
     killed = []
 
-    def kill_after_round_3(round, metrics):  # checkpoints every 2 rounds: round 3 is lost and replayed
+    def kill_after_round_3(round, metrics, folder):  # checkpoints every 2 rounds: round 3 is lost and replayed
         if round == 3 and not killed:
             killed.append(chaos.kill_actor("Coordinator"))
 

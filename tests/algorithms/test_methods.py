@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from raysim.config import build_config
+from raysim.metrics import reported_metrics
 from raysim.registry import get_method, load_methods
 from raysim.runner import initial_state, make_simulation, prepare_shards
 
@@ -51,6 +52,7 @@ def test_every_method_trains_and_reports_the_shared_metrics(ray_session, method)
         assert {"global_acc", "local_acc", "worst_local_acc", "sigma_client", "round_time_s",
                 "train_samples_per_s"} <= set(m)
         assert 0.0 <= m["worst_local_acc"] <= m["local_acc"] <= 100.0
+        assert set(m) <= reported_metrics(get_method(method))  # what `raysim tune --metric` accepts is complete
 
 
 @pytest.mark.parametrize("method, must_have, must_not_have", [

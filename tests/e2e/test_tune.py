@@ -1,0 +1,77 @@
+"""``raysim tune`` end to end on the real Ray Tune: trials are MLflow runs in the sweep's experiment, the printed
+command reproduces the best trial's metrics, a finished sweep restores, and bad input stops before any trial."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from click.testing import CliRunner
+from mlflow.tracking import MlflowClient
+
+from raysim.cli import main
+
+SPACE = "fixed: {federation.rounds: 3}\nspace:\n  fedvpt.prompt_length: {choice: [1, 2]}\n" \
+        "  train.lr: {loguniform: [1.0e-3, 1.0e-2]}\n"
+SMALL = ["--preset", "quick", "--workers", "1", "--cpus-per-client", "0.5"]
+
+
+@pytest.fixture
+def space(tmp_path):
+    path = tmp_path / "space.yaml"
+    path.write_text(SPACE)
+    return str(path)
+
+
+def test_sweep_logs_each_trial_and_its_best_command_reproduces_it(ray_session, tmp_path, space):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    result = CliRunner().invoke(main, ["tune", "fedvpt", "--space", space, "--num-samples", "2", "--name", "s1",
+                                       "--tracking-uri", uri, *SMALL])
+    assert result.exit_code == 0, result.output + result.stderr
+    best = re.search(r"best trial: global_acc (\S+) with .* \(MLflow run (\w+);", result.stdout)
+    command = re.search(r"reproduce it: raysim run fedvpt --preset (\S+)", result.stdout)
+    assert best and command, result.stdout
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("s1").experiment_id])
+    assert len(runs) == 2 and {r.info.run_name[:3] for r in runs} == {"s1-"}
+    for run in runs:  # ASHA may stop one early: it is then KILLED and tagged, never left RUNNING
+        assert run.info.status == "FINISHED" or run.data.tags.get("raysim.tune") == "stopped early by the scheduler"
+    assert client.get_run(best[2]).info.status == "FINISHED"
+
+    again = CliRunner().invoke(main, ["run", "fedvpt", "--preset", command[1], "--tracking-uri", uri, "--no-progress"])
+    assert again.exit_code == 0, again.stderr
+    (rerun,) = client.search_runs([client.get_experiment_by_name("raysim").experiment_id])
+    assert rerun.data.metrics["global_acc"] == pytest.approx(float(best[1]), abs=5e-5)
+
+    restored = CliRunner().invoke(main, ["tune", "--resume", str(tmp_path / "tune" / "s1")])
+    assert restored.exit_code == 0, restored.stderr
+    assert f"MLflow run {best[2]}" in restored.stdout  # a finished sweep restores with the same best trial
+
+
+BAD = [
+    (["--metric", "accuracy"], "--metric 'accuracy' is not reported by fedvpt; valid metrics: avg_acc"),
+    (["--mode", "best"], "--mode 'best' must be 'max' or 'min'"),
+    (["--scheduler", "pbt"], "--scheduler 'pbt' is not one of asha, fifo"),
+    (["--num-samples", "0"], "--num-samples 0 must be at least 1"),
+    (["--max-concurrent", "3"], "--max-concurrent 3 trials need 3 x 1.5 CPU, and the cluster hosts 1"),
+    (["--space", "SPACE:space:\n  fedvpt.prompt_lenght: {choice: [1]}\n"], "space key 'fedvpt.prompt_lenght'"),
+    (["--space", "SPACE:space:\n  train.lr: {uniform: [0.1, 0.01]}\n"], "uniform bounds [0.1, 0.01] need low < high"),
+    (["--space", "SPACE:space:\n  data.alpha: {choice: [0.1, 1]}\n"], "space key 'data.alpha' changes the clients' data"),
+    (["--space", "/nope/space.yaml"], "search space file /nope/space.yaml does not exist"),
+    (["--resume", "/nope/sweep"], "--resume '/nope/sweep' is not a raysim sweep folder"),
+]
+
+
+@pytest.mark.parametrize("extra, fragment", BAD, ids=[b[1][:40] for b in BAD])
+def test_bad_sweep_input_is_one_line_exit_2_before_any_trial(ray_session, tmp_path, space, extra, fragment):
+    if extra[0] == "--space" and extra[1].startswith("SPACE:"):
+        (tmp_path / "bad.yaml").write_text(extra[1][len("SPACE:"):])
+        extra = ["--space", str(tmp_path / "bad.yaml")]
+    args = ["tune"] + ([] if extra[0] == "--resume" else ["fedvpt"]) + extra
+    if "--space" not in extra:
+        args += ["--space", space]
+    result = CliRunner().invoke(main, [*args, "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db", *SMALL])
+    assert result.exit_code == 2, result.output + result.stderr
+    lines = [line for line in result.stderr.strip().splitlines() if not re.match(r"^(\x1b\[\d+m)?\(", line)]
+    assert len(lines) == 1 and lines[0].startswith("raysim: error: ") and fragment in lines[0], result.stderr
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "tune").exists()
