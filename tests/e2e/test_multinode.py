@@ -1,0 +1,93 @@
+"""A simulation on a multi-node local Ray cluster: the worker pool spreads over the nodes, and the per-round
+metrics equal the single-node (sequential backend) run's.
+
+The cluster (head with no CPUs, two worker raylets with 1 logical CPU each, built by ``ray.cluster_utils.Cluster``)
+runs in a subprocess, tests/e2e/multinode_script.py: this process already holds the session's Ray
+(``ray_session``), and a process can hold only one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from raysim.config import build_config
+
+SCRIPT = Path(__file__).with_name("multinode_script.py")
+LAYERS = [{"federation": {"clients": 8, "rounds": 2, "participation": 0.5, "seed": 1, "eval_every": 1},
+           "data": {"dataset": "synthetic", "partition": "iid"},
+           "model": {"backbone": "raysim_vit_nano_p4_16", "pretrained": False},
+           "resources": {"workers": 2, "cpus_per_client": 1}}]
+TIMING = {"round_time_s", "train_samples_per_s", "eval_time_s"}
+TIMEOUT_S = 240
+
+
+def run_on_cluster() -> dict:
+    """The script's result on a fresh 3-node cluster; the cluster's processes go with the script's group."""
+    # A private, short (unix socket paths) Ray temp dir: the cluster's address file there never redirects
+    # another process's ray.init() on this machine to this cluster.
+    ray_tmp = tempfile.mkdtemp(prefix="rs-", dir="/tmp")
+    env = {**os.environ, "RAY_TMPDIR": ray_tmp, "PYTHONUNBUFFERED": "1"}  # RAYSIM_CACHE is passed through
+    env.pop("RAY_ADDRESS", None)
+    process = subprocess.Popen([sys.executable, str(SCRIPT), json.dumps(LAYERS)], env=env, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        out, err = process.communicate(timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        out, err = process.communicate()
+        pytest.fail(f"the multi-node run took over {TIMEOUT_S} s:\n{err[-4000:]}")
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert process.returncode == 0, err[-4000:]
+    lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
+    assert len(lines) == 1, out[-2000:] + err[-2000:]
+    result = json.loads(lines[0][len("RESULT "):])
+    result["log"] = err
+    return result
+
+
+def sequential_history() -> list[dict]:
+    from raysim.runner import initial_state, make_simulation, prepare_shards
+
+    config = build_config("fedvpt", [*LAYERS, {"resources": {"backend": "sequential"}}])
+    initial, shards = initial_state(config, prepare_shards(config))
+    simulation = make_simulation(config, shards, initial)
+    try:
+        return [simulation.run_round(r).metrics for r in range(1, config.federation.rounds + 1)]
+    finally:
+        simulation.shutdown()
+
+
+def test_pool_spreads_over_nodes_and_matches_the_single_node_run(ray_session):
+    cluster = run_on_cluster()
+
+    # (a) three live nodes; the head has no CPU, so each 1-CPU worker sits alone on one 1-CPU worker node
+    nodes = {n["node_id"]: n["resources"] for n in cluster["nodes"]}
+    assert set(nodes) == {cluster["head"], *cluster["worker_nodes"]} and len(nodes) == 3, cluster["log"]
+    assert nodes[cluster["head"]].get("CPU", 0) == 0
+    assert all(nodes[n]["CPU"] == 1 for n in cluster["worker_nodes"])
+    workers = cluster["workers"]
+    assert len(workers) == 2
+    assert sorted(w["node_id"] for w in workers) == sorted(cluster["worker_nodes"]), workers
+    for worker in workers:
+        assert worker["CPU"] == pytest.approx(1.0) and worker.get("GPU", 0) == 0
+
+    # (b) the same per-round metrics (timings aside) as the sequential backend in this process
+    multinode = cluster["history"]
+    single = sequential_history()
+    assert len(multinode) == len(single) == 2
+    for r, (seq, multi) in enumerate(zip(single, multinode), start=1):
+        assert set(multi) == set(seq), r
+        for key in sorted(set(seq) - TIMING):
+            assert multi[key] == pytest.approx(seq[key], abs=1e-6), (r, key)
+    assert {"global_acc", "local_acc", "train_loss", "bytes_up"} <= set(single[0])
+    assert multinode[-1]["bytes_up"] > 0
