@@ -207,6 +207,23 @@ def report_best(found, folder, results) -> None:
     click.echo(f"reproduce it: {best['command']}")
 
 
+@main.command()
+@click.argument("experiment")
+@click.option("--tracking-uri", help="MLflow store (default sqlite:///./raysim-runs/mlflow.db).")
+@click.option("--out", help="Folder for report.md and the figures (default ./raysim-report-EXPERIMENT).")
+def report(experiment, tracking_uri, out):
+    """Compare the finished runs of EXPERIMENT per method: table, overlaid accuracy curves, global vs worst."""
+    from raysim.config import TrackingConfig
+    from raysim.report import write_report
+    from raysim.tracking import check_run_store
+
+    uri = TrackingConfig(tracking_uri=tracking_uri).resolved_uri
+    check_run_store(uri)
+    table, paths = write_report(uri, experiment, out or f"raysim-report-{experiment}")
+    click.echo(table)
+    click.echo(f"wrote {', '.join(str(p) for p in paths)}")
+
+
 _RECIPE = PretrainRecipe()
 
 

@@ -101,3 +101,39 @@ def plot_selection_stability(counts, rounds: list[int], title: str, path: str | 
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def plot_compared_curves(curves: dict[str, tuple[list[int], list[float]]], methods: dict[str, str], title: str,
+                         path: str | Path) -> None:
+    """Global accuracy per round of several runs overlaid, one colour per method (``raysim report``)."""
+    colours = {m: f"C{i % 10}" for i, m in enumerate(sorted(set(methods.values())))}
+    fig, ax = plt.subplots(figsize=(7.2, 4.4), dpi=120)
+    shown = set()
+    for name, (rounds, values) in curves.items():
+        method = methods[name]
+        ax.plot(rounds, values, color=colours[method], alpha=0.8, label=None if method in shown else method)
+        shown.add(method)
+    ax.set_xlabel("round")
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    ax.set_ylabel("global accuracy (%)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def plot_global_vs_worst(points: dict[str, tuple[float, float]], title: str, path: str | Path) -> None:
+    """Each method's global accuracy against its worst client's (last-10 means), as the papers plot them."""
+    fig, ax = plt.subplots(figsize=(5.6, 4.6), dpi=120)
+    for i, (method, (global_acc, worst)) in enumerate(sorted(points.items())):
+        ax.scatter([global_acc], [worst], color=f"C{i % 10}", s=40)
+        ax.annotate(method, (global_acc, worst), textcoords="offset points", xytext=(5, 4), fontsize=8)
+    ax.set_xlabel("global accuracy (%), mean of the last 10 evaluations")
+    ax.set_ylabel("worst local accuracy (%)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

@@ -49,14 +49,18 @@ def check_store(uri: str) -> None:
                               "--tracking-uri sqlite:///PATH/mlflow.db (or set MLFLOW_ALLOW_FILE_STORE=1)")
 
 
+def check_run_store(uri: str, whose: str = "") -> None:
+    """Fail with one line, creating nothing, when a SQLite store to read from does not exist."""
+    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).is_file():
+        raise ConfigError(f"the MLflow store {uri}{whose} does not exist; pass --tracking-uri of an existing store")
+
+
 def check_run(uri: str, run_id: str) -> None:
     """Fail with one line, creating nothing, unless ``run_id`` is a run in the store ``uri`` (``--resume``)."""
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).is_file():
-        raise ConfigError(f"the MLflow store {uri} of the checkpoint does not exist; restore it, or pass a "
-                          f"checkpoint of a run in an existing store")
+    check_run_store(uri, " of the checkpoint")
     try:
         MlflowClient(tracking_uri=uri).get_run(run_id)
     except MlflowException:
