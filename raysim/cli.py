@@ -11,7 +11,7 @@ import sys
 import click
 
 from raysim.config import parse_override
-from raysim.errors import BadUpdateError, ConfigError, RunInterrupted
+from raysim.errors import BadUpdateError, ConfigError, RunInterrupted, SweepError
 from raysim.pretrain_recipe import PretrainRecipe
 
 # flag name -> (section, key)
@@ -53,7 +53,7 @@ class OneLineErrors(click.Group):
             fail(error.format_message().replace("\n", " ") + hint)
         except ConfigError as error:
             fail(str(error))
-        except BadUpdateError as error:  # on the Ray backend it arrives wrapped; ``cause`` is the original
+        except (BadUpdateError, SweepError) as error:  # on the Ray backend it arrives wrapped; ``cause`` is the original
             click.echo(f"raysim: error: {getattr(error, 'cause', None) or error}", err=True)
             sys.exit(1)
         except RunInterrupted as stopped:
@@ -182,6 +182,9 @@ def tune(method, space, num_samples, max_concurrent, metric, mode, scheduler, na
     from raysim import sweep as sweeping
 
     if resume is not None:
+        given = [f"--{k.replace('_', '-')}" for k, v in flags.items() if v is not None] + (["--preset"] if preset else [])
+        if method or given or overrides:
+            raise ConfigError(f"--resume finishes the sweep as it was planned; drop {(given or ['METHOD'])[0]}")
         found, folder = sweeping.load_sweep(resume)
         sweeping.check_store_and_ray(found)
         click.echo(f"resuming sweep {found.name} in {folder}", err=True)

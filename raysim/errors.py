@@ -15,6 +15,11 @@ def unknown_name(kind: str, name: str, valid) -> ConfigError:
     return ConfigError(f"unknown {kind} {name!r}; valid {kind}s: {', '.join(sorted(valid))}")
 
 
+class SweepError(RuntimeError):
+    """A sweep ended without a trial that can be reproduced (every trial failed or stopped early); the CLI prints
+    it on one line with exit code 1."""
+
+
 class SimulationLost(RuntimeError):
     """The process running the round loop (the Ray ``Coordinator``, or a worker beyond Ray's task retries) died;
     the driver restarts the loop from the last checkpoint."""

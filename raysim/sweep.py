@@ -20,7 +20,7 @@ import yaml
 
 from raysim import checkpoint as ckpt
 from raysim.config import DEFAULT_TRACKING_DIR, Config, build_config
-from raysim.errors import ConfigError
+from raysim.errors import ConfigError, SweepError
 from raysim.metrics import reported_metrics
 from raysim.registry import get_method
 from raysim.search_space import SearchSpace, as_layer
@@ -204,7 +204,7 @@ def finish(sweep: Sweep, results, folder: Path) -> dict[str, Any]:
     done = [r for r in results if r.metrics and sweep.metric in r.metrics and r.metrics.get("round") == rounds]
     if not done:  # the printed command runs every round, so only trials that ran them all can be reproduced
         reason = f" ({type(errors[0].error).__name__}: {str(errors[0].error).splitlines()[0][:200]})" if errors else ""
-        raise RuntimeError(f"no trial of sweep {sweep.name} reported {sweep.metric} after all {rounds} rounds{reason}")
+        raise SweepError(f"no trial of sweep {sweep.name} reported {sweep.metric} after all {rounds} rounds{reason}")
     best = (max if sweep.mode == "max" else min)(done, key=lambda r: r.metrics[sweep.metric])
     params = dict(best.config)
     config = sweep.trial_config(params).to_dict()

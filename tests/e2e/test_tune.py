@@ -59,6 +59,7 @@ BAD = [
     (["--space", "SPACE:space:\n  data.alpha: {choice: [0.1, 1]}\n"], "space key 'data.alpha' changes the clients' data"),
     (["--space", "/nope/space.yaml"], "search space file /nope/space.yaml does not exist"),
     (["--resume", "/nope/sweep"], "--resume '/nope/sweep' is not a raysim sweep folder"),
+    (["--resume", "/nope/sweep", "--rounds", "3"], "--resume finishes the sweep as it was planned; drop --rounds"),
 ]
 
 
@@ -67,10 +68,11 @@ def test_bad_sweep_input_is_one_line_exit_2_before_any_trial(ray_session, tmp_pa
     if extra[0] == "--space" and extra[1].startswith("SPACE:"):
         (tmp_path / "bad.yaml").write_text(extra[1][len("SPACE:"):])
         extra = ["--space", str(tmp_path / "bad.yaml")]
-    args = ["tune"] + ([] if extra[0] == "--resume" else ["fedvpt"]) + extra
-    if "--space" not in extra:
-        args += ["--space", space]
-    result = CliRunner().invoke(main, [*args, "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db", *SMALL])
+    if extra[0] == "--resume":
+        result = CliRunner().invoke(main, ["tune", *extra])
+    else:
+        args = ["tune", "fedvpt", *extra] + ([] if "--space" in extra else ["--space", space])
+        result = CliRunner().invoke(main, [*args, "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db", *SMALL])
     assert result.exit_code == 2, result.output + result.stderr
     lines = [line for line in result.stderr.strip().splitlines() if not re.match(r"^(\x1b\[\d+m)?\(", line)]
     assert len(lines) == 1 and lines[0].startswith("raysim: error: ") and fragment in lines[0], result.stderr
