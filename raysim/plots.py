@@ -24,12 +24,7 @@ def plot_accuracy_curves(history: list[dict[str, float]], title: str, path: str 
             ax.plot(rounds, values, marker="o", markersize=3, label=label)
     ax.set_xlabel("round")
     ax.set_ylabel("accuracy (%)")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(loc="best")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    _finish(fig, ax, title, path, legend=True)
 
 
 def plot_client_accuracy(client_acc: dict[int, float], title: str, path: str | Path) -> None:
@@ -116,12 +111,7 @@ def plot_compared_curves(curves: dict[str, tuple[list[int], list[float]]], metho
     ax.set_xlabel("round")
     ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax.set_ylabel("global accuracy (%)")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(loc="best")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    _finish(fig, ax, title, path, legend=True)
 
 
 def plot_global_vs_worst(points: dict[str, tuple[float, float]], title: str, path: str | Path) -> None:
@@ -132,8 +122,15 @@ def plot_global_vs_worst(points: dict[str, tuple[float, float]], title: str, pat
         ax.annotate(method, (global_acc, worst), textcoords="offset points", xytext=(5, 4), fontsize=8)
     ax.set_xlabel("global accuracy (%), mean of the last 10 evaluations")
     ax.set_ylabel("worst local accuracy (%)")
+    _finish(fig, ax, title, path, legend=False)
+
+
+def _finish(fig, ax, title: str, path: str | Path, legend: bool) -> None:
+    """Title, light grid, legend if asked, then save and free the figure."""
     ax.set_title(title)
     ax.grid(alpha=0.3)
+    if legend:
+        ax.legend(loc="best")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
