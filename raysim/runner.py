@@ -74,24 +74,38 @@ def check_reachable(address: str, timeout_s: float = 3.0) -> None:
                           f"{error.strerror or error}); start a cluster with 'ray start --head' or drop --address") from None
 
 
-def resolve_workers(config: Config) -> int:
+def resolve_workers(config: Config, settle_s: float = 20.0) -> int:
     """The pool size: ``--workers``, or as many as the cluster's free CPUs (and GPUs) allow, capped at m; inside a
-    placement group (a ``raysim tune`` trial) ``--workers`` (at least 1), which the group's bundles reserve."""
+    placement group (a ``raysim tune`` trial) ``--workers`` (at least 1), which the group's bundles reserve.
+
+    Ray frees what the data loading held a moment after it ends: a pool that fits the cluster's total resources
+    waits up to ``settle_s`` for them to be free (a few seconds when sizing the pool from them), then is refused.
+    """
     import ray
 
     res = config.resources
     if ray.util.get_current_placement_group() is not None:  # a Tune trial: its bundles already hold the pool
         return max(1, res.workers)
-    available = ray.available_resources()
-    cpus, gpus = available.get("CPU", 0.0), available.get("GPU", 0.0)
-    if res.workers:
-        workers = res.workers
-    else:
-        fits = [int(cpus // res.cpus_per_client) if res.cpus_per_client else int(max(cpus, 1))]
-        if res.gpus_per_client:
-            fits.append(int(gpus // res.gpus_per_client))
-        workers = max(1, min(config.federation.clients_per_round, *fits))
-    if workers * res.cpus_per_client > cpus + 1e-9 or workers * res.gpus_per_client > gpus + 1e-9:
+    total = ray.cluster_resources()
+    deadline = time.monotonic() + (settle_s if res.workers else min(settle_s, 3.0))
+    while True:
+        available = ray.available_resources()
+        cpus, gpus = available.get("CPU", 0.0), available.get("GPU", 0.0)
+        if res.workers:
+            workers = res.workers
+        else:
+            fits = [int(cpus // res.cpus_per_client) if res.cpus_per_client else int(max(cpus, 1))]
+            if res.gpus_per_client:
+                fits.append(int(gpus // res.gpus_per_client))
+            workers = max(1, min(config.federation.clients_per_round, *fits))
+        fit = workers * res.cpus_per_client <= cpus + 1e-9 and workers * res.gpus_per_client <= gpus + 1e-9
+        settled = cpus >= total.get("CPU", 0.0) and gpus >= total.get("GPU", 0.0)
+        possible = (workers * res.cpus_per_client <= total.get("CPU", 0.0) + 1e-9
+                    and workers * res.gpus_per_client <= total.get("GPU", 0.0) + 1e-9)
+        if (fit and (res.workers or settled)) or not possible or time.monotonic() > deadline:
+            break
+        time.sleep(0.25)
+    if not fit:
         raise ConfigError(
             f"{workers} workers x (cpus_per_client={res.cpus_per_client}, gpus_per_client={res.gpus_per_client}) "
             f"do not fit the free Ray resources ({cpus:g} CPU, {gpus:g} GPU); lower --workers or the per-client resources")
