@@ -197,9 +197,14 @@ class CheckpointConfig:
         """The folder that holds one sub-folder of checkpoints per run."""
         if self.dir:
             return Path(self.dir).expanduser().resolve()
-        if tracking_uri.startswith("sqlite:///"):
-            return Path(tracking_uri[len("sqlite:///"):]).resolve().parent / "checkpoints"
-        return Path.cwd() / DEFAULT_TRACKING_DIR / "checkpoints"
+        return beside_store(tracking_uri) / "checkpoints"
+
+
+def beside_store(tracking_uri: str) -> Path:
+    """Where raysim keeps a run's files besides MLflow's: the SQLite store's folder, else ./raysim-runs."""
+    if tracking_uri.startswith("sqlite:///"):
+        return Path(tracking_uri[len("sqlite:///"):]).resolve().parent
+    return Path.cwd() / DEFAULT_TRACKING_DIR
 
 
 @dataclass(frozen=True)

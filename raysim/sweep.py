@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from raysim import checkpoint as ckpt
-from raysim.config import DEFAULT_TRACKING_DIR, Config, build_config
+from raysim.config import Config, beside_store, build_config
 from raysim.errors import ConfigError, SweepError
 from raysim.metrics import reported_metrics
 from raysim.registry import get_method
@@ -94,21 +94,12 @@ def _describe(resources: dict[str, float]) -> str:
     return ", ".join(f"{resources.get(k, 0):g} {k}" for k in ("CPU", "GPU") if k == "CPU" or resources.get(k))
 
 
-def storage_root(config: Config) -> Path:
-    """Tune's storage: ``tune/`` beside the SQLite store, else ``./raysim-runs/tune``."""
-    uri = config.tracking.resolved_uri
-    if uri.startswith("sqlite:///"):
-        return Path(uri[len("sqlite:///"):]).resolve().parent / "tune"
-    return Path.cwd() / DEFAULT_TRACKING_DIR / "tune"
-
-
 DATA_KEYS = ("federation.clients", "federation.seed", "federation.unseen_fraction")  # and every data.* key
 
 
 def _trial(params: dict[str, Any], sweep: Sweep, shards) -> None:
     """One trial: a whole raysim run (resumed from Tune's checkpoint after a restore), reporting evaluated rounds
     with the round's checkpoint (trials checkpoint every round; the folder's parent is named after the run)."""
-    import dataclasses
     import io
 
     from ray import tune
@@ -242,7 +233,7 @@ def plan(method: str, space_file: str | None, num_samples: int, max_concurrent: 
               "checkpoint": {"every": 1, "dir": str(probe.checkpoint.root(probe.tracking.resolved_uri))},
               "data": {"data_dir": _absolute(probe.data.data_dir)}, "model": {"weights": _absolute(probe.model.weights)}}
     sweep = Sweep(method, name, before, [*flag_layers, pinned], space, metric, mode, num_samples, 1, scheduler,
-                  str(storage_root(probe)))
+                  str(beside_store(probe.tracking.resolved_uri) / "tune"))
     check_store_and_ray(sweep)
     return dataclasses.replace(sweep, max_concurrent=plan_concurrency(sweep.trial_config({}), max_concurrent))
 
