@@ -193,6 +193,7 @@ def finish(sweep: Sweep, results, folder: Path) -> dict[str, Any]:
             client.set_terminated(run_id, status="KILLED")
     errors = [r for r in results if r.error]
     done = [r for r in results if r.metrics and sweep.metric in r.metrics and r.metrics.get("round") == rounds]
+    done.sort(key=lambda r: r.metrics["trial_id"])  # ties go to the first trial, however Tune orders its results
     if not done:  # the printed command runs every round, so only trials that ran them all can be reproduced
         reason = f" ({type(errors[0].error).__name__}: {str(errors[0].error).splitlines()[0][:200]})" if errors else ""
         raise SweepError(f"no trial of sweep {sweep.name} reported {sweep.metric} after all {rounds} rounds{reason}")
