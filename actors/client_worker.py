@@ -15,8 +15,11 @@ class ClientWorker:
     and never shipped per task.
     """
 
-    def __init__(self, config, shards):
-        self.runtime = ClientRuntime(config, shards)
+    def __init__(self, config, shards, server_actor=None):
+        """``server_actor``: split learning's ``SplitServer`` (None for every other method)."""
+        from raysim.actors.split_server import ServerHandle
+
+        self.runtime = ClientRuntime(config, shards, None if server_actor is None else ServerHandle(server_actor))
 
     def ready(self) -> bool:
         return True

@@ -4,8 +4,23 @@ from __future__ import annotations
 
 import ray
 
+from raysim.actors.split_server import ServerHandle, SplitServer
 from raysim.backends import RayExecutor
 from raysim.simulation import Simulation
+from raysim.split import PREFIX
+
+
+def start_split_server(config, num_classes: int, initial_state, num_workers: int):
+    """Split learning's ``SplitServer`` actor (serving all workers at once) and the coordinator's handle on it,
+    or (None, None) for a method without a server. The actor is owned by the coordinator and dies with it."""
+    if not any(key.startswith(PREFIX) for key in initial_state.server):
+        return None, None
+    res = config.resources
+    encoder = {k: v for k, v in initial_state.server.items() if k.startswith(PREFIX)}
+    actor = SplitServer.options(num_cpus=res.server_cpus, num_gpus=res.server_gpus,
+                                max_concurrency=num_workers + 2).remote(config, num_classes, encoder)
+    ray.get(actor.ready.remote())
+    return actor, ServerHandle(actor)
 
 
 @ray.remote(num_cpus=0)
@@ -20,8 +35,10 @@ class Coordinator:
         workers (each then maps the same object-store block zero-copy)."""
         shards_ref = shards_box[0]
         shards = ray.get(shards_ref)
-        self.executor = RayExecutor(config, shards_ref, num_workers, shards.train_sizes(), shards.test_sizes())
-        self.simulation = Simulation(config, shards, initial_state, self.executor, client_states)
+        self.server_actor, server = start_split_server(config, shards.info.num_classes, initial_state, num_workers)
+        self.executor = RayExecutor(config, shards_ref, num_workers, shards.train_sizes(), shards.test_sizes(),
+                                    self.server_actor)
+        self.simulation = Simulation(config, shards, initial_state, self.executor, client_states, server)
 
     def ready(self) -> bool:
         """Returns once the pool is up (each worker has built its model)."""
@@ -41,3 +58,5 @@ class Coordinator:
 
     def shutdown(self) -> None:
         self.simulation.shutdown()
+        if self.server_actor is not None:
+            ray.kill(self.server_actor)

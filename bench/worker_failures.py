@@ -21,9 +21,9 @@ from rich.console import Console
 
 from raysim import chaos
 from raysim.config import build_config, load_preset
+from raysim.metrics import TIMING_KEYS
 from raysim.runner import run
 
-TIMING = {"round_time_s", "train_samples_per_s", "eval_time_s"}
 SHOWN = ("global_acc", "local_acc", "worst_local_acc", "train_loss")
 
 
@@ -71,7 +71,7 @@ def main() -> None:
         print(f"{name:10}{seconds:9.1f}" + "".join(f"{final.get(k, float('nan')):17.6f}" for k in SHOWN))
 
     def strip(history):
-        return [{k: v for k, v in h.items() if k not in TIMING} for h in history]
+        return [{k: v for k, v in h.items() if k not in TIMING_KEYS} for h in history]
 
     same = strip(clean.history) == strip(chaotic.history)
     print(f"every per-round metric identical: {same} ({len(kills)} kills)")

@@ -8,8 +8,8 @@ from raysim.runtime import ClientRuntime
 class SequentialExecutor:
     """Runs every client in this process, one after another (tests, debugging)."""
 
-    def __init__(self, config, shards):
-        self.runtime = ClientRuntime(config, shards)
+    def __init__(self, config, shards, server=None):
+        self.runtime = ClientRuntime(config, shards, server)
 
     def train(self, round, view, tasks):
         return self.runtime.train(round, view, tasks)
@@ -40,7 +40,8 @@ class RayExecutor:
     the sampled clients, balanced by rows, so per-round overhead is one call per worker, not one per client.
     """
 
-    def __init__(self, config, shards_ref, num_workers: int, train_sizes, test_sizes):
+    def __init__(self, config, shards_ref, num_workers: int, train_sizes, test_sizes, server_actor=None):
+        """``server_actor``: split learning's ``SplitServer``; every worker's clients send it their requests."""
         import ray
 
         from raysim.actors.client_worker import ClientWorker
@@ -49,7 +50,7 @@ class RayExecutor:
         self._ray = ray
         self.workers = [
             ClientWorker.options(num_cpus=res.cpus_per_client, num_gpus=res.gpus_per_client,
-                                 max_restarts=-1, max_task_retries=3).remote(config, shards_ref)
+                                 max_restarts=-1, max_task_retries=3).remote(config, shards_ref, server_actor)
             for _ in range(num_workers)
         ]
         ray.get([w.ready.remote() for w in self.workers])

@@ -141,7 +141,8 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class ResourceConfig:
-    """Where client work runs: backend, worker pool size and per-worker resources, Ray address."""
+    """Where client work runs: backend, worker pool size and per-worker resources, Ray address; for split
+    learning (FedV/FedVZ) the ``SplitServer`` actor's resources (it mostly serves while clients wait: 0 CPU)."""
 
     backend: str = "ray"
     workers: int = 0
@@ -149,6 +150,8 @@ class ResourceConfig:
     gpus_per_client: float = 0.0
     address: str | None = None
     dashboard_host: str = "127.0.0.1"
+    server_cpus: float = 0.0
+    server_gpus: float = 0.0
 
     def __post_init__(self):
         _check(self.backend in ("ray", "sequential"),
@@ -156,6 +159,8 @@ class ResourceConfig:
         _check(self.workers >= 0, f"workers={self.workers} must be >= 0 (0 picks one per free CPU)")
         _check(self.cpus_per_client >= 0, f"cpus_per_client={self.cpus_per_client} must be >= 0")
         _check(self.gpus_per_client >= 0, f"gpus_per_client={self.gpus_per_client} must be >= 0")
+        _check(self.server_cpus >= 0 and self.server_gpus >= 0,
+               "resources.server_cpus and resources.server_gpus (split learning's encoder server) must be >= 0")
 
     @property
     def torch_threads(self) -> int:

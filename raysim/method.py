@@ -12,6 +12,10 @@ Hooks:
                             small per-client instructions (e.g. a cluster id) in ``ClientContext``.
     ``client_update(ctx, view, client_state, data)``  local training inside a worker.
     ``aggregate(round, state, results)``  server math (pure tensor functions in raysim/aggregate.py).
+    ``server_segment(depth)`` / ``update_server(round, server, results)``  split learning: the blocks a server
+                            runs and its update (FedV/FedVZ, :mod:`raysim.split`).
+    ``resets_client_states(round)``  the round's aggregate replaces every client's persistent state.
+    ``traffic(...)``  the round's bytes down and up (split learning counts activations and gradients).
     ``eval_view(view, client_state)``  the parameters a client is evaluated with (personalised methods).
     ``forward(model, x, data, rows)``  inference logits (FGPT-U's top-K ensemble, SGPT's selection).
     ``diagnostics(round, state, results, shards, evaluated)`` / ``artifacts(records, folder)``  extra
@@ -130,6 +134,26 @@ class Method:
         """Sample-weighted mean (N_i / N) of the clients' tensors (called only when some client had data)."""
         params = agg.weighted_mean([r.update for r in results], [r.num_samples for r in results])
         return GlobalState(params=params, server=state.server)
+
+    def server_segment(self, depth: int) -> tuple[int, int] | None:
+        """Split learning: the blocks ``(start, stop)`` the server's encoder runs (:mod:`raysim.split`), or None
+        when the whole model lives on the clients."""
+        return None
+
+    def update_server(self, round: int, server, results: list[ClientResult]) -> dict[str, float]:
+        """Split learning: update the server's encoder after the clients' round (FedV/FedVZ); extra metrics."""
+        return {}
+
+    def resets_client_states(self, round: int) -> bool:
+        """True when this round's aggregate replaces every client's persistent state with the global tensors
+        (FedV's head/tail averaging every ``fedround`` rounds)."""
+        return False
+
+    def traffic(self, round: int, view: Tensors, instructions: dict[int, Tensors], sampled: list[int],
+                received: list[ClientResult]) -> tuple[float, float]:
+        """Bytes (down, up) of the round: the view to every sampled client with its instructions, the updates back."""
+        down = len(sampled) * agg.tensor_bytes(view) + sum(agg.tensor_bytes(i) for i in instructions.values())
+        return float(down), float(sum(agg.tensor_bytes(r.update) for r in received))
 
     def eval_view(self, view: Tensors, client_state: Tensors | None) -> Tensors:
         """The tensors a client is evaluated with; the global view unless a method personalises."""

@@ -13,6 +13,9 @@ ACCURACY_KEYS = ("global_acc", "local_acc", "avg_acc", "worst_local_acc", "sigma
 ROUND_KEYS = ("train_loss", "bytes_down", "bytes_up", "round_time_s", "train_samples_per_s", "eval_time_s",
               "rejected_updates")  # logged by the round loop for every method
 SUMMARY_WINDOW = 10
+# keys that measure the machine, not the method: they differ between runs that are otherwise identical
+TIMING_KEYS = frozenset({"round_time_s", "train_samples_per_s", "eval_time_s", "client_compute_s", "server_compute_s",
+                         "transfer_s", "server_concurrency"})
 
 
 def reported_metrics(method_cls) -> set[str]:

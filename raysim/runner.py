@@ -205,8 +205,11 @@ def make_simulation(config: Config, shards: ShardStore, initial, workers: int | 
     if config.resources.backend == "sequential":
         from raysim.backends import SequentialExecutor
         from raysim.simulation import Simulation
+        from raysim.split import PREFIX, make_server
 
-        return Simulation(config, shards, initial, SequentialExecutor(config, shards), client_states)
+        encoder = {k: v for k, v in initial.server.items() if k.startswith(PREFIX)}
+        server = make_server(config, shards.info.num_classes, encoder) if encoder else None
+        return Simulation(config, shards, initial, SequentialExecutor(config, shards, server), client_states, server)
     return _RemoteSimulation(config, shards, initial, workers or resolve_workers(config), client_states)
 
 
@@ -268,7 +271,7 @@ def run(config: Config, *, show_progress: bool = True, console=None, resume: Che
         summary = summarise(last.history)
         _log_results(tracker, config, last.state, last.history, summary, last.client_acc, run_id, last.records,
                      shards)
-        print_summary(summary, run_id, config, console)
+        print_summary(summary, run_id, config, console, last.history)
         status = "FINISHED"
         return RunResult(run_id, last.history, summary, last.client_acc, last.records)
     except KeyboardInterrupt:

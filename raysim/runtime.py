@@ -15,6 +15,7 @@ from raysim.method import ClientContext, ClientResult, Tensors
 from raysim.models.factory import build_model
 from raysim.registry import get_method
 from raysim.seeding import derive_seed
+from raysim.split import RemoteEncoder
 from raysim.train import correct_per_row
 
 Task = tuple[int, Tensors, Tensors | None]  # (client id, per-client instructions, client state)
@@ -32,12 +33,18 @@ def _to_cpu(tensors: Tensors | None) -> Tensors | None:
 class ClientRuntime:
     """Runs client hooks of one method over the shared shards, on a model built once."""
 
-    def __init__(self, config, shards: ShardStore):
+    def __init__(self, config, shards: ShardStore, server=None):
+        """``server``: split learning's encoder server (or a handle on it); the model's server blocks are dropped
+        here and a :class:`~raysim.split.RemoteEncoder` runs in their place."""
         torch.set_num_threads(config.resources.torch_threads)
         self.config, self.shards = config, shards
         self.method = get_method(config.method)(config)
         self.device = pick_device()
-        self.model = build_model(config, self.method, shards.info.num_classes).to(self.device)
+        model = build_model(config, self.method, shards.info.num_classes)
+        segment = self.method.server_segment(len(model.vit.blocks))
+        if segment is not None:
+            model.offload(*segment, RemoteEncoder(server))
+        self.model = model.to(self.device)
 
     def _context(self, round: int, client_id: int, instructions: Tensors) -> ClientContext:
         seed = derive_seed(self.config.federation.seed, "client", round, client_id)

@@ -15,7 +15,6 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from raysim.aggregate import tensor_bytes
 from raysim.errors import BadUpdateError
 from raysim.metrics import accuracy_metrics, client_accuracies
 from raysim.method import ClientResult, GlobalState, Method, Tensors
@@ -50,6 +49,12 @@ def screen(results: list[ClientResult], params: Tensors) -> tuple[list[ClientRes
     return kept, rejected
 
 
+def _without_encoder(server: Tensors) -> Tensors:
+    from raysim.split import PREFIX
+
+    return {k: v for k, v in server.items() if not k.startswith(PREFIX)}
+
+
 class Executor(Protocol):
     """Runs client work somewhere; results come back in any order."""
 
@@ -76,17 +81,20 @@ class Simulation:
     """The coordinator's logic: global state, client states, client sampling and the round loop."""
 
     def __init__(self, config, shards, initial: GlobalState, executor: Executor,
-                 client_states: dict[int, Tensors] | None = None):
+                 client_states: dict[int, Tensors] | None = None, server=None):
         """
         Args:
             shards: the :class:`~raysim.data.shards.ShardStore`; the loop reads its sizes and ids, a method's
                 diagnostics may read cached features (analysis only, never fed back into training).
             initial: the method's initial global state (built by the driver from the run seed), or a
                 checkpoint's state together with its ``client_states``.
+            server: split learning's encoder server (:class:`raysim.split.EncoderServer` or a handle on the
+                ``SplitServer`` actor), built from ``initial``'s ``encoder.*`` tensors, which it then owns.
         """
         self.config = config
         self.method = get_method(config.method)(config)
-        self.state = initial
+        self.server = server
+        self.state = initial if server is None else GlobalState(initial.params, _without_encoder(initial.server))
         self.client_states: dict[int, Tensors] = dict(client_states or {})
         self.executor = executor
         self.shards = shards
@@ -99,6 +107,8 @@ class Simulation:
         fed = self.config.federation
         start = time.perf_counter()
         sampled = sample_clients(fed.seed, round, self.seen, fed.clients_per_round)
+        if self.server is not None:
+            self.server.end_round()  # the round's server figures start here (the last evaluation's are not theirs)
         view, instructions = self.method.configure(round, self.state, sampled)
         tasks = [(c, instructions.get(c, {}), self.client_states.get(c)) for c in sampled]
         received = sorted(self.executor.train(round, view, tasks), key=lambda r: r.client_id)
@@ -110,16 +120,23 @@ class Simulation:
         for result in results:
             if result.state is not None:
                 self.client_states[result.client_id] = result.state
+        server_metrics = {}
+        if self.server is not None:
+            server_metrics = self.method.update_server(round, self.server, results)
         if sum(r.num_samples for r in results) > 0:  # a round in which no client had data changes nothing
             self.state = self.method.aggregate(round, self.state, results)
+        if self.method.resets_client_states(round):
+            self.client_states = {}
         elapsed = time.perf_counter() - start
         samples = sum(r.stats.get("samples", 0) for r in results)
         losses = [r.stats["train_loss"] for r in results if r.stats.get("steps", 0) > 0]
+        down, up = self.method.traffic(round, view, instructions, sampled, received)
         metrics = {
-            "bytes_down": float(len(sampled) * tensor_bytes(view) + sum(tensor_bytes(i) for i in instructions.values())),
-            "bytes_up": float(sum(tensor_bytes(r.update) for r in received)),
+            "bytes_down": down,
+            "bytes_up": up,
             "round_time_s": elapsed,
             "train_samples_per_s": samples / elapsed if elapsed > 0 else 0.0,
+            **server_metrics,
         }
         if losses:
             metrics["train_loss"] = float(np.mean(losses))
@@ -143,11 +160,14 @@ class Simulation:
         report.client_acc = client_accuracies(counts)
 
     def global_state(self) -> GlobalState:
-        return self.state
+        """The global state; with split learning its ``server`` also holds the encoder (``encoder.*``)."""
+        if self.server is None:
+            return self.state
+        return GlobalState(self.state.params, {**self.state.server, **self.server.state()})
 
     def snapshot(self) -> tuple[GlobalState, dict[int, Tensors]]:
         """The global state and every client's persistent state: what a checkpoint holds besides the history."""
-        return self.state, self.client_states
+        return self.global_state(), self.client_states
 
     def shutdown(self, graceful: bool = True) -> None:
         self.executor.shutdown()

@@ -34,23 +34,31 @@ def batches(n: int, batch_size: int, generator: torch.Generator):
         yield order[start:start + batch_size].numpy()
 
 
+def steps_per_round(rows: int, cfg, epochs: int | None = None) -> int:
+    """Local steps :func:`local_train` takes on ``rows`` rows: epochs x ceil(rows / batch size)."""
+    epochs = cfg.local_epochs if epochs is None else epochs
+    return epochs * -(-rows // cfg.batch_size)
+
+
 Objective = Callable[[torch.Tensor, torch.Tensor, np.ndarray], torch.Tensor]  # (inputs, labels, rows) -> loss
 
 
-def local_train(ctx, data: ClientData, objective: Objective, epochs: int | None = None) -> dict[str, float]:
+def local_train(ctx, data: ClientData, objective: Objective, epochs: int | None = None,
+                extra: tuple[torch.Tensor, ...] = ()) -> dict[str, float]:
     """E epochs of minibatch descent on the parameters of ``ctx.model`` that currently require grad.
 
     Args:
         ctx: the :class:`~raysim.method.ClientContext`; its generator fixes the batch order.
         objective: (inputs, labels, rows) -> scalar loss; ``rows`` index ``data`` (for its cached features).
         epochs: defaults to ``train.local_epochs``.
+        extra: tensors outside the model (requiring grad) the same optimiser trains (Fed-RoD's personal head).
 
     Returns:
         ``train_loss`` (mean over steps of the last epoch), ``steps``, ``samples`` (rows processed), ``compute_s``.
     """
     model, cfg = ctx.model, ctx.config.train
     epochs = cfg.local_epochs if epochs is None else epochs
-    params = [p for p in model.parameters() if p.requires_grad]
+    params = [p for p in model.parameters() if p.requires_grad] + list(extra)
     if len(data) == 0 or not params:
         return {"train_loss": float("nan"), "steps": 0, "samples": 0, "compute_s": 0.0}
     optimizer = make_optimizer(params, cfg)

@@ -14,10 +14,10 @@ from raysim import checkpoint as ckpt
 from raysim import resume
 from raysim.config import build_config
 from raysim.errors import ConfigError
+from raysim.metrics import TIMING_KEYS
 from raysim.registry import load_methods
 from raysim.runner import run
 
-TIMING = {"round_time_s", "train_samples_per_s", "eval_time_s"}
 SMALL = {"federation": {"clients": 6, "rounds": 3, "participation": 0.5, "seed": 3, "eval_every": 1},
          "data": {"dataset": "synthetic", "partition": "domains"},  # typed clients: FedGCR's family runs too
          "model": {"backbone": "raysim_vit_nano_p4_16", "pretrained": False},
@@ -29,7 +29,7 @@ def quiet_run(config, **kwargs):
 
 
 def comparable(history):
-    return [{k: v for k, v in h.items() if k not in TIMING} for h in history]
+    return [{k: v for k, v in h.items() if k not in TIMING_KEYS} for h in history]
 
 
 def start(method, tracking_uri, tmp_path):

@@ -194,6 +194,20 @@ class PromptedViT(nn.Module):
             for name in self._trainable:
                 params[name].requires_grad_(True)
 
+    def offload(self, start: int, stop: int, stand_in: nn.Module) -> nn.ModuleList:
+        """Split learning: blocks ``start..stop-1`` leave this model; ``stand_in`` (e.g. a
+        :class:`raysim.split.RemoteEncoder`) runs in their place and what trains is recomputed.
+
+        Returns:
+            The removed blocks.
+        """
+        removed = nn.ModuleList(self.vit.blocks[b] for b in range(start, stop))
+        self.vit.blocks[start] = stand_in
+        for b in range(start + 1, stop):
+            self.vit.blocks[b] = nn.Identity()
+        self._trainable = tuple(sorted(name for name, p in self.named_parameters() if p.requires_grad))
+        return removed
+
     def trainable_names(self) -> list[str]:
         """Sorted names (as in ``named_parameters()``) of what trains and is communicated."""
         return list(self._trainable)

@@ -11,9 +11,9 @@ from rich.console import Console
 
 from raysim import chaos
 from raysim.config import build_config
+from raysim.metrics import TIMING_KEYS
 from raysim.runner import run
 
-TIMING = {"round_time_s", "train_samples_per_s", "eval_time_s"}
 BASE = {"federation": {"clients": 8, "rounds": 5, "participation": 1.0, "seed": 5, "eval_every": 1},
         "data": {"dataset": "synthetic", "partition": "dirichlet"}, "train": {"local_epochs": 2},
         "model": {"backbone": "raysim_vit_nano_p4_16", "pretrained": False},
@@ -25,7 +25,7 @@ def quiet(config, on_round=None):
 
 
 def metrics_of(result):
-    return [{k: v for k, v in h.items() if k not in TIMING} for h in result.history]
+    return [{k: v for k, v in h.items() if k not in TIMING_KEYS} for h in result.history]
 
 
 def config_for(tracking_uri, tmp_path, backend="ray", **checkpoint):
@@ -60,5 +60,29 @@ def test_killed_coordinator_is_recovered_from_the_last_checkpoint(ray_session, t
             killed.append(chaos.kill_actor("Coordinator"))
 
     recovered = quiet(config_for(tracking_uri, tmp_path, every=2), on_round=kill_after_round_3)
+    assert killed and killed[0] is not None
+    assert metrics_of(recovered) == metrics_of(clean)
+
+
+def test_killed_split_server_is_recovered_from_the_last_checkpoint(ray_session, tracking_uri, tmp_path):
+    """FedVZ's encoder lives in the SplitServer actor: killed mid-round, the workers' requests fail, the driver
+    restarts coordinator and server from the last checkpoint (which holds the encoder) and the run ends as if
+    nothing had happened."""
+    def split_config(backend, **checkpoint):
+        layers = [BASE, {"resources": {"backend": backend}, "checkpoint": {"dir": str(tmp_path / backend), **checkpoint},
+                         "tracking": {"tracking_uri": tracking_uri}, "fedvz": {"fedround": 2, "lr_server": 1e-2}}]
+        return build_config("fedvz", layers)
+
+    clean = quiet(split_config("sequential"))
+    killed, timers = [], []
+
+    def kill_soon(round, metrics, folder):
+        if round == 2 and not killed:
+            timers.append(threading.Timer(0.3, lambda: killed.append(chaos.kill_actor("SplitServer"))))
+            timers[-1].start()
+
+    recovered = quiet(split_config("ray", every=2), on_round=kill_soon)
+    for timer in timers:
+        timer.join()
     assert killed and killed[0] is not None
     assert metrics_of(recovered) == metrics_of(clean)

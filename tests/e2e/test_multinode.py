@@ -20,13 +20,13 @@ from pathlib import Path
 import pytest
 
 from raysim.config import build_config
+from raysim.metrics import TIMING_KEYS
 
 SCRIPT = Path(__file__).with_name("multinode_script.py")
 LAYERS = [{"federation": {"clients": 8, "rounds": 2, "participation": 0.5, "seed": 1, "eval_every": 1},
            "data": {"dataset": "synthetic", "partition": "iid"},
            "model": {"backbone": "raysim_vit_nano_p4_16", "pretrained": False},
            "resources": {"workers": 2, "cpus_per_client": 1}}]
-TIMING = {"round_time_s", "train_samples_per_s", "eval_time_s"}
 TIMEOUT_S = 240
 
 
@@ -87,7 +87,7 @@ def test_pool_spreads_over_nodes_and_matches_the_single_node_run(ray_session):
     assert len(multinode) == len(single) == 2
     for r, (seq, multi) in enumerate(zip(single, multinode), start=1):
         assert set(multi) == set(seq), r
-        for key in sorted(set(seq) - TIMING):
+        for key in sorted(set(seq) - TIMING_KEYS):
             assert multi[key] == pytest.approx(seq[key], abs=1e-6), (r, key)
     assert {"global_acc", "local_acc", "train_loss", "bytes_up"} <= set(single[0])
     assert multinode[-1]["bytes_up"] > 0
