@@ -323,6 +323,14 @@ def parse_override(text: str) -> tuple[str, str, Any]:
     return section, key, value
 
 
+def _is_float(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return text.strip().lower() not in ("nan", "inf", "-inf", "+inf", "infinity", "-infinity")
+
+
 def _coerce(cls, key: str, value: Any, where: str) -> Any:
     hint = typing.get_type_hints(cls)[key]
     allowed = typing.get_args(hint) or (hint,)
@@ -330,6 +338,8 @@ def _coerce(cls, key: str, value: Any, where: str) -> Any:
         return None
     for typ in allowed:
         if typ is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if typ is float and isinstance(value, str) and _is_float(value):  # YAML 1.1 reads 1e-4 as a string
             return float(value)
         if typ is int and isinstance(value, int) and not isinstance(value, bool):
             return value
@@ -353,6 +363,11 @@ def _build_section(cls, name: str, values: Mapping[str, Any]):
         return cls(**kwargs)
     except TypeError as error:
         raise ConfigError(f"section {name}: {error}") from None
+    except ConfigError as error:  # "eps=0 must be > 0" -> "fedvz.eps=0 must be > 0": the key as the user writes it
+        message = str(error)
+        if message.split("=", 1)[0] in valid:
+            raise ConfigError(f"{name}.{message}") from None
+        raise
 
 
 def build_config(method: str, layers: list[Mapping[str, Any]]) -> Config:

@@ -13,9 +13,12 @@ SHOWN = (("global_acc", "global"), ("local_acc", "local"), ("worst_local_acc", "
 
 
 def format_metrics(metrics: dict[str, float]) -> str:
-    """``global 81.2 | local 79.0 | worst 40.0 | loss 0.61`` from whatever keys are present."""
+    """``global 81.2 | local 79.0 | worst 40.0 | loss 0.61 | 1.2 MB`` from whatever keys are present (MB: the
+    round's bytes up and down)."""
     parts = [f"{label} {metrics[key]:.4g}" if key == "train_loss" else f"{label} {metrics[key]:.1f}"
              for key, label in SHOWN if key in metrics]
+    if "bytes_up" in metrics and "bytes_down" in metrics:
+        parts.append(f"{(metrics['bytes_up'] + metrics['bytes_down']) / 2**20:.3g} MB")
     return " | ".join(parts)
 
 
@@ -54,8 +57,10 @@ class RoundProgress:
         return self.progress.__exit__(*exc)
 
 
-def print_summary(summary: dict[str, dict[str, float]], run_id: str, config, console: Console | None = None) -> None:
-    """The papers' protocol: final value, and mean / variance over the last 10 evaluated rounds."""
+def print_summary(summary: dict[str, dict[str, float]], run_id: str, config, console: Console | None = None,
+                  history: list[dict[str, float]] = ()) -> None:
+    """The papers' protocol: final value, and mean / variance over the last 10 evaluated rounds; then the mean
+    communication per round over ``history``."""
     console = console or Console()
     table = Table(title=f"{config.method}: accuracy (%)")
     for column in ("metric", "final", "mean (last 10)", "var (last 10)"):
@@ -63,5 +68,10 @@ def print_summary(summary: dict[str, dict[str, float]], run_id: str, config, con
     for key, stats in summary.items():
         table.add_row(key, f"{stats['final']:.2f}", f"{stats['mean']:.2f}", f"{stats['var']:.3f}")
     console.print(table)
+    up = [h["bytes_up"] for h in history if "bytes_up" in h]
+    down = [h["bytes_down"] for h in history if "bytes_down" in h]
+    if up and down:
+        console.print(f"communication per round (mean): {sum(up) / len(up) / 2**20:.3g} MB up, "
+                      f"{sum(down) / len(down) / 2**20:.3g} MB down", highlight=False)
     console.print(f"MLflow run {run_id} in {config.tracking.resolved_uri} "
                   f"(experiment {config.tracking.experiment!r})", highlight=False, soft_wrap=True)

@@ -49,7 +49,7 @@ def test_bad_values_give_one_line_errors(layers, fragment):
 
 
 def test_unknown_method_lists_valid_names():
-    with pytest.raises(ConfigError, match="valid methods: afl, fedavg, fedgc, fedgcr, fedgr, fedprox, fedvpt, fedvpt-d, fgpt, fgpt-u, head-tune, qffl, sgpt, term"):
+    with pytest.raises(ConfigError, match="valid methods: afl, ditto, fedavg, fedgc, fedgcr, fedgr, fedprox, fedrod, fedv, fedvpt, fedvpt-d, fedvz, festa, fgpt, fgpt-u, head-tune, qffl, sgpt, term"):
         build_config("fedsgd", [])
 
 

@@ -57,7 +57,7 @@ def _mismatched_weights(tmp_path):
 
 SYN = ("--dataset", "synthetic", "--set")
 BAD_INPUTS = [
-    (["run", "fedsgd"], "unknown method 'fedsgd'; valid methods: afl, fedavg"),
+    (["run", "fedsgd"], "unknown method 'fedsgd'; valid methods: afl, ditto, fedavg"),
     (["run", "fedvpt", "--dataset", "mnist"], "valid datasets: cifar10, cifar100, digit-five, digits,"),
     (["run", "fedvpt", "--partition", "zipf"], "valid partitions: dirichlet"),
     (["run", "fedvpt", "--dataset", "digits", "--partition", "pathological", "--set", "data.s=12"],
@@ -90,6 +90,15 @@ BAD_INPUTS = [
     (["run", "fedgcr", "--dataset", "synthetic", "--partition", "iid"],
      "fedgcr reports sigma_type and cluster_acc per client type, and the partition 'iid' gives clients no type"),
     (["run", "qffl", *SYN, "qffl.q=-0.5"], "qffl.q=-0.5 must be >= 0"),
+    (["run", "fedvz", *SYN, "fedvz.eps=0"], "fedvz.eps=0.0 must be > 0 (the SPSA perturbation scale"),
+    (["run", "fedvz", *SYN, "fedvz.eps=-1e-4"], "fedvz.eps=-0.0001 must be > 0"),
+    (["run", "fedv", *SYN, "fedv.fedround=0"], "fedv.fedround=0 must be at least 1"),
+    (["run", "fedv", *SYN, "fedv.head_blocks=4", "--set", "fedv.tail_blocks=2"],
+     "fedv.head_blocks=4 + tail_blocks=2 leave the server none of the backbone's 6 blocks; keep head_blocks + "
+     "tail_blocks <= 5"),
+    (["run", "fedvz", *SYN, "fedvz.tail_blocks=-1"], "must be >= 0 (blocks kept on the client)"),
+    (["run", "festa", *SYN, "festa.lr_decay=0"], "festa.lr_decay=0.0 must be in (0, 1]"),
+    (["run", "ditto", *SYN, "ditto.lam=-1"], "ditto.lam=-1.0 must be >= 0"),
     # config files, overrides, data folders, weights, stores (FILE:... are written by the test)
     (["run", "fedvpt", "--preset", "FILE:bad.yaml:federation: {rounds: ["], "preset FILE:bad.yaml is not valid YAML"),
     (["run", "fedvpt", "--preset", "FILE:key.yaml:federation: {roundz: 3}"], "unknown key federation.roundz; valid keys"),
