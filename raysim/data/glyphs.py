@@ -138,13 +138,22 @@ class _Plan:
         return len(self.label)
 
     def digest(self) -> str:
-        """A short hash of everything that determines the images."""
+        """A short hash of everything that determines the images, the renderer included: Pillow and FreeType
+        versions change antialiasing, hence pixels (a cache rendered by another Pillow is not reused)."""
         fonts = [(Path(f).name, Path(f).stat().st_size) for f in self.fonts]
-        h = hashlib.sha256(repr((FORMAT_VERSION, self.name, self.seed, self.size, fonts,
+        h = hashlib.sha256(repr((FORMAT_VERSION, self.name, self.seed, self.size, fonts, renderer(),
                                  [asdict(s) for s in STYLES])).encode())
         for column in (self.code, self.font, self.style, self.label, self.domain):
             h.update(np.ascontiguousarray(column, dtype=np.int64).tobytes())
         return h.hexdigest()[:12]
+
+
+def renderer() -> tuple[str, str | None]:
+    """(Pillow version, FreeType version) that draw the glyphs."""
+    import PIL
+    from PIL import features
+
+    return PIL.__version__, features.version("freetype2")
 
 
 # Fonts and drawing -----------------------------------------------------------------------------------

@@ -174,3 +174,11 @@ def test_cache_dir_follows_the_environment(monkeypatch, tmp_path):
     assert glyphs.cached_path("digits5").parent == tmp_path
     monkeypatch.delenv("RAYSIM_CACHE")
     assert glyphs.cache_dir() == Path("~/.cache/raysim").expanduser()
+
+
+def test_cache_key_includes_the_renderer(monkeypatch):
+    """Another Pillow or FreeType draws other pixels, so its images get their own cache file."""
+    plan, _ = glyphs._glyphs62(0, per_writer=1)
+    here = plan.digest()
+    monkeypatch.setattr(glyphs, "renderer", lambda: ("0.0.0", "2.0.0"))
+    assert plan.digest() != here
