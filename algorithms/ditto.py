@@ -1,5 +1,5 @@
 """Ditto (Li, Hu, Beirami, Smith, "Ditto: Fair and Robust Federated Learning through Personalization", ICML 2021),
-a FedV baseline (seed 001): each client trains the global model as in FedAvg (full fine-tuning) and, from its own
+a FedV baseline: each client trains the global model as in FedAvg (full fine-tuning) and, from its own
 personal model v, minimises F_k(v) + (lambda / 2) ||v - w_global||^2 for as many local epochs; v stays on the
 client and is what it is evaluated with. The FedV paper reports lambda = 0.75 best of {0.1, 0.4, 0.75, 1}."""
 

@@ -1,5 +1,5 @@
 """Fed-RoD (Chen and Chao, "On Bridging Generic and Personalized Federated Learning for Image Classification",
-ICLR 2022), a FedV baseline (seed 001), with the linear personal head.
+ICLR 2022), a FedV baseline, with the linear personal head.
 
 The body and the generic head g train as in FedAvg (full fine-tuning, averaged with N_i / N) on the balanced
 risk: the balanced softmax cross-entropy CE(g(f(x)) + log p_i(y), y), p_i the client's label frequencies. The

@@ -1,4 +1,4 @@
-"""FedV and FedVZ: federated split learning with a pretrained transformer (seed 001, "Heterogeneous Federated
+"""FedV and FedVZ: federated split learning with a pretrained transformer ("Heterogeneous Federated
 Learning with Splited Language Model", Algorithm 1).
 
 Each client owns a head (patch embedding, plus ``head_blocks`` blocks) and a tail (``tail_blocks`` blocks, final
@@ -81,7 +81,7 @@ def server_lr(options: SplitOptions, round: int) -> float:
     return options.lr_server * options.lr_decay ** ((round - 1) // options.decay_every)
 
 
-@register("fedv", "split learning: client head/tail, server encoder stepped by the true gradient (FedV, seed 001)")
+@register("fedv", "split learning: client head/tail, server encoder stepped by the true gradient (FedV)")
 class FedV(Method):
     Options = SplitOptions
     metrics = ("lr_server", "server_compute_s", "server_concurrency", "client_compute_s", "transfer_s",
@@ -172,7 +172,7 @@ class FedV(Method):
         return metrics, {}
 
 
-@register("fedvz", "split learning with a zeroth-order server: SPSA from two perturbed forwards (FedVZ, seed 001)")
+@register("fedvz", "split learning with a zeroth-order server: SPSA from two perturbed forwards (FedVZ)")
 class FedVZ(FedV):
     Options = SPSAOptions
 

@@ -1,5 +1,5 @@
 """A split baseline in the spirit of FESTA (Park et al., 2021, "Federated Split Vision Transformer for COVID-19
-CXR Diagnosis using Task-Agnostic Training"), as the FedV paper (seed 001) compares against it: the split ViT of
+CXR Diagnosis using Task-Agnostic Training"), as the FedV paper compares against it: the split ViT of
 :mod:`raysim.algorithms.fedv` trained without the pretrained encoder, i.e. from random initialisation.
 
 Deviations: FESTA's server steps the transformer body after every client batch; here it steps once per round

@@ -1,5 +1,5 @@
-"""Federated split learning (FedV/FedVZ, seed 001): the server's encoder, its SPSA estimate, and the client's
-view of it.
+"""Federated split learning (FedV/FedVZ, "Heterogeneous Federated Learning with Splited Language Model"): the
+server's encoder, its SPSA estimate, and the client's view of it.
 
 The model is cut in three: the client's head (patch embedding and ``head_blocks`` blocks), the server's encoder
 (the blocks between) and the client's tail (``tail_blocks`` blocks, final norm, classifier). On a client, the
