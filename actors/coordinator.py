@@ -7,16 +7,16 @@ import ray
 from raysim.actors.split_server import ServerHandle, SplitServer
 from raysim.backends import RayExecutor
 from raysim.simulation import Simulation
-from raysim.split import PREFIX
+from raysim.split import split_encoder
 
 
 def start_split_server(config, num_classes: int, initial_state, num_workers: int):
     """Split learning's ``SplitServer`` actor (serving all workers at once) and the coordinator's handle on it,
     or (None, None) for a method without a server. The actor is owned by the coordinator and dies with it."""
-    if not any(key.startswith(PREFIX) for key in initial_state.server):
+    encoder, _ = split_encoder(initial_state.server)
+    if not encoder:
         return None, None
     res = config.resources
-    encoder = {k: v for k, v in initial_state.server.items() if k.startswith(PREFIX)}
     actor = SplitServer.options(num_cpus=res.server_cpus, num_gpus=res.server_gpus,
                                 max_concurrency=num_workers + 2).remote(config, num_classes, encoder)
     ray.get(actor.ready.remote())

@@ -205,9 +205,9 @@ def make_simulation(config: Config, shards: ShardStore, initial, workers: int | 
     if config.resources.backend == "sequential":
         from raysim.backends import SequentialExecutor
         from raysim.simulation import Simulation
-        from raysim.split import PREFIX, make_server
+        from raysim.split import make_server, split_encoder
 
-        encoder = {k: v for k, v in initial.server.items() if k.startswith(PREFIX)}
+        encoder, _ = split_encoder(initial.server)
         server = make_server(config, shards.info.num_classes, encoder) if encoder else None
         return Simulation(config, shards, initial, SequentialExecutor(config, shards, server), client_states, server)
     return _RemoteSimulation(config, shards, initial, workers or resolve_workers(config), client_states)

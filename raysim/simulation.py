@@ -20,6 +20,7 @@ from raysim.metrics import accuracy_metrics, client_accuracies
 from raysim.method import ClientResult, GlobalState, Method, Tensors
 from raysim.registry import get_method
 from raysim.seeding import sample_clients
+from raysim.split import split_encoder
 
 
 log = logging.getLogger("raysim")
@@ -47,12 +48,6 @@ def screen(results: list[ClientResult], params: Tensors) -> tuple[list[ClientRes
         else:
             kept.append(result)
     return kept, rejected
-
-
-def _without_encoder(server: Tensors) -> Tensors:
-    from raysim.split import PREFIX
-
-    return {k: v for k, v in server.items() if not k.startswith(PREFIX)}
 
 
 class Executor(Protocol):
@@ -94,7 +89,7 @@ class Simulation:
         self.config = config
         self.method = get_method(config.method)(config)
         self.server = server
-        self.state = initial if server is None else GlobalState(initial.params, _without_encoder(initial.server))
+        self.state = initial if server is None else GlobalState(initial.params, split_encoder(initial.server)[1])
         self.client_states: dict[int, Tensors] = dict(client_states or {})
         self.executor = executor
         self.shards = shards

@@ -27,6 +27,13 @@ PREFIX = "encoder."
 KINDS = ("activations", "gradients", "spsa", "params")  # what crosses the cut, counted each way per client
 
 
+def split_encoder(server_state: Tensors) -> tuple[Tensors, Tensors]:
+    """A ``GlobalState.server`` split into the encoder's weights (``encoder.*``, empty for a method without a
+    server) and the rest of the server state."""
+    encoder = {k: v for k, v in server_state.items() if k.startswith(PREFIX)}
+    return encoder, {k: v for k, v in server_state.items() if k not in encoder}
+
+
 def spsa_coefficient(loss_plus: float, loss_minus: float, eps: float) -> float:
     """(L(w + eps z) - L(w - eps z)) / (2 eps): the scalar that times z is FedVZ's gradient estimate (eq. 5)."""
     return (loss_plus - loss_minus) / (2.0 * eps)
@@ -159,9 +166,9 @@ class EncoderServer:
                 grads = torch.autograd.grad(self._run(h), params, grad_out)
             for acc, grad in zip(total, grads):
                 acc.add_(grad)
-        with torch.no_grad():
-            for param, acc in zip(params, total):
-                if kept:
+        if kept:
+            with torch.no_grad():
+                for param, acc in zip(params, total):
                     param.sub_(acc, alpha=lr / len(kept))
         return self._timed(started)
 

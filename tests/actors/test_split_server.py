@@ -7,7 +7,7 @@ import torch
 from raysim.actors.split_server import ServerHandle, SplitServer
 from raysim.config import build_config
 from raysim.runner import initial_state, prepare_shards
-from raysim.split import PREFIX, make_server
+from raysim.split import make_server, split_encoder
 
 TINY = {"federation": {"clients": 4, "rounds": 1, "seed": 3},
         "data": {"dataset": "synthetic", "partition": "iid"},
@@ -17,7 +17,7 @@ TINY = {"federation": {"clients": 4, "rounds": 1, "seed": 3},
 def test_actor_answers_as_the_in_process_server_and_serves_clients_concurrently(ray_session):
     config = build_config("fedvz", [TINY])
     initial, shards = initial_state(config, prepare_shards(config))
-    encoder = {k: v for k, v in initial.server.items() if k.startswith(PREFIX)}
+    encoder, _ = split_encoder(initial.server)
     local = make_server(config, shards.info.num_classes, encoder)
     actor = SplitServer.options(num_cpus=0, max_concurrency=4).remote(config, shards.info.num_classes, encoder)
     handle = ServerHandle(actor)
