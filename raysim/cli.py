@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import signal
 import sys
+from dataclasses import fields
 
 import click
 
 from raysim.config import parse_override
 from raysim.errors import BadUpdateError, ConfigError, RunInterrupted, SweepError
-from raysim.pretrain_recipe import PretrainRecipe
+from raysim.pretrain_recipe import PRECISIONS, PretrainRecipe
 
 # flag name -> (section, key)
 RUN_FLAGS = {
@@ -227,28 +228,27 @@ def report(experiment, tracking_uri, out):
     click.echo(f"wrote {', '.join(str(p) for p in paths)}")
 
 
-_RECIPE = PretrainRecipe()
+def _recipe_options(command):
+    """One ``--option`` per :class:`PretrainRecipe` field, with its default and help."""
+    for spec in reversed(fields(PretrainRecipe)):
+        kind = click.Choice(PRECISIONS) if spec.name == "precision" else type(spec.default)
+        command = click.option(f"--{spec.name.replace('_', '-')}", spec.name, type=kind, default=spec.default,
+                               show_default=True, help=spec.metadata["help"])(command)
+    return command
 
 
 @main.command()
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="Where to write the safetensors file "
               "(a .json sidecar with SHA-256, recipe and command is written beside it).")
-@click.option("--backbone", default=_RECIPE.backbone, show_default=True, help="timm name of the backbone.")
-@click.option("--per-class", type=int, default=_RECIPE.per_class, show_default=True,
-              help="Rendered images per pretraining class.")
-@click.option("--epochs", type=int, default=_RECIPE.epochs, show_default=True)
-@click.option("--seed", type=int, default=_RECIPE.seed, show_default=True)
-@click.option("--threads", type=int, default=_RECIPE.threads, show_default=True,
-              help="torch threads (fix it to reproduce the file).")
-def pretrain(out, backbone, per_class, epochs, seed, threads):
+@_recipe_options
+def pretrain(out, **recipe_fields):
     """Pretrain the offline backbone on glyphs of scripts no benchmark uses (the shipped weights' recipe)."""
     from rich.console import Console
 
     from raysim.pretrain import pretrain as run_pretrain
 
-    recipe = PretrainRecipe(backbone=backbone, per_class=per_class, epochs=epochs, seed=seed, threads=threads)
-    command = " ".join(["raysim pretrain", f"--out {out}", f"--backbone {backbone}", f"--per-class {per_class}",
-                        f"--epochs {epochs}", f"--seed {seed}", f"--threads {threads}"])
+    recipe = PretrainRecipe(**recipe_fields)
+    command = recipe.command(out)
     console = Console(stderr=True)
 
     def report(epoch, epochs, loss):

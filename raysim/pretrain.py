@@ -75,7 +75,7 @@ def pretrain(recipe: PretrainRecipe, out: str | Path, command: str = "",
     """
     from safetensors.torch import save_file
 
-    from raysim.data.glyphs import pretrain_corpus
+    from raysim.data.glyphs import pretrain_corpus, renderer
     from raysim.models.backbones import build_backbone, input_spec
     from raysim.models.preprocess import to_model_input
 
@@ -106,7 +106,9 @@ def pretrain(recipe: PretrainRecipe, out: str | Path, command: str = "",
             for group in optimizer.param_groups:
                 group["lr"] = _lr_at(step, total, warmup, recipe.lr)
             x = to_model_input(torch.tensor(train_x[idx.numpy()]), size, mean, std)
-            loss = torch.nn.functional.cross_entropy(vit(x), torch.tensor(train_y[idx.numpy()]),
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=recipe.precision == "bf16"):
+                logits = vit(x)
+            loss = torch.nn.functional.cross_entropy(logits.float(), torch.tensor(train_y[idx.numpy()]),
                                                      label_smoothing=recipe.label_smoothing)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -116,6 +118,7 @@ def pretrain(recipe: PretrainRecipe, out: str | Path, command: str = "",
         if report:
             report(epoch, recipe.epochs, float(np.mean(losses)))
     held_acc = _accuracy(vit, images[held], labels[held], size, mean, std)
+    pillow, freetype = renderer()  # the corpus images, hence the file, depend on the glyph renderer
     vit.reset_classifier(0)
     state = {k: v.detach().to(torch.float16).contiguous() for k, v in vit.state_dict().items()}
     # One metadata key: safetensors writes several in hash-map order, which would change the file's bytes.
@@ -132,7 +135,7 @@ def pretrain(recipe: PretrainRecipe, out: str | Path, command: str = "",
         "held_out_accuracy": held_acc,
         "seconds": {"corpus": round(corpus_s, 1), "total": round(time.perf_counter() - start, 1)},
         "machine": {"python": platform.python_version(), "torch": torch.__version__, "threads": recipe.threads,
-                    "processor": platform.machine()},
+                    "processor": platform.machine(), "pillow": pillow, "freetype": freetype},
     }
     out.with_suffix(".json").write_text(json.dumps(sidecar, indent=2, ensure_ascii=False) + "\n")
     return sidecar

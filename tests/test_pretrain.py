@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
+from dataclasses import asdict
 
 import pytest
 import torch
 
+from raysim.cli import main
 from raysim.errors import ConfigError
 from raysim.models import backbones
 from raysim.models.backbones import DEFAULT_BACKBONE, NANO_BACKBONE, build_backbone
@@ -45,3 +48,17 @@ def test_tampered_shipped_weights_fail_the_hash_check(tmp_path, monkeypatch):
     monkeypatch.setattr(backbones, "WEIGHTS_DIR", tmp_path)
     with pytest.raises(ConfigError, match="fail their SHA-256 check"):
         build_backbone(DEFAULT_BACKBONE, pretrained=True)
+
+
+def test_recorded_command_sets_every_recipe_field():
+    recipe = PretrainRecipe(per_class=7, epochs=3, batch_size=32, lr=2.5e-3, weight_decay=0.1, warmup_epochs=0.5,
+                            label_smoothing=0.0, seed=4, threads=1, precision="fp32")
+    argv = shlex.split(recipe.command("w.safetensors"))
+    assert argv[:2] == ["raysim", "pretrain"]
+    params = main.commands["pretrain"].make_context("pretrain", argv[2:]).params
+    assert params.pop("out") == "w.safetensors" and params == asdict(recipe)
+
+
+def test_unknown_precision_is_refused():
+    with pytest.raises(ConfigError, match="unknown precision 'fp16'; use one of bf16, fp32"):
+        PretrainRecipe(precision="fp16")
