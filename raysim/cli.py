@@ -13,7 +13,7 @@ import click
 
 from raysim.config import parse_override
 from raysim.errors import BadUpdateError, ConfigError, RunInterrupted, SweepError
-from raysim.pretrain_recipe import PRECISIONS, PretrainRecipe
+from raysim.pretrain_recipe import PretrainRecipe
 
 # flag name -> (section, key)
 RUN_FLAGS = {
@@ -231,7 +231,8 @@ def report(experiment, tracking_uri, out):
 def _recipe_options(command):
     """One ``--option`` per :class:`PretrainRecipe` field, with its default and help."""
     for spec in reversed(fields(PretrainRecipe)):
-        kind = click.Choice(PRECISIONS) if spec.name == "precision" else type(spec.default)
+        choices = spec.metadata["choices"]
+        kind = click.Choice(choices) if choices else type(spec.default)
         command = click.option(f"--{spec.name.replace('_', '-')}", spec.name, type=kind, default=spec.default,
                                show_default=True, help=spec.metadata["help"])(command)
     return command

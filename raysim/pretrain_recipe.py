@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field, fields
 
 from raysim.errors import ConfigError
@@ -9,8 +10,9 @@ from raysim.errors import ConfigError
 PRECISIONS = ("bf16", "fp32")
 
 
-def _opt(default, help: str):
-    return field(default=default, metadata={"help": help})
+def _opt(default, help: str, choices: tuple[str, ...] | None = None):
+    """A recipe field with its CLI help (and its valid values, when it has a fixed set)."""
+    return field(default=default, metadata={"help": help, "choices": choices})
 
 
 @dataclass(frozen=True)
@@ -32,7 +34,7 @@ class PretrainRecipe:
     seed: int = _opt(0, "Seed of the corpus, the initialisation and the batch order.")
     threads: int = _opt(2, "torch threads (fix it to reproduce the file).")
     precision: str = _opt("bf16", "bf16: forward under CPU autocast (about twice as fast with AVX-512 BF16; "
-                                  "weights and optimizer stay float32), or fp32.")
+                                  "weights and optimizer stay float32), or fp32.", PRECISIONS)
 
     def __post_init__(self):
         if self.per_class < 2 or self.epochs < 1 or self.batch_size < 1 or self.threads < 1:
@@ -42,5 +44,5 @@ class PretrainRecipe:
 
     def command(self, out: str) -> str:
         """The ``raysim pretrain`` command line that runs this recipe, every option explicit."""
-        return " ".join(["raysim pretrain", f"--out {out}",
-                         *(f"--{f.name.replace('_', '-')} {getattr(self, f.name)}" for f in fields(self))])
+        options = [part for f in fields(self) for part in (f"--{f.name.replace('_', '-')}", str(getattr(self, f.name)))]
+        return shlex.join(["raysim", "pretrain", "--out", str(out), *options])

@@ -53,10 +53,10 @@ def test_tampered_shipped_weights_fail_the_hash_check(tmp_path, monkeypatch):
 def test_recorded_command_sets_every_recipe_field():
     recipe = PretrainRecipe(per_class=7, epochs=3, batch_size=32, lr=2.5e-3, weight_decay=0.1, warmup_epochs=0.5,
                             label_smoothing=0.0, seed=4, threads=1, precision="fp32")
-    argv = shlex.split(recipe.command("w.safetensors"))
+    argv = shlex.split(recipe.command("my weights/w.safetensors"))
     assert argv[:2] == ["raysim", "pretrain"]
     params = main.commands["pretrain"].make_context("pretrain", argv[2:]).params
-    assert params.pop("out") == "w.safetensors" and params == asdict(recipe)
+    assert params.pop("out") == "my weights/w.safetensors" and params == asdict(recipe)
 
 
 def test_unknown_precision_is_refused():
