@@ -86,6 +86,8 @@ class FedV(Method):
     Options = SplitOptions
     metrics = ("lr_server", "server_compute_s", "server_concurrency", "client_compute_s", "transfer_s",
                *(f"bytes_{kind}" for kind in split.KINDS))
+    mixed_precision = False
+    mixed_precision_note = "the encoder server computes in float32 and byte counts assume float32 activations"
 
     def server_segment(self, depth: int) -> tuple[int, int]:
         head, tail = self.options.head_blocks, self.options.tail_blocks
@@ -175,6 +177,7 @@ class FedV(Method):
 @register("fedvz", "split learning with a zeroth-order server: SPSA from two perturbed forwards (FedVZ)")
 class FedVZ(FedV):
     Options = SPSAOptions
+    mixed_precision_note = "SPSA's loss differences at +-eps perturbations are below bf16's resolution"
 
     def last_step(self, ctx, remote, x, y) -> dict[str, float]:
         """The two losses of this batch at w +- eps z (head and tail as at this step), reduced to the SPSA scalar."""

@@ -13,6 +13,7 @@ import click
 
 from raysim.config import parse_override
 from raysim.errors import BadUpdateError, ConfigError, RunInterrupted, SweepError
+from raysim.precision import PRECISIONS
 from raysim.pretrain_recipe import PretrainRecipe
 
 # flag name -> (section, key)
@@ -23,6 +24,7 @@ RUN_FLAGS = {
     "eval_every": ("federation", "eval_every"),
     "seed": ("federation", "seed"),
     "local_epochs": ("train", "local_epochs"),
+    "precision": ("train", "precision"),
     "dataset": ("data", "dataset"),
     "partition": ("data", "partition"),
     "data_dir": ("data", "data_dir"),
@@ -89,6 +91,8 @@ CONFIG_OPTIONS = [
     click.option("--rounds", type=int, help="Communication rounds T."),
     click.option("--participation", type=float, help="Share of clients sampled per round, in (0, 1]."),
     click.option("--local-epochs", type=int, help="Local epochs E per round."),
+    click.option("--precision", type=click.Choice(PRECISIONS),
+                 help="Client compute: bf16 autocast or fp32; auto (default) is bf16 only on CPUs with native bf16."),
     click.option("--eval-every", type=int, help="Evaluate every k rounds (default 2; always after the last)."),
     click.option("--seed", type=int, help="The run seed; every random draw derives from it."),
     click.option("--dataset", help="Data source (raysim ls datasets)."),
@@ -246,11 +250,15 @@ def pretrain(out, **recipe_fields):
     """Pretrain the offline backbone on glyphs of scripts no benchmark uses (the shipped weights' recipe)."""
     from rich.console import Console
 
+    from raysim.precision import native_bf16_cpu
     from raysim.pretrain import pretrain as run_pretrain
 
     recipe = PretrainRecipe(**recipe_fields)
     command = recipe.command(out)
     console = Console(stderr=True)
+    if recipe.precision == "bf16" and not native_bf16_cpu():
+        console.print("raysim: warning: this CPU has no native bf16 (AVX-512 BF16 or AMX), so the bf16 recipe runs "
+                      "many times slower here; --precision fp32 is faster but writes a different file", highlight=False)
 
     def report(epoch, epochs, loss):
         console.print(f"epoch {epoch}/{epochs}: train loss {loss:.3f}", highlight=False)

@@ -18,6 +18,7 @@ from typing import Any, Mapping
 import yaml
 
 from raysim.errors import ConfigError, unknown_name
+from raysim.precision import PRECISIONS, native_bf16_cpu, resolve
 
 DEFAULT_TRACKING_DIR = "raysim-runs"
 
@@ -71,7 +72,9 @@ class FederationConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Local training on a client: epochs, batch size and the client optimiser."""
+    """Local training on a client: epochs, batch size, the client optimiser, and the precision of client compute
+    (``auto``: bf16 autocast where the CPU has native bf16 and the method allows it, else fp32; see
+    :mod:`raysim.precision`)."""
 
     local_epochs: int = 1
     batch_size: int = 16
@@ -79,8 +82,11 @@ class TrainConfig:
     lr: float = 3e-3
     momentum: float = 0.9
     weight_decay: float = 1e-5
+    precision: str = "auto"
 
     def __post_init__(self):
+        _check(self.precision in PRECISIONS,
+               f"train.precision={self.precision!r} is not one of {', '.join(PRECISIONS)}")
         _check(self.local_epochs >= 1, f"local_epochs={self.local_epochs} must be at least 1")
         _check(self.batch_size >= 1, f"train.batch_size={self.batch_size} must be at least 1")
         _check(self.optimizer in ("sgd", "adamw"),
@@ -391,7 +397,20 @@ def build_config(method: str, layers: list[Mapping[str, Any]]) -> Config:
                                   f"{', '.join(valid)}")
     built = {name: _build_section(cls, name, sections[name]) for name, cls in SECTIONS.items()}
     built["options"] = _build_section(method_cls.Options, method_cls.options_key, options)
+    built["train"] = _resolve_precision(method_cls, built["train"], built["resources"])
     return Config(method=method, **built)
+
+
+def _resolve_precision(method_cls, train: TrainConfig, res: ResourceConfig) -> TrainConfig:
+    """``train.precision`` made concrete on this (the driver's) machine; bf16 refused where the method needs fp32."""
+    if train.precision == "bf16" and not method_cls.mixed_precision:
+        raise ConfigError(f"{method_cls.name} needs float32 client compute ({method_cls.mixed_precision_note}); "
+                          f"use train.precision=fp32 or auto")
+    if train.precision != "auto":
+        return train
+    precision = resolve(train.precision, method_allows=method_cls.mixed_precision,
+                        on_gpu=res.gpus_per_client > 0, native_cpu=native_bf16_cpu)
+    return dataclasses.replace(train, precision=precision)
 
 
 def dump_yaml(config: Config) -> str:

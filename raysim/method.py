@@ -94,6 +94,8 @@ class Method:
     Options: ClassVar[type] = NoOptions
     needs_client_types: ClassVar[bool] = False  # evaluated per client type (FedGCR's sigma_type, cluster_acc)
     metrics: ClassVar[tuple[str, ...]] = ()  # per-round keys :meth:`diagnostics` may report (``raysim tune --metric``)
+    mixed_precision: ClassVar[bool] = True  # client compute may run under bf16 autocast (``train.precision``)
+    mixed_precision_note: ClassVar[str] = ""  # why not, where it may not (ends the error of train.precision=bf16)
 
     def __init__(self, config: Config):
         self.config = config

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from raysim.errors import ConfigError
+from raysim.precision import autocast
 from raysim.pretrain_recipe import PretrainRecipe
 
 HELD_OUT = 0.05
@@ -106,7 +107,7 @@ def pretrain(recipe: PretrainRecipe, out: str | Path, command: str = "",
             for group in optimizer.param_groups:
                 group["lr"] = _lr_at(step, total, warmup, recipe.lr)
             x = to_model_input(torch.tensor(train_x[idx.numpy()]), size, mean, std)
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=recipe.precision == "bf16"):
+            with autocast(torch.device("cpu"), recipe.precision):
                 logits = vit(x)
             loss = torch.nn.functional.cross_entropy(logits.float(), torch.tensor(train_y[idx.numpy()]),
                                                      label_smoothing=recipe.label_smoothing)

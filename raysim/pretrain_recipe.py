@@ -6,8 +6,7 @@ import shlex
 from dataclasses import dataclass, field, fields
 
 from raysim.errors import ConfigError
-
-PRECISIONS = ("bf16", "fp32")
+from raysim.precision import CONCRETE as PRECISIONS
 
 
 def _opt(default, help: str, choices: tuple[str, ...] | None = None):

@@ -42,7 +42,9 @@ def resumed_config(found: ckpt.Checkpoint, method: str | None, layers: list[Mapp
                 if section not in CHANGEABLE_SECTIONS and (section, key) not in CHANGEABLE:
                     raise ConfigError(f"{section}.{key} cannot change when resuming (the run continues its saved "
                                       f"config); only --rounds, the resource flags and checkpoint.every/keep can")
-    pinned = {"tracking": {"tracking_uri": found.tracking_uri}}
+    # checkpoints older than train.precision ran in float32; "auto" must not pick bf16 for their remaining rounds
+    saved_precision = found.config.get("train", {}).get("precision", "fp32")
+    pinned = {"tracking": {"tracking_uri": found.tracking_uri}, "train": {"precision": saved_precision}}
     config = build_config(found.method, [found.config, *layers, pinned])
     if config.federation.rounds <= found.round:
         raise ConfigError(f"run {found.run_id} has already run {found.round} of its {config.federation.rounds} "

@@ -137,6 +137,7 @@ def initial_state(config: Config, shards: ShardStore) -> tuple[GlobalState, Shar
     import torch
 
     from raysim.models.factory import build_model
+    from raysim.precision import autocast
     from raysim.runtime import pick_device
     from raysim.train import row_features
 
@@ -148,7 +149,8 @@ def initial_state(config: Config, shards: ShardStore) -> tuple[GlobalState, Shar
     device = pick_device()
     model = build_model(config, method, shards.info.num_classes).to(device)
     generator = torch.Generator().manual_seed(seeding.derive_seed(config.federation.seed, "init", 2))
-    features = row_features(method, model, shards.images, device)
+    with autocast(device, config.train.precision):
+        features = row_features(method, model, shards.images, device)
     return method.init_global(model.cpu(), generator), dataclasses.replace(shards, features=features)
 
 

@@ -13,6 +13,7 @@ import torch
 from raysim.data.shards import ClientData, ShardStore
 from raysim.method import ClientContext, ClientResult, Tensors
 from raysim.models.factory import build_model
+from raysim.precision import autocast
 from raysim.registry import get_method
 from raysim.seeding import derive_seed
 from raysim.split import RemoteEncoder
@@ -27,7 +28,10 @@ def pick_device() -> torch.device:
 
 
 def _to_cpu(tensors: Tensors | None) -> Tensors | None:
-    return None if tensors is None else {k: v.detach().cpu() for k, v in tensors.items()}
+    """Detached CPU copies; what was computed under bf16 autocast leaves the client as float32."""
+    if tensors is None:
+        return None
+    return {k: v.detach().cpu().float() if v.dtype == torch.bfloat16 else v.detach().cpu() for k, v in tensors.items()}
 
 
 class ClientRuntime:
@@ -55,7 +59,8 @@ class ClientRuntime:
         results = []
         for client_id, instructions, state in tasks:
             ctx = self._context(round, client_id, instructions)
-            result = self.method.client_update(ctx, view, state, self.shards.train(client_id))
+            with autocast(self.device, self.config.train.precision):
+                result = self.method.client_update(ctx, view, state, self.shards.train(client_id))
             result.update, result.state = _to_cpu(result.update), _to_cpu(result.state)
             results.append(result)
         return results
@@ -84,5 +89,6 @@ class ClientRuntime:
 
     def _correct(self, data: ClientData) -> np.ndarray:
         """Per-row hits of the method's inference forward with the loaded tensors."""
-        return correct_per_row(self.model, data, self.device,
-                               lambda x, rows: self.method.forward(self.model, x, data, rows))
+        with autocast(self.device, self.config.train.precision):
+            return correct_per_row(self.model, data, self.device,
+                                   lambda x, rows: self.method.forward(self.model, x, data, rows))

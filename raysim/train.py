@@ -119,5 +119,5 @@ def row_features(method, model, images: np.ndarray, device: torch.device) -> dic
         if computed is None:
             return {}
         for name, values in computed.items():
-            out.setdefault(name, []).append(values.cpu().numpy())
+            out.setdefault(name, []).append(values.float().cpu().numpy())
     return {name: np.concatenate(parts) for name, parts in out.items()}

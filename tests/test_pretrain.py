@@ -60,5 +60,5 @@ def test_recorded_command_sets_every_recipe_field():
 
 
 def test_unknown_precision_is_refused():
-    with pytest.raises(ConfigError, match="unknown precision 'fp16'; use one of bf16, fp32"):
+    with pytest.raises(ConfigError, match="unknown precision 'fp16'; use one of fp32, bf16"):
         PretrainRecipe(precision="fp16")

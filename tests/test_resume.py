@@ -3,6 +3,7 @@ that never stopped, for every registered method (and across backends)."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 
 import pytest
@@ -90,4 +91,9 @@ def test_resume_refuses_changes_that_would_change_the_numbers(ray_session, track
         resume.resumed_config(found, None, [{"federation": {"rounds": 5}}, {"train": {"lr": 0.1}}])
     with pytest.raises(ConfigError, match="is a fedvpt run, not sgpt"):
         resume.resumed_config(found, "sgpt", [])
+    assert resume.resumed_config(found, None, [{"federation": {"rounds": 5}}]).train.precision == found.config["train"]["precision"]
+    # a checkpoint written before train.precision existed ran in float32, and goes on in float32
+    older = {**found.config, "train": {k: v for k, v in found.config["train"].items() if k != "precision"}}
+    legacy = dataclasses.replace(found, config=older)
+    assert resume.resumed_config(legacy, None, [{"federation": {"rounds": 5}}]).train.precision == "fp32"
     assert resume.find(found.run_id, checkpoint_dir=str(tmp_path / "ck")).round == 3

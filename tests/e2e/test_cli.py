@@ -99,6 +99,8 @@ BAD_INPUTS = [
     (["run", "fedvz", *SYN, "fedvz.tail_blocks=-1"], "must be >= 0 (blocks kept on the client)"),
     (["run", "festa", *SYN, "festa.lr_decay=0"], "festa.lr_decay=0.0 must be in (0, 1]"),
     (["run", "ditto", *SYN, "ditto.lam=-1"], "ditto.lam=-1.0 must be >= 0"),
+    (["run", "fedvz", "--precision", "bf16"], "fedvz needs float32 client compute (SPSA's loss differences"),
+    (["run", "sgpt", "--precision", "fp16"], "'fp16' is not one of 'auto', 'fp32', 'bf16'"),
     # config files, overrides, data folders, weights, stores (FILE:... are written by the test)
     (["run", "fedvpt", "--preset", "FILE:bad.yaml:federation: {rounds: ["], "preset FILE:bad.yaml is not valid YAML"),
     (["run", "fedvpt", "--preset", "FILE:key.yaml:federation: {roundz: 3}"], "unknown key federation.roundz; valid keys"),
