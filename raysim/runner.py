@@ -221,7 +221,7 @@ def describe(config: Config, shards: ShardStore) -> str:
     where = "sequential" if res.backend == "sequential" else f"ray ({res.address or 'local'})"
     return (f"{config.method} | {data.dataset}/{data.partition} | {fed.clients} clients "
             f"({fed.clients_per_round}/round, {len(shards.unseen)} unseen) x {fed.rounds} rounds | "
-            f"{config.model.backbone} | {where} | seed {fed.seed}")
+            f"{config.model.backbone} | {config.train.precision} | {where} | seed {fed.seed}")
 
 
 def run(config: Config, *, show_progress: bool = True, console=None, resume: Checkpoint | None = None,
