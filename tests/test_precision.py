@@ -75,3 +75,12 @@ def test_bf16_autocast_runs_the_client_and_what_it_sends_is_float32(ray_session)
     assert changed  # the local steps ran in bf16 ...
     for name in changed:  # ... and stay close to float32's
         assert torch.allclose(bf16.update[name], fp32.update[name], atol=0.05), name
+
+
+def test_bf16_tensors_leave_the_client_as_float32_and_others_unchanged():
+    from raysim.runtime import _to_cpu
+
+    sent = _to_cpu({"mean": torch.tensor([1.5, -2.25], dtype=torch.bfloat16), "counts": torch.tensor([3, 4]),
+                    "exact": torch.tensor([0.1], dtype=torch.float64)})
+    assert sent["mean"].dtype == torch.float32 and sent["mean"].tolist() == [1.5, -2.25]
+    assert sent["counts"].dtype == torch.int64 and sent["exact"].dtype == torch.float64
