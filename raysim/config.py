@@ -406,8 +406,6 @@ def _resolve_precision(method_cls, train: TrainConfig, res: ResourceConfig) -> T
     if train.precision == "bf16" and not method_cls.mixed_precision:
         raise ConfigError(f"{method_cls.name} needs float32 client compute ({method_cls.mixed_precision_note}); "
                           f"use train.precision=fp32 or auto")
-    if train.precision != "auto":
-        return train
     precision = resolve(train.precision, method_allows=method_cls.mixed_precision,
                         on_gpu=res.gpus_per_client > 0, native_cpu=native_bf16_cpu)
     return dataclasses.replace(train, precision=precision)

@@ -37,6 +37,13 @@ def resolve(precision: str, *, method_allows: bool, on_gpu: bool, native_cpu: Ca
     return "bf16" if method_allows and not on_gpu and native_cpu() else "fp32"
 
 
+def full_width(tensor):
+    """``tensor`` as float32 if bf16 autocast made it bfloat16, else unchanged (integers, float64 stay as they are)."""
+    import torch
+
+    return tensor.float() if tensor.dtype == torch.bfloat16 else tensor
+
+
 def autocast(device, precision: str):
     """The context that client compute runs in: bf16 autocast on ``device``, or nothing for fp32."""
     import torch

@@ -13,7 +13,7 @@ import torch
 from raysim.data.shards import ClientData, ShardStore
 from raysim.method import ClientContext, ClientResult, Tensors
 from raysim.models.factory import build_model
-from raysim.precision import autocast
+from raysim.precision import autocast, full_width
 from raysim.registry import get_method
 from raysim.seeding import derive_seed
 from raysim.split import RemoteEncoder
@@ -31,7 +31,7 @@ def _to_cpu(tensors: Tensors | None) -> Tensors | None:
     """Detached CPU copies; what was computed under bf16 autocast leaves the client as float32."""
     if tensors is None:
         return None
-    return {k: v.detach().cpu().float() if v.dtype == torch.bfloat16 else v.detach().cpu() for k, v in tensors.items()}
+    return {k: full_width(v.detach().cpu()) for k, v in tensors.items()}
 
 
 class ClientRuntime:

@@ -10,6 +10,7 @@ import torch
 
 from raysim.data.shards import ClientData
 from raysim.models.preprocess import to_model_input
+from raysim.precision import full_width
 
 EVAL_BATCH = 256
 
@@ -119,5 +120,5 @@ def row_features(method, model, images: np.ndarray, device: torch.device) -> dic
         if computed is None:
             return {}
         for name, values in computed.items():
-            out.setdefault(name, []).append(values.float().cpu().numpy())
+            out.setdefault(name, []).append(full_width(values).cpu().numpy())
     return {name: np.concatenate(parts) for name, parts in out.items()}
