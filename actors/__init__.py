@@ -1,1 +1,2 @@
-"""Ray actor classes: the ``Coordinator`` and the ``ClientWorker`` pool (shipped as ``raysim.actors``)."""
+"""Thin ``ray.remote`` wrappers of the engine's plain classes, and the one proxy that waits on an actor (shipped as
+``raysim.actors``)."""

@@ -9,12 +9,13 @@ from dataclasses import dataclass
 
 import torch
 
-from raysim import aggregate as agg
-from raysim import fairness
+from raysim.algorithms._fairness import ReportsGlobalLoss, client_losses, with_data
 from raysim.algorithms.fedvpt import FedVPT, PromptOptions
-from raysim.errors import ConfigError
-from raysim.method import GlobalState
-from raysim.registry import register
+from raysim.core.errors import ConfigError
+from raysim.core.messages import GlobalState
+from raysim.core.registry import register
+from raysim.ops.aggregate import weighted_mean
+from raysim.ops.reweighting import afl_lambda_step
 
 LAMBDA = "afl_lambda"
 
@@ -29,23 +30,26 @@ class AFLOptions(PromptOptions):
             raise ConfigError(f"afl.lambda_lr={self.lambda_lr} must be >= 0 (0 keeps the uniform mixture)")
 
 
-@register("afl", "Agnostic FL: minimax over a client mixture lambda, projected ascent on the losses (Mohri et al. 2019)")
-class AFL(fairness.ReportsGlobalLoss, FedVPT):
-    Options = AFLOptions
-
+@register(
+    "afl",
+    "Agnostic FL: minimax over a client mixture lambda, projected ascent on the losses (Mohri et al. 2019)",
+    family="fairness",
+    options=AFLOptions,
+)
+class AFL(ReportsGlobalLoss, FedVPT):
     def init_global(self, model, generator):
         clients = self.config.federation.clients
-        return GlobalState(params=model.trainable_state(),
-                           server={LAMBDA: torch.full((clients,), 1.0 / clients, dtype=torch.float64)})
+        return GlobalState(
+            params=model.trainable_state(), server={LAMBDA: torch.full((clients,), 1.0 / clients, dtype=torch.float64)}
+        )
 
-    def aggregate(self, round, state, results):
-        results = fairness.with_data(results)
+    def aggregate(self, round, state, updates):
+        updates = with_data(updates)
         lambdas = state.server[LAMBDA]
-        clients = [r.client_id for r in results]
+        clients = [u.client_id for u in updates]
         weights = lambdas[clients]
         weights = weights if weights.sum() > 0 else torch.ones(len(clients), dtype=torch.float64)
-        params = agg.weighted_mean([r.update for r in results], weights)
-        scale = self.config.federation.trainable_clients / len(results)  # M / m: unbiased under uniform sampling
-        lambdas = fairness.afl_lambda_step(lambdas, clients, fairness.client_losses(results), self.options.lambda_lr,
-                                           scale)
+        params = weighted_mean([u.params for u in updates], weights)
+        scale = self.config.federation.trainable_clients / len(updates)  # M / m: unbiased under uniform sampling
+        lambdas = afl_lambda_step(lambdas, clients, client_losses(updates), self.options.lambda_lr, scale)
         return GlobalState(params=params, server={**state.server, LAMBDA: lambdas})

@@ -9,13 +9,14 @@ from dataclasses import dataclass, replace
 
 import torch.nn.functional as F
 
-from raysim import train
 from raysim.algorithms.fedavg import FedAvg
 from raysim.algorithms.fedprox import proximal_term
-from raysim.errors import ConfigError
-from raysim.method import ClientResult
-from raysim.registry import register
-from raysim.seeding import derive_seed
+from raysim.core import training
+from raysim.core.errors import ConfigError
+from raysim.core.messages import ClientUpdate
+from raysim.core.protocol import Personalised
+from raysim.core.registry import register
+from raysim.core.seeding import Purpose, derive_seed
 
 
 @dataclass(frozen=True)
@@ -27,25 +28,28 @@ class DittoOptions:
             raise ConfigError(f"ditto.lam={self.lam} must be >= 0 (0 trains the personal models alone)")
 
 
-@register("ditto", "Ditto: FedAvg global model + personal models pulled to it by (lambda/2)||v - w||^2 (Li et al. 2021)")
-class Ditto(FedAvg):
-    Options = DittoOptions
-
-    def client_update(self, ctx, view, client_state, data) -> ClientResult:
+@register(
+    "ditto",
+    "Ditto: FedAvg global model + personal models pulled to it by (lambda/2)||v - w||^2 (Li et al. 2021)",
+    family="personalised",
+    options=DittoOptions,
+)
+class Ditto(Personalised, FedAvg):
+    def client_update(self, ctx, broadcast, client_state, data) -> ClientUpdate:
         """The global model's local update (sent), then the personal model's (kept as the client's state)."""
-        result = super().client_update(ctx, view, None, data)
-        model = ctx.model
-        model.load_trainable(view if client_state is None else client_state)
-        personal_ctx = replace(ctx, seed=derive_seed(ctx.seed, "block", 1))  # its own batch order
+        update = super().client_update(ctx, broadcast, None, data)
+        model, anchor = ctx.model, broadcast.params
+        model.load_trainable(anchor if client_state is None else client_state)
+        personal_ctx = replace(ctx, seed=derive_seed(ctx.seed, Purpose.BLOCK, 1))  # its own batch order
 
         def objective(x, y, rows):
-            trained = {n: p for n, p in model.named_parameters() if n in view}
-            return F.cross_entropy(model(x), y) + 0.5 * self.options.lam * proximal_term(trained, view)
+            trained = {n: p for n, p in model.named_parameters() if n in anchor}
+            return F.cross_entropy(model(x), y) + 0.5 * self.options.lam * proximal_term(trained, anchor)
 
-        personal = train.local_train(personal_ctx, data, objective)
-        result.stats["personal_loss"] = personal["train_loss"]
-        result.state = model.trainable_state()
-        return result
+        personal = training.local_train(personal_ctx, data, objective)
+        update.metrics["personal_loss"] = personal["train_loss"]
+        update.state = model.trainable_state()
+        return update
 
-    def eval_view(self, view, client_state):
-        return view if client_state is None else client_state
+    def eval_params(self, params, client_state):
+        return params if client_state is None else client_state

@@ -1,12 +1,50 @@
-"""FedAvg with full fine-tuning (McMahan et al., AISTATS 2017): every backbone weight and the head train
-and are communicated. The heavy baseline that prompt tuning is compared against in SGPT/FGPT."""
+"""FedAvg (McMahan et al., "Communication-Efficient Learning of Deep Networks from Decentralized Data", AISTATS
+2017): the core hooks every other method starts from. Clients train the model's trainable tensors from the
+global ones with the local objective (:meth:`FedAvg.loss`, cross-entropy) and the server takes their
+sample-weighted mean, sum_i N_i w_i / N.
 
-from raysim.method import Method
+Registered as ``fedavg`` with full fine-tuning (every backbone weight and the head train and are communicated):
+the heavy baseline prompt tuning is compared against in SGPT/FGPT. Subclasses change what trains (:meth:`parts`)
+and, where their paper says so, the objective, the broadcast or the server step.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from raysim.core import training
+from raysim.core.messages import Broadcast, ClientUpdate, GlobalState
+from raysim.core.protocol import ClientContext, Method, ModelParts
+from raysim.core.registry import register
 from raysim.models.prompted import PromptSpec
-from raysim.registry import register
+from raysim.ops.aggregate import weighted_mean
 
 
-@register("fedavg", "FedAvg, full fine-tuning of backbone + head (McMahan et al. 2017)")
+@register("fedavg", "FedAvg, full fine-tuning of backbone + head (McMahan et al. 2017)", family="global")
 class FedAvg(Method):
-    def prompt_spec(self, depth: int) -> PromptSpec:
-        return PromptSpec(train_backbone=True)
+    def parts(self, vit, generator) -> ModelParts:
+        return ModelParts(PromptSpec(train_backbone=True))
+
+    def init_global(self, model, generator) -> GlobalState:
+        """The worker model's trainable tensors (it is built from the run seed)."""
+        return GlobalState(params=model.trainable_state())
+
+    def configure(self, round, state, client_ids) -> Broadcast:
+        return Broadcast(state.params)
+
+    def client_update(self, ctx: ClientContext, broadcast: Broadcast, client_state, data) -> ClientUpdate:
+        """E local epochs on the trainable tensors from the broadcast ones; sends the trained tensors."""
+        ctx.model.load_trainable(broadcast.params)
+        metrics = training.local_train(ctx, data, lambda x, y, rows: self.loss(ctx, ctx.model(x), y, broadcast))
+        return ClientUpdate(ctx.client_id, len(data), ctx.model.trainable_state(), metrics=metrics)
+
+    def loss(
+        self, ctx: ClientContext, logits: torch.Tensor, labels: torch.Tensor, broadcast: Broadcast
+    ) -> torch.Tensor:
+        """The local objective (template hook); cross-entropy."""
+        return torch.nn.functional.cross_entropy(logits, labels)
+
+    def aggregate(self, round, state, updates) -> GlobalState:
+        """Sample-weighted mean (N_i / N) of the clients' tensors."""
+        params = weighted_mean([u.params for u in updates], [u.num_samples for u in updates])
+        return GlobalState(params=params, server=state.server)

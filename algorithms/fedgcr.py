@@ -12,8 +12,8 @@ rows' representations from its last local epoch) between participations; z0 come
 received parameters. A client that first takes part after round 1 has no cluster id yet and trains on CE
 alone that round. FedGR: weights ~ omega_ij (L_ij^(1-beta) Lbar_i^beta)^(q+1), beta = delta (1 - gamma^(r-1)),
 L_ij the client's local objective of Eq. 2, its empirical cross-entropy risk (mean over the last local epoch;
-the contrastive terms, unbounded with the paper's dot products, are left out so they cannot swamp the weights). Without GC-Net (``fedgr``), h_tilde is the class-balanced mean of the
-frozen class token.
+the contrastive terms, unbounded with the paper's dot products, are left out so they cannot swamp the weights).
+Without GC-Net (``fedgr``), h_tilde is the class-balanced mean of the frozen class token.
 """
 
 from __future__ import annotations
@@ -24,20 +24,24 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from raysim import aggregate as agg
-from raysim import fairness, train
-from raysim import group_custom as gc
-from raysim.errors import ConfigError
-from raysim.method import ClientResult, GlobalState, Method
+from raysim.algorithms import _group_custom as gc
+from raysim.algorithms._fairness import client_losses, with_data
+from raysim.algorithms.fedavg import FedAvg
+from raysim.core import training
+from raysim.core.errors import ConfigError
+from raysim.core.messages import Broadcast, ClientUpdate, GlobalState
+from raysim.core.protocol import CachesRowFeatures, Diagnostics, ModelParts, SendsExtras
+from raysim.core.registry import register
+from raysim.core.seeding import Purpose, derive_seed
 from raysim.models.prompted import PromptSlot, PromptSpec
-from raysim.registry import register
-from raysim.seeding import derive_seed
+from raysim.ops import contrastive, reweighting
+from raysim.ops.aggregate import weighted_mean
 
-REPR, CENTRES, CLUSTER = "client_repr", "gc_centres", "gc_cluster"  # update / view / instruction
+REPR, CENTRES, CLUSTER = "client_repr", "gc_centres", "gc_cluster"  # update extra / broadcast extra / instruction
 CLUSTER_OF, LATEST = "cluster_of", "latest_repr"  # server state: every client's cluster (-1: none) and h_tilde
 FITTED = "centres_fitted"  # server state: how many rows of the centres the last fit made (< T' if fewer clients)
 SLOT = "customized"
-CE = "train_ce"  # stats: mean cross-entropy of the last local epoch, the L_ij that FedGR weighs (Eq. 2-3)
+CE = "train_ce"  # metrics: mean cross-entropy of the last local epoch, the L_ij that FedGR weighs (Eq. 2-3)
 COVARIANCES = ("full", "tied", "diag", "spherical")
 
 
@@ -69,25 +73,37 @@ class FedGCROptions:
             raise ConfigError(f"fedgcr.clusters={self.clusters} must be at least 1 (T', the number of clusters)")
         for name in ("delta", "gamma"):
             if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ConfigError(f"fedgcr.{name}={getattr(self, name)} must be in [0, 1] (beta = delta (1 - gamma^(r-1)) "
-                                  f"must stay in [0, 1])")
+                raise ConfigError(
+                    f"fedgcr.{name}={getattr(self, name)} must be in [0, 1] (beta = delta (1 - gamma^(r-1)) "
+                    f"must stay in [0, 1])"
+                )
         if self.q < 0:
             raise ConfigError(f"fedgcr.q={self.q} must be >= 0")
         if self.tau <= 0 or self.lambda1 < 0 or self.lambda2 < 0:
             raise ConfigError("fedgcr.tau must be > 0 and fedgcr.lambda1, fedgcr.lambda2 >= 0")
-        for name, value, valid in (("contrast", self.contrast, ("paper", "code")),
-                                   ("reweighting", self.reweighting, ("paper", "code")),
-                                   ("covariance", self.covariance, COVARIANCES)):
+        for name, value, valid in (
+            ("contrast", self.contrast, ("paper", "code")),
+            ("reweighting", self.reweighting, ("paper", "code")),
+            ("covariance", self.covariance, COVARIANCES),
+        ):
             if value not in valid:
                 raise ConfigError(f"fedgcr.{name}={value!r} is not one of {', '.join(valid)}")
 
 
-@register("fedgcr", "group customisation (GC-Net prompts, l_GC, l_RA) + group reweighting by GMM clusters (AAAI 2024)")
-class FedGCR(Method):
-    Options = FedGCROptions
-    options_key = "fedgcr"
-    needs_client_types = True
-    metrics = ("clusters_used", "cluster_acc")
+TYPED = {"data": {"partition": "domains"}, "fedgcr": {"clusters": 2}}  # the smoke tests' 3 clients a round: T' 2
+METRICS = ("clusters_used", "cluster_acc")
+
+
+@register(
+    "fedgcr",
+    "group customisation (GC-Net prompts, l_GC, l_RA) + group reweighting by GMM clusters (AAAI 2024)",
+    family="domain",
+    options=FedGCROptions,
+    metrics=METRICS,
+    needs_client_types=True,
+    smoke=TYPED,
+)
+class FedGCR(CachesRowFeatures, SendsExtras, Diagnostics, FedAvg):
     customize: ClassVar[bool] = True
     reweight: ClassVar[bool] = True
 
@@ -95,41 +111,48 @@ class FedGCR(Method):
         super().__init__(config)
         per_round = config.federation.clients_per_round
         if self.options.clusters > per_round:
-            raise ConfigError(f"fedgcr.clusters={self.options.clusters} (T') is more than the {per_round} clients "
-                              f"taking part each round; lower it or raise --participation")
+            raise ConfigError(
+                f"fedgcr.clusters={self.options.clusters} (T') is more than the {per_round} clients "
+                f"taking part each round; lower it or raise --participation"
+            )
 
     @property
     def kind(self) -> str:
         return "cosine" if self.options.contrast == "code" else "dot"
 
-    def prompt_spec(self, depth: int) -> PromptSpec:
+    def parts(self, vit, generator) -> ModelParts:
         n = self.options.prompts
-        if self.customize:
-            return PromptSpec(slots=(PromptSlot(SLOT, (0,), length=n, dynamic=True),), head_pooling="cls")
-        return PromptSpec(slots=(PromptSlot("shallow", (0,), length=n, init="normal"),), head_pooling="cls")
-
-    def extra_parameters(self, vit, generator):
         if not self.customize:
-            return {}
+            return ModelParts(
+                PromptSpec(slots=(PromptSlot("shallow", (0,), length=n, init="normal"),), head_pooling="cls")
+            )
         params = gc.gc_net_parameters(vit.embed_dim, generator)
-        params["global_prompts"] = 0.02 * torch.randn(self.options.prompts, vit.embed_dim, generator=generator)
-        return {name: torch.nn.Parameter(value) for name, value in params.items()}
+        params["global_prompts"] = 0.02 * torch.randn(n, vit.embed_dim, generator=generator)
+        spec = PromptSpec(slots=(PromptSlot(SLOT, (0,), length=n, dynamic=True),), head_pooling="cls")
+        return ModelParts(spec, {name: torch.nn.Parameter(value) for name, value in params.items()})
 
     def row_features(self, model, x):
         return {"cls": gc.frozen_cls(model.vit, x)}
 
+    def uplink_extras(self, state) -> dict[str, tuple[int, ...]]:
+        return {REPR: tuple(state.server[LATEST].shape[1:])}
+
     def init_global(self, model, generator) -> GlobalState:
         clients, dim = self.config.federation.clients, model.vit.embed_dim
-        server = {CLUSTER_OF: torch.full((clients,), -1, dtype=torch.int64), LATEST: torch.zeros(clients, dim),
-                  CENTRES: torch.zeros(self.options.clusters, dim), FITTED: torch.tensor(0)}
+        server = {
+            CLUSTER_OF: torch.full((clients,), -1, dtype=torch.int64),
+            LATEST: torch.zeros(clients, dim),
+            CENTRES: torch.zeros(self.options.clusters, dim),
+            FITTED: torch.tensor(0),
+        }
         return GlobalState(params=model.trainable_state(), server=server)
 
-    def configure(self, round, state, client_ids):
+    def configure(self, round, state, client_ids) -> Broadcast:
         if not self.customize or round == 1:
-            return state.params, {}
+            return Broadcast(state.params)
         cluster_of = state.server[CLUSTER_OF]
         instructions = {c: {CLUSTER: cluster_of[c].clone()} for c in client_ids if cluster_of[c] >= 0}
-        return {**state.params, CENTRES: state.server[CENTRES][: int(state.server[FITTED])]}, instructions
+        return Broadcast(state.params, {CENTRES: state.server[CENTRES][: int(state.server[FITTED])]}, instructions)
 
     # client ------------------------------------------------------------------------------------------------
 
@@ -140,7 +163,7 @@ class FedGCR(Method):
         tokens, slices = model.forward_features(x, {SLOT: prompts[:, None]})
         return model.forward_head(tokens, slices), tokens[:, 0], h
 
-    def forward(self, model, x, data, rows):
+    def predict(self, model, x, data, rows):
         if not self.customize:
             return model(x)
         return self.customized(model, x, self._cls(data, rows, x.device))[0]
@@ -149,21 +172,26 @@ class FedGCR(Method):
     def _cls(data, rows, device) -> torch.Tensor:
         return torch.as_tensor(data.features["cls"][rows]).to(device)
 
-    def client_update(self, ctx, view, client_state, data) -> ClientResult:
+    def client_update(self, ctx, broadcast, client_state, data) -> ClientUpdate:
         model, device = ctx.model, ctx.device
-        model.load_trainable({k: view[k] for k in model.trainable_names()})
+        model.load_trainable(broadcast.params)
         labels = torch.tensor(data.labels)  # a copy: the shard block is read-only
         if not self.customize:
-            result = super().client_update(ctx, view, client_state, data)
-            result.stats[CE] = result.stats["train_loss"]
-            result.update[REPR] = gc.class_balanced_mean(torch.tensor(data.features["cls"]), labels)
-            return result
+            update = super().client_update(ctx, broadcast, client_state, data)
+            update.metrics[CE] = update.metrics["train_loss"]
+            cls = torch.tensor(data.features["cls"])
+            update.extras[REPR] = (
+                contrastive.class_balanced_mean(cls, labels) if len(data) else torch.zeros(cls.shape[1])
+            )
+            return update
         o = self.options
-        centres = view.get(CENTRES)
+        centres = broadcast.extras.get(CENTRES)
         cluster = int(ctx.instructions[CLUSTER]) if CLUSTER in ctx.instructions else None
         contrast = centres is not None and cluster is not None and len(data) > 0
         h_prev = client_state["h_prev"].to(device) if client_state else None
-        z_prev = client_state["z_prev"].to(device) if client_state and len(client_state["z_prev"]) == len(data) else None
+        z_prev = (
+            client_state["z_prev"].to(device) if client_state and len(client_state["z_prev"]) == len(data) else None
+        )
         align = contrast and z_prev is not None and o.lambda2 > 0
         z0 = self._representations(model, data, device) if align else None
         z_last = torch.zeros(len(data), model.vit.embed_dim, device=device)
@@ -176,53 +204,57 @@ class FedGCR(Method):
             loss = torch.nn.functional.cross_entropy(logits, y)
             ce_steps.append(loss.item())
             if contrast:
-                loss = loss + o.lambda1 * gc.gc_loss(h, centres.to(device), cluster, h_prev, o.tau, self.kind)
+                loss = loss + o.lambda1 * contrastive.gc_loss(h, centres.to(device), cluster, h_prev, o.tau, self.kind)
             if align:
-                loss = loss + o.lambda2 * gc.ra_loss(z, z0[rows], z_prev[rows], ra_tau, self.kind)
+                loss = loss + o.lambda2 * contrastive.ra_loss(z, z0[rows], z_prev[rows], ra_tau, self.kind)
             return loss
 
-        stats = train.local_train(ctx, data, objective)
+        metrics = training.local_train(ctx, data, objective)
         per_epoch = -(-len(data) // self.config.train.batch_size)
-        stats[CE] = float(np.mean(ce_steps[-per_epoch:])) if ce_steps else float("nan")
-        update = model.trainable_state()
+        metrics[CE] = float(np.mean(ce_steps[-per_epoch:])) if ce_steps else float("nan")
         with torch.no_grad():
-            h_tilde = gc.class_balanced_mean(gc.gc_net(model.extra, self._cls(data, slice(None), device)).cpu(), labels) \
-                if len(data) else torch.zeros(model.vit.embed_dim)
-        update[REPR] = h_tilde
-        return ClientResult(ctx.client_id, len(data), update, stats, state={"h_prev": h_tilde, "z_prev": z_last.cpu()})
+            h = gc.gc_net(model.extra, self._cls(data, slice(None), device)).cpu()
+            h_tilde = contrastive.class_balanced_mean(h, labels) if len(data) else torch.zeros(model.vit.embed_dim)
+        return ClientUpdate(
+            ctx.client_id,
+            len(data),
+            model.trainable_state(),
+            {REPR: h_tilde},
+            metrics,
+            state={"h_prev": h_tilde, "z_prev": z_last.cpu()},
+        )
 
     @torch.no_grad()
     def _representations(self, model, data, device) -> torch.Tensor:
         """z0: every row's class token under the received parameters (one pass before training)."""
         parts = []
-        for start in range(0, len(data), train.EVAL_BATCH):
-            rows = np.arange(start, min(start + train.EVAL_BATCH, len(data)))
-            x = train.model_inputs(model, data.images[rows], device)
+        for start in range(0, len(data), training.EVAL_BATCH):
+            rows = np.arange(start, min(start + training.EVAL_BATCH, len(data)))
+            x = training.model_inputs(model, data.images[rows], device)
             parts.append(self.customized(model, x, self._cls(data, rows, device))[1])
         return torch.cat(parts)
 
     # server ------------------------------------------------------------------------------------------------
 
-    def aggregate(self, round, state, results) -> GlobalState:
+    def aggregate(self, round, state, updates) -> GlobalState:
         o = self.options
-        results = fairness.with_data(results)
-        clients = [r.client_id for r in results]
-        reps = torch.stack([r.update[REPR] for r in results]).float()
+        updates = with_data(updates)
+        clients = [u.client_id for u in updates]
+        reps = torch.stack([u.extras[REPR] for u in updates]).float()
         latest = state.server[LATEST].clone()
         latest[clients] = reps
         known = torch.nonzero(state.server[CLUSTER_OF] >= 0).flatten().tolist()
         known = sorted(set(known) | set(clients))
-        clusters = min(o.clusters, len(results))  # fewer when some sampled clients had no data
-        seed = derive_seed(self.config.federation.seed, "cluster") % 2**32  # one per run: same h_tilde, same fit
+        clusters = min(o.clusters, len(updates))  # fewer when some sampled clients had no data
+        seed = derive_seed(self.config.federation.seed, Purpose.CLUSTER) % 2**32  # one per run: same h_tilde, same fit
         labels, centres, mixture = gc.cluster_clients(reps.numpy(), clusters, seed, o.covariance)
         cluster_of = state.server[CLUSTER_OF].clone()
         cluster_of[known] = torch.as_tensor(mixture.predict(latest[known].double().numpy()), dtype=torch.int64)
         cluster_of[clients] = torch.as_tensor(labels, dtype=torch.int64)
         new_centres = state.server[CENTRES].clone()
         new_centres[:clusters] = torch.as_tensor(centres, dtype=new_centres.dtype)
-        weights = self.aggregation_weights(round, fairness.client_losses(results, CE),
-                                           [r.num_samples for r in results], labels)
-        params = agg.weighted_mean([{k: v for k, v in r.update.items() if k != REPR} for r in results], weights)
+        weights = self.aggregation_weights(round, client_losses(updates, CE), [u.num_samples for u in updates], labels)
+        params = weighted_mean([u.params for u in updates], weights)
         server = {CLUSTER_OF: cluster_of, LATEST: latest, CENTRES: new_centres, FITTED: torch.tensor(clusters)}
         return GlobalState(params=params, server=server)
 
@@ -231,25 +263,41 @@ class FedGCR(Method):
         o = self.options
         if not self.reweight:
             return list(sizes)
-        beta = o.delta if o.reweighting == "code" else fairness.fedgr_beta(round, o.delta, o.gamma)
-        return fairness.fedgr_weights(losses, sizes, clusters, beta, o.q, o.reweighting, round)
+        beta = o.delta if o.reweighting == "code" else reweighting.fedgr_beta(round, o.delta, o.gamma)
+        return reweighting.fedgr_weights(losses, sizes, clusters, beta, o.q, o.reweighting, round)
 
-    def diagnostics(self, round, state, results, shards, evaluated):
+    def diagnostics(self, round, state, updates, shards, evaluated):
         cluster_of = state.server[CLUSTER_OF].numpy()
-        clients = [r.client_id for r in results if r.num_samples > 0]
+        clients = [u.client_id for u in updates if u.num_samples > 0]
         metrics = {"clusters_used": float(len(np.unique(cluster_of[clients]))) if clients else 0.0}
         if shards.client_domain is not None and clients:
             metrics["cluster_acc"] = gc.cluster_accuracy(cluster_of[clients], shards.client_domain[clients])
         return metrics, {"round": round, "clusters": {str(c): int(cluster_of[c]) for c in clients}}
 
 
-@register("fedgc", "FedGCR's group customisation alone: GC-Net prompts, l_GC, l_RA, FedAvg aggregation (ablation)")
+@register(
+    "fedgc",
+    "FedGCR's group customisation alone: GC-Net prompts, l_GC, l_RA, FedAvg aggregation (ablation)",
+    family="domain",
+    options=FedGCROptions,
+    options_key="fedgcr",
+    metrics=METRICS,
+    needs_client_types=True,
+    smoke=TYPED,
+)
 class FedGC(FedGCR):
-    options_key = "fedgcr"
     reweight = False
 
 
-@register("fedgr", "FedGCR's group reweighting alone: plain prompts, loss-reweighted aggregation by GMM clusters (ablation)")
+@register(
+    "fedgr",
+    "FedGCR's group reweighting alone: plain prompts, loss-reweighted aggregation by GMM clusters (ablation)",
+    family="domain",
+    options=FedGCROptions,
+    options_key="fedgcr",
+    metrics=METRICS,
+    needs_client_types=True,
+    smoke=TYPED,
+)
 class FedGR(FedGCR):
-    options_key = "fedgcr"
     customize = False

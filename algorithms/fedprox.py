@@ -6,8 +6,8 @@ from dataclasses import dataclass
 import torch
 
 from raysim.algorithms.fedvpt import FedVPT, PromptOptions
-from raysim.errors import ConfigError
-from raysim.registry import register
+from raysim.core.errors import ConfigError
+from raysim.core.registry import register
 
 
 @dataclass(frozen=True)
@@ -25,11 +25,15 @@ def proximal_term(params: dict[str, torch.Tensor], anchor: dict[str, torch.Tenso
     return sum(((p - anchor[name].to(p.device)) ** 2).sum() for name, p in params.items())
 
 
-@register("fedprox", "FedProx on prompts + head: local loss + (mu/2)||w - w_global||^2 (Li et al. 2020)")
+@register(
+    "fedprox",
+    "FedProx on prompts + head: local loss + (mu/2)||w - w_global||^2 (Li et al. 2020)",
+    family="global",
+    options=ProxOptions,
+)
 class FedProx(FedVPT):
-    Options = ProxOptions
-
-    def loss(self, ctx, logits, labels, view):
-        trained = {n: p for n, p in ctx.model.named_parameters() if n in view}
+    def loss(self, ctx, logits, labels, broadcast):
+        anchor = broadcast.params
+        trained = {n: p for n, p in ctx.model.named_parameters() if n in anchor}
         ce = torch.nn.functional.cross_entropy(logits, labels)
-        return ce + 0.5 * self.options.mu * proximal_term(trained, view)
+        return ce + 0.5 * self.options.mu * proximal_term(trained, anchor)

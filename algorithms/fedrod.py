@@ -14,10 +14,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from raysim import train
 from raysim.algorithms.fedavg import FedAvg
-from raysim.method import ClientResult
-from raysim.registry import register
+from raysim.core import training
+from raysim.core.messages import ClientUpdate
+from raysim.core.protocol import Personalised
+from raysim.core.registry import register
 
 HEAD = ("vit.head.weight", "vit.head.bias")
 PERSONAL = ("rod.weight", "rod.bias")
@@ -29,13 +30,20 @@ def balanced_softmax_loss(logits: torch.Tensor, labels: torch.Tensor, class_coun
     return F.cross_entropy(logits + prior.to(logits), labels)
 
 
-@register("fedrod", "Fed-RoD: generic model on the balanced softmax loss + a personal linear head (Chen & Chao 2022)")
-class FedRoD(FedAvg):
-    def client_update(self, ctx, view, client_state, data) -> ClientResult:
-        model = ctx.model
+@register(
+    "fedrod",
+    "Fed-RoD: generic model on the balanced softmax loss + a personal linear head (Chen & Chao 2022)",
+    family="personalised",
+)
+class FedRoD(Personalised, FedAvg):
+    def client_update(self, ctx, broadcast, client_state, data) -> ClientUpdate:
+        model, view = ctx.model, broadcast.params
         model.load_trainable(view)
-        weight, bias = (torch.zeros_like(view[h]) for h in HEAD) if client_state is None else \
-            (client_state[p].clone() for p in PERSONAL)
+        weight, bias = (
+            (torch.zeros_like(view[h]) for h in HEAD)
+            if client_state is None
+            else (client_state[p].clone() for p in PERSONAL)
+        )
         personal = (weight.to(ctx.device).requires_grad_(True), bias.to(ctx.device).requires_grad_(True))
         counts = torch.from_numpy(np.bincount(data.labels, minlength=view[HEAD[1]].shape[0])).double()
 
@@ -45,11 +53,11 @@ class FedRoD(FedAvg):
             mine = F.linear(features.detach(), *personal)
             return balanced_softmax_loss(generic, y, counts) + F.cross_entropy(generic.detach() + mine, y)
 
-        stats = train.local_train(ctx, data, objective, extra=personal)
+        metrics = training.local_train(ctx, data, objective, extra=personal)
         state = {name: t.detach().cpu().clone() for name, t in zip(PERSONAL, personal)}
-        return ClientResult(ctx.client_id, len(data), model.trainable_state(), stats, state=state)
+        return ClientUpdate(ctx.client_id, len(data), model.trainable_state(), metrics=metrics, state=state)
 
-    def eval_view(self, view, client_state):
+    def eval_params(self, view, client_state):
         """The generic model with the head g + p."""
         if client_state is None:
             return view

@@ -29,13 +29,17 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from raysim import aggregate as agg
-from raysim import split, train
-from raysim.errors import ConfigError
-from raysim.method import ClientResult, GlobalState, Method
+from raysim.algorithms import _split as split
+from raysim.algorithms.fedavg import FedAvg
+from raysim.core import training
+from raysim.core.errors import ConfigError
+from raysim.core.messages import ClientUpdate, GlobalState
+from raysim.core.protocol import Diagnostics, ModelParts, Personalised, SplitLearning
+from raysim.core.registry import register
+from raysim.core.seeding import Purpose, derive_seed
 from raysim.models.prompted import PromptSpec
-from raysim.registry import register
-from raysim.seeding import derive_seed
+from raysim.ops.aggregate import tensor_bytes, weighted_mean
+from raysim.ops.spsa import spsa_coefficient
 
 SPSA = "spsa_coefficient"
 
@@ -52,8 +56,11 @@ class SplitOptions:
     decay_every: int = 100
 
     def __post_init__(self):
-        _check(self.head_blocks >= 0 and self.tail_blocks >= 0,
-               f"head_blocks={self.head_blocks} and tail_blocks={self.tail_blocks} must be >= 0 (blocks kept on the client)")
+        _check(
+            self.head_blocks >= 0 and self.tail_blocks >= 0,
+            f"head_blocks={self.head_blocks} and tail_blocks={self.tail_blocks} must be >= 0 "
+            "(blocks kept on the client)",
+        )
         _check(self.fedround >= 1, f"fedround={self.fedround} must be at least 1 (rounds between head/tail averaging)")
         _check(self.lr_server >= 0, f"lr_server={self.lr_server} must be >= 0 (0 freezes the encoder)")
         _check(0 < self.lr_decay <= 1, f"lr_decay={self.lr_decay} must be in (0, 1] (1 keeps lr_server constant)")
@@ -81,24 +88,50 @@ def server_lr(options: SplitOptions, round: int) -> float:
     return options.lr_server * options.lr_decay ** ((round - 1) // options.decay_every)
 
 
-@register("fedv", "split learning: client head/tail, server encoder stepped by the true gradient (FedV)")
-class FedV(Method):
-    Options = SplitOptions
-    metrics = ("lr_server", "server_compute_s", "server_concurrency", "client_compute_s", "transfer_s",
-               *(f"bytes_{kind}" for kind in split.KINDS))
-    mixed_precision = False
-    mixed_precision_note = "the encoder server computes in float32 and byte counts assume float32 activations"
+FP32_REASON = "the encoder server computes in float32 and byte counts assume float32 activations"
+METRICS = (
+    "lr_server",
+    "server_compute_s",
+    "server_concurrency",
+    "client_compute_s",
+    "transfer_s",
+    *(f"bytes_{kind}" for kind in split.KINDS),
+)
+
+
+def smoke(key: str) -> dict:
+    """The smoke tests' 3 rounds: heads and tails averaged every 2."""
+    return {key: {"fedround": 2}}
+
+
+@register(
+    "fedv",
+    "split learning: client head/tail, server encoder stepped by the true gradient (FedV)",
+    family="split",
+    options=SplitOptions,
+    metrics=METRICS,
+    bf16=False,
+    fp32_reason=FP32_REASON,
+    smoke=smoke("fedv"),
+)
+class FedV(SplitLearning, Personalised, Diagnostics, FedAvg):
+    server_class = split.EncoderServer
 
     def server_segment(self, depth: int) -> tuple[int, int]:
         head, tail = self.options.head_blocks, self.options.tail_blocks
         if head + tail >= depth:
-            raise ConfigError(f"{self.options_key}.head_blocks={head} + tail_blocks={tail} leave the server none of the "
-                              f"backbone's {depth} blocks; keep head_blocks + tail_blocks <= {depth - 1}")
+            raise ConfigError(
+                f"{self.info.options_key}.head_blocks={head} + tail_blocks={tail} leave the server none of the "
+                f"backbone's {depth} blocks; keep head_blocks + tail_blocks <= {depth - 1}"
+            )
         return head, depth - tail
 
-    def prompt_spec(self, depth: int) -> PromptSpec:
-        self.server_segment(depth)  # a bad split point fails here, before the run starts
-        return PromptSpec(train_backbone=True)
+    def client_stand_in(self) -> split.RemoteEncoder:
+        return split.RemoteEncoder(None)
+
+    def parts(self, vit, generator) -> ModelParts:
+        self.server_segment(len(vit.blocks))  # a bad split point fails here, before the run starts
+        return ModelParts(PromptSpec(train_backbone=True))
 
     def init_global(self, model, generator) -> GlobalState:
         """The shared head and tail (``params``) and the encoder (``server``, ``encoder.*``) from the built model."""
@@ -112,13 +145,13 @@ class FedV(Method):
                 params[name] = tensor
         return GlobalState(params=params, server=encoder)
 
-    def client_update(self, ctx, view, client_state, data) -> ClientResult:
+    def client_update(self, ctx, broadcast, client_state, data) -> ClientUpdate:
         """Local steps through the server from the client's own head and tail (the average after a ``fedround``)."""
-        model = ctx.model
+        model, view = ctx.model, broadcast.params
         model.load_trainable(view if client_state is None else client_state)
         remote = split.remote_encoder(model)
         remote.begin(ctx.client_id)
-        last = train.steps_per_round(len(data), ctx.config.train)
+        last = training.steps_per_round(len(data), ctx.config.train)
         steps, extra = itertools.count(1), {}
 
         def objective(x, y, rows):
@@ -126,59 +159,68 @@ class FedV(Method):
                 extra.update(self.last_step(ctx, remote, x, y))
             return F.cross_entropy(model(x), y)
 
-        stats = train.local_train(ctx, data, objective)
+        metrics = training.local_train(ctx, data, objective)
         tensors = model.trainable_state()
         counters = remote.counters
-        counters["bytes_down_params"] = float(agg.tensor_bytes(view)) if client_state is None else 0.0
-        counters["bytes_up_params"] = float(agg.tensor_bytes(tensors)) if ctx.round % self.options.fedround == 0 else 0.0
-        return ClientResult(ctx.client_id, len(data), tensors, {**stats, **counters, **extra}, state=tensors)
+        counters["bytes_down_params"] = float(tensor_bytes(view)) if client_state is None else 0.0
+        counters["bytes_up_params"] = float(tensor_bytes(tensors)) if ctx.round % self.options.fedround == 0 else 0.0
+        return ClientUpdate(ctx.client_id, len(data), tensors, metrics={**metrics, **counters, **extra}, state=tensors)
 
     def last_step(self, ctx, remote, x, y) -> dict[str, float]:
         """FedV: the last step's backward leaves its (smashed features, gradient) pair on the server."""
         remote.keep_next_backward = True
         return {}
 
-    def update_server(self, round, server, results) -> dict[str, float]:
+    def update_server(self, round, server, updates) -> dict[str, float]:
         lr = server_lr(self.options, round)
-        server.step_gradient([r.client_id for r in results if r.stats.get("steps", 0) > 0], lr)
+        server.step_gradient([u.client_id for u in updates if u.metrics.get("steps", 0) > 0], lr)
         return server_metrics(server, lr)
 
-    def aggregate(self, round, state, results) -> GlobalState:
+    def aggregate(self, round, state, updates) -> GlobalState:
         """Every ``fedround`` rounds: the unweighted mean (1/m, Algorithm 1 line 21) of the heads and tails."""
         if round % self.options.fedround:
             return state
-        trained = [r.update for r in results if r.num_samples > 0]
-        return GlobalState(params=agg.weighted_mean(trained, [1.0] * len(trained)), server=state.server)
+        trained = [u.params for u in updates if u.num_samples > 0]
+        return GlobalState(params=weighted_mean(trained, [1.0] * len(trained)), server=state.server)
 
     def resets_client_states(self, round: int) -> bool:
         return round % self.options.fedround == 0
 
-    def eval_view(self, view, client_state):
-        return view if client_state is None else client_state
+    def eval_params(self, params, client_state):
+        return params if client_state is None else client_state
 
-    def traffic(self, round, view, instructions, sampled, received) -> tuple[float, float]:
+    def traffic(self, round, broadcast, sampled, received) -> tuple[float, float]:
         """What crossed the cut: activations, gradients, SPSA outputs and scalars, heads and tails when sent."""
+
         def total(way: str) -> float:
-            return float(sum(r.stats.get(f"bytes_{way}_{kind}", 0.0) for r in received for kind in split.KINDS))
+            return float(sum(u.metrics.get(f"bytes_{way}_{kind}", 0.0) for u in received for kind in split.KINDS))
 
         return total("down"), total("up")
 
-    def diagnostics(self, round, state, results, shards, evaluated):
+    def diagnostics(self, round, state, updates, shards, evaluated):
         """Bytes per kind (both ways), and client compute vs time waiting on the server net of its compute."""
-        stats = [r.stats for r in results]
-        metrics = {f"bytes_{kind}": float(sum(s.get(f"bytes_{way}_{kind}", 0.0) for s in stats for way in ("up", "down")))
-                   for kind in split.KINDS}
+        stats = [u.metrics for u in updates]
+        metrics = {
+            f"bytes_{kind}": float(sum(s.get(f"bytes_{way}_{kind}", 0.0) for s in stats for way in ("up", "down")))
+            for kind in split.KINDS
+        }
         wait = sum(s.get("server_wait_s", 0.0) for s in stats)
         metrics["client_compute_s"] = sum(s.get("compute_s", 0.0) for s in stats) - wait
         metrics["transfer_s"] = max(0.0, wait - sum(s.get("server_compute_s", 0.0) for s in stats))
         return metrics, {}
 
 
-@register("fedvz", "split learning with a zeroth-order server: SPSA from two perturbed forwards (FedVZ)")
+@register(
+    "fedvz",
+    "split learning with a zeroth-order server: SPSA from two perturbed forwards (FedVZ)",
+    family="split",
+    options=SPSAOptions,
+    metrics=METRICS,
+    bf16=False,
+    fp32_reason="SPSA's loss differences at +-eps perturbations are below bf16's resolution",
+    smoke=smoke("fedvz"),
+)
 class FedVZ(FedV):
-    Options = SPSAOptions
-    mixed_precision_note = "SPSA's loss differences at +-eps perturbations are below bf16's resolution"
-
     def last_step(self, ctx, remote, x, y) -> dict[str, float]:
         """The two losses of this batch at w +- eps z (head and tail as at this step), reduced to the SPSA scalar."""
         model, start, stop = ctx.model, *self.server_segment(len(ctx.model.vit.blocks))
@@ -186,14 +228,19 @@ class FedVZ(FedV):
         with torch.no_grad():
             h, sizes = model.run_blocks(model.embed(x), 0, start)
             plus, minus = remote.perturbed(h, spsa_seed(ctx.config, ctx.round, ctx.client_id), eps)
-            losses = [F.cross_entropy(model.head_from(model.run_blocks((out, sizes), stop, len(model.vit.blocks))), y)
-                      for out in (plus, minus)]
+            losses = [
+                F.cross_entropy(model.head_from(model.run_blocks((out, sizes), stop, len(model.vit.blocks))), y)
+                for out in (plus, minus)
+            ]
         remote.counters["bytes_up_spsa"] += 8.0  # the scalar goes back to the server
-        return {SPSA: split.spsa_coefficient(losses[0].item(), losses[1].item(), eps)}
+        return {SPSA: spsa_coefficient(losses[0].item(), losses[1].item(), eps)}
 
-    def update_server(self, round, server, results) -> dict[str, float]:
+    def update_server(self, round, server, updates) -> dict[str, float]:
         lr = server_lr(self.options, round)
-        server.step_spsa([(spsa_seed(self.config, round, r.client_id), r.stats[SPSA]) for r in results if SPSA in r.stats], lr)
+        estimates = [
+            (spsa_seed(self.config, round, u.client_id), u.metrics[SPSA]) for u in updates if SPSA in u.metrics
+        ]
+        server.step_spsa(estimates, lr)
         return server_metrics(server, lr)
 
 
@@ -206,4 +253,4 @@ def server_metrics(server, lr: float) -> dict[str, float]:
 
 def spsa_seed(config, round: int, client: int) -> int:
     """The seed of z for (round, client): derived, so the server regenerates z at its update."""
-    return derive_seed(config.federation.seed, "server", round, client)
+    return derive_seed(config.federation.seed, Purpose.SERVER, round, client)

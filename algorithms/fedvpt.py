@@ -6,10 +6,11 @@ head train and are averaged with N_i / N. The backbone stays frozen.
 
 from dataclasses import dataclass
 
-from raysim.errors import ConfigError
-from raysim.method import Method
+from raysim.algorithms.fedavg import FedAvg
+from raysim.core.errors import ConfigError
+from raysim.core.protocol import ModelParts
+from raysim.core.registry import register
 from raysim.models.prompted import PromptSlot, PromptSpec
-from raysim.registry import register
 
 HEAD_POOLINGS = ("backbone", "cls", "cls+prompts")
 
@@ -28,10 +29,10 @@ class PromptOptions:
             raise ConfigError(f"head_pooling={self.head_pooling!r} is not one of {', '.join(HEAD_POOLINGS)}")
 
 
-@register("fedvpt", "prompt tuning (VPT-shallow) + head with FedAvg, a.k.a. PT-FedAvg")
-class FedVPT(Method):
-    Options = PromptOptions
-
-    def prompt_spec(self, depth: int) -> PromptSpec:
+@register(
+    "fedvpt", "prompt tuning (VPT-shallow) + head with FedAvg, a.k.a. PT-FedAvg", family="global", options=PromptOptions
+)
+class FedVPT(FedAvg):
+    def parts(self, vit, generator) -> ModelParts:
         slot = PromptSlot("shallow", blocks=(0,), length=self.options.prompt_length, mode="insert")
-        return PromptSpec(slots=(slot,), head_pooling=self.options.head_pooling)
+        return ModelParts(PromptSpec(slots=(slot,), head_pooling=self.options.head_pooling))

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
-from raysim.algorithms.fedv import FedV, SplitOptions
-from raysim.registry import register
+from raysim.algorithms.fedv import FP32_REASON, METRICS, FedV, SplitOptions, smoke
+from raysim.core.registry import register
 
 
 @dataclass(frozen=True)
@@ -23,10 +23,17 @@ class FestaOptions(SplitOptions):
     lr_server: float = 1e-3
 
 
-@register("festa", "split ViT from random init, server stepped by the true gradient (FESTA-like FedV baseline)")
+@register(
+    "festa",
+    "split ViT from random init, server stepped by the true gradient (FESTA-like FedV baseline)",
+    family="split",
+    options=FestaOptions,
+    metrics=METRICS,
+    bf16=False,
+    fp32_reason=FP32_REASON,
+    smoke=smoke("festa"),
+)
 class Festa(FedV):
-    Options = FestaOptions
-
     def init_global(self, model, generator):
         """FedV's split of a backbone re-initialised with timm's own scheme, seeded from the run seed."""
         with torch.random.fork_rng(devices=[]):

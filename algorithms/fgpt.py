@@ -1,12 +1,12 @@
-"""FGPT and FGPT-U: group-aware prompt tuning with fixed orthogonal keys (Deng, Thrampoulidis, Li,
-"Heterogeneous Federated Learning with Group-Aware Prompt Tuning"; METHODS.md "FGPT and FGPT-U").
+"""FGPT and FGPT-U: group-aware prompt tuning with fixed orthogonal keys (Deng, Thrampoulidis, Li, "Heterogeneous
+Federated Learning with Group-Aware Prompt Tuning"; METHODS.md "FGPT and FGPT-U").
 
-Shared prompts (length 5) enter before the first block (VPT-shallow); one group prompt enters before the
-0-based block u (the paper's layer 6 of 12, counted from 1, is u = 5; scaled to the backbone), chosen per sample by argmax_g cos(q(x), b_g) with fixed keys b_g
-that never train (orthogonal; ``keys=random`` is the paper's ablation). Training is joint cross-entropy
-with no q_g calibration and no momentum. The server averages head and shared prompts with N_i / N and each
-group prompt with beta_g^i = N_g^i / sum_i N_g^i. FGPT-U (inference only) averages the logits of the top-K
-groups; the blocks before u run once and only blocks u..U-1 run per group: (u + K (U - u)) / U passes.
+Shared prompts (length 5) enter before the first block (VPT-shallow); one group prompt enters before the 0-based block u
+(the paper's layer 6 of 12, counted from 1, is u = 5; scaled to the backbone), chosen per sample by argmax_g cos(q(x),
+b_g) with fixed keys b_g that never train (orthogonal; ``keys=random`` is the paper's ablation). Training is joint
+cross-entropy with no q_g calibration and no momentum. The server averages head and shared prompts with N_i / N and each
+group prompt with beta_g^i = N_g^i / sum_i N_g^i. FGPT-U (inference only) averages the logits of the top-K groups; the
+blocks before u run once and only blocks u..U-1 run per group: (u + K (U - u)) / U passes.
 """
 
 from __future__ import annotations
@@ -15,15 +15,17 @@ from dataclasses import dataclass
 
 import torch
 
-from raysim import prompt_selection as sel
-from raysim import train
-from raysim.errors import ConfigError
-from raysim.group_diagnostics import GroupDiagnostics
-from raysim.method import ClientResult, GlobalState, Method
+from raysim.algorithms import _group_prompts as gp
+from raysim.algorithms.fedavg import FedAvg
+from raysim.core import training
+from raysim.core.errors import ConfigError
+from raysim.core.messages import ClientUpdate, GlobalState
+from raysim.core.protocol import CachesRowFeatures, ModelParts, SendsExtras
+from raysim.core.registry import register
 from raysim.models.prompted import PromptSlot, PromptSpec, xavier_prompt
-from raysim.registry import register
+from raysim.ops import selection as sel
 
-GROUP, COUNTS, FIXED_KEYS = "extra.group_prompts", "selection_counts", "fixed_keys"
+GROUP, COUNTS, FIXED_KEYS = "extra.group_prompts", gp.COUNTS, gp.FIXED_KEYS
 
 
 @dataclass(frozen=True)
@@ -50,38 +52,46 @@ class FGPTOptions:
             raise ConfigError("fgpt.select_layer must be >= 0 (0 = the last block)")
 
 
-@register("fgpt", "shared prompt + one group prompt chosen by fixed orthogonal keys, joint training (Deng et al.)")
-class FGPT(GroupDiagnostics, Method):
-    Options = FGPTOptions
-    options_key = "fgpt"
+@register(
+    "fgpt",
+    "shared prompt + one group prompt chosen by fixed orthogonal keys, joint training (Deng et al.)",
+    family="group prompts",
+    options=FGPTOptions,
+    metrics=gp.GroupDiagnostics.metrics,
+)
+class FGPT(gp.GroupDiagnostics, CachesRowFeatures, SendsExtras, FedAvg):
     top_k = 1  # groups whose logits are averaged at inference
 
     def group_block(self, depth: int) -> int:
         """u: the block the group prompt enters before (blocks 0..u-1 run once in FGPT-U)."""
-        u = self.options.group_block if self.options.group_block >= 0 else sel.paper_blocks(depth, 5, 1)[0]
+        u = self.options.group_block if self.options.group_block >= 0 else gp.paper_blocks(depth, 5, 1)[0]
         if u >= depth:
             raise ConfigError(f"fgpt.group_block={u} is outside the backbone's blocks 0..{depth - 1}")
         return u
 
-    def prompt_spec(self, depth: int) -> PromptSpec:
-        sel.query_layer("fgpt.select_layer", self.options.select_layer, depth)
+    def parts(self, vit, generator) -> ModelParts:
+        depth = len(vit.blocks)
+        gp.query_layer("fgpt.select_layer", self.options.select_layer, depth)
         slots = [PromptSlot("group", (self.group_block(depth),), length=1, dynamic=True)]
         if self.options.shared_length:
             slots.insert(0, PromptSlot("shared", (0,), length=self.options.shared_length, init="xavier"))
-        return PromptSpec(slots=tuple(slots), head_pooling="cls")
-
-    def extra_parameters(self, vit, generator):
         g, d = self.options.groups, vit.embed_dim
         make = sel.orthogonal_keys if self.options.keys == "orthogonal" else sel.random_keys
         keys = torch.nn.Parameter(make(g, d, generator), requires_grad=False)
-        return {"fixed_keys": keys, "group_prompts": torch.nn.Parameter(xavier_prompt(vit, (g, 1, 1, d), generator))}
+        extras = {"fixed_keys": keys, "group_prompts": torch.nn.Parameter(xavier_prompt(vit, (g, 1, 1, d), generator))}
+        return ModelParts(PromptSpec(slots=tuple(slots), head_pooling="cls"), extras)
 
     def row_features(self, model, x):
-        layer = sel.query_layer("fgpt.select_layer", self.options.select_layer, len(model.vit.blocks))
-        return {"query": sel.backbone_query(model.vit, x, layer)}
+        layer = gp.query_layer("fgpt.select_layer", self.options.select_layer, len(model.vit.blocks))
+        return {"query": gp.backbone_query(model.vit, x, layer)}
+
+    def uplink_extras(self, state) -> dict[str, tuple[int, ...]]:
+        return {COUNTS: (self.options.groups,)}
 
     def init_global(self, model, generator) -> GlobalState:
-        return GlobalState(params=model.trainable_state(), server={FIXED_KEYS: model.extra["fixed_keys"].detach().clone()})
+        return GlobalState(
+            params=model.trainable_state(), server={FIXED_KEYS: model.extra["fixed_keys"].detach().clone()}
+        )
 
     def logits(self, model, x: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
         """The mean logits over ``groups`` ``[B, K]``: blocks before u once, blocks u.. once per column."""
@@ -89,41 +99,51 @@ class FGPT(GroupDiagnostics, Method):
         u = self.group_block(depth)
         prefix = model.run_blocks(model.embed(x), 0, u)
         bank = model.extra["group_prompts"]
-        branches = [model.head_from(model.run_blocks(prefix, u, depth, {"group": bank[groups[:, j]]}), pool=())
-                    for j in range(groups.shape[1])]
+        branches = [
+            model.head_from(model.run_blocks(prefix, u, depth, {"group": bank[groups[:, j]]}), pool=())
+            for j in range(groups.shape[1])
+        ]
         return torch.stack(branches).mean(dim=0)
 
-    def client_update(self, ctx, view, client_state, data) -> ClientResult:
+    def client_update(self, ctx, broadcast, client_state, data) -> ClientUpdate:
         model, groups = ctx.model, self.options.groups
-        model.load_trainable(view)
+        model.load_trainable(broadcast.params)
         selected_counts = torch.zeros(groups, dtype=torch.float64)
 
         def step(x, y, rows):
             nonlocal selected_counts
-            picked = sel.cached_cosine(data, rows, model.extra["fixed_keys"]).argmax(dim=1)
+            picked = gp.cached_cosine(data, rows, model.extra["fixed_keys"]).argmax(dim=1)
             selected_counts += sel.counts(picked, groups)
             return torch.nn.functional.cross_entropy(self.logits(model, x, picked[:, None]), y)
 
-        stats = train.local_train(ctx, data, step)
-        return ClientResult(ctx.client_id, len(data), {**model.trainable_state(), COUNTS: selected_counts}, stats)
+        metrics = training.local_train(ctx, data, step)
+        return ClientUpdate(ctx.client_id, len(data), model.trainable_state(), {COUNTS: selected_counts}, metrics)
 
-    def forward(self, model, x, data, rows):
+    def predict(self, model, x, data, rows):
         """FGPT: the best group; FGPT-U: the mean logits of the top-K groups by cosine."""
-        return self.logits(model, x, sel.cached_cosine(data, rows, model.extra["fixed_keys"]).topk(self.top_k, dim=1).indices)
+        cos = gp.cached_cosine(data, rows, model.extra["fixed_keys"])
+        return self.logits(model, x, cos.topk(self.top_k, dim=1).indices)
 
-    def aggregate(self, round, state, results) -> GlobalState:
-        return GlobalState(params=sel.aggregate_with_counts(results, GROUP, COUNTS)[0], server=state.server)
+    def aggregate(self, round, state, updates) -> GlobalState:
+        return GlobalState(params=gp.aggregate_with_counts(updates, GROUP)[0], server=state.server)
 
 
-@register("fgpt-u", "FGPT + inference ensembling the top-K groups' logits, prefix blocks computed once (Deng et al.)")
+@register(
+    "fgpt-u",
+    "FGPT + inference ensembling the top-K groups' logits, prefix blocks computed once (Deng et al.)",
+    family="group prompts",
+    options=FGPTOptions,
+    options_key="fgpt",
+    metrics=gp.GroupDiagnostics.metrics,
+)
 class FGPTU(FGPT):
-    options_key = "fgpt"
-
     def __init__(self, config):
         super().__init__(config)
         if self.options.k > self.options.groups:
-            raise ConfigError(f"fgpt.k={self.options.k} must be in 1..groups={self.options.groups} "
-                              f"(top-K of the G groups at inference)")
+            raise ConfigError(
+                f"fgpt.k={self.options.k} must be in 1..groups={self.options.groups} "
+                f"(top-K of the G groups at inference)"
+            )
 
     @property
     def top_k(self) -> int:

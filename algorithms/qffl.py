@@ -5,11 +5,12 @@ set; each client also counts with its data share (q = 0 is FedAvg). A FedGCR bas
 
 from dataclasses import dataclass
 
-from raysim import fairness
+from raysim.algorithms._fairness import ReportsGlobalLoss, client_losses, with_data
 from raysim.algorithms.fedvpt import FedVPT, PromptOptions
-from raysim.errors import ConfigError
-from raysim.method import GlobalState
-from raysim.registry import register
+from raysim.core.errors import ConfigError
+from raysim.core.messages import GlobalState
+from raysim.core.registry import register
+from raysim.ops.reweighting import qffl_step
 
 
 @dataclass(frozen=True)
@@ -25,13 +26,22 @@ class QFFLOptions(PromptOptions):
             raise ConfigError(f"qffl.lipschitz={self.lipschitz} must be >= 0 (0 = 1 / train.lr)")
 
 
-@register("qffl", "q-FFL: q-FedAvg server step weighing clients by loss^q, on prompts + head (Li et al. 2020)")
-class QFFL(fairness.ReportsGlobalLoss, FedVPT):
-    Options = QFFLOptions
-
-    def aggregate(self, round, state, results):
-        results = fairness.with_data(results)
+@register(
+    "qffl",
+    "q-FFL: q-FedAvg server step weighing clients by loss^q, on prompts + head (Li et al. 2020)",
+    family="fairness",
+    options=QFFLOptions,
+)
+class QFFL(ReportsGlobalLoss, FedVPT):
+    def aggregate(self, round, state, updates):
+        updates = with_data(updates)
         lipschitz = self.options.lipschitz or 1.0 / self.config.train.lr
-        params = fairness.qffl_step(state.params, [r.update for r in results], fairness.client_losses(results),
-                                    [r.num_samples for r in results], self.options.q, lipschitz)
+        params = qffl_step(
+            state.params,
+            [u.params for u in updates],
+            client_losses(updates),
+            [u.num_samples for u in updates],
+            self.options.q,
+            lipschitz,
+        )
         return GlobalState(params=params, server=state.server)

@@ -19,19 +19,21 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from raysim import prompt_selection as sel
-from raysim import train
-from raysim.errors import ConfigError
-from raysim.group_diagnostics import GroupDiagnostics
-from raysim.method import ClientResult, GlobalState, Method
+from raysim.algorithms import _group_prompts as gp
+from raysim.algorithms.fedavg import FedAvg
+from raysim.core import training
+from raysim.core.errors import ConfigError
+from raysim.core.messages import Broadcast, ClientUpdate, GlobalState
+from raysim.core.protocol import CachesRowFeatures, ModelParts, SendsExtras
+from raysim.core.registry import register
+from raysim.core.seeding import Purpose, derive_seed
 from raysim.models.prompted import PromptSlot, PromptSpec, xavier_prompt
-from raysim.registry import register
-from raysim.seeding import derive_seed
+from raysim.ops import selection as sel
 
 SHARED, GROUP = "prompts.shared", "extra.group_prompts"
 KEYS, HEAD = "extra.selection_keys", ("vit.head.weight", "vit.head.bias")
-SHARE = "selection_share"  # view only: the cumulative shares q_g
-COUNTS = "selection_counts"  # update only: N_g^i
+SHARE = "selection_share"  # broadcast extra: the cumulative shares q_g
+COUNTS = gp.COUNTS  # update extra: N_g^i
 
 
 def _one_of(name: str, value: str, valid: tuple[str, ...]) -> None:
@@ -50,7 +52,7 @@ class SGPTOptions:
     bcd: str = "bcd"
     prompts: str = "both"
     key_rule: str = "qg"
-    eps: float = sel.EPS
+    eps: float = gp.EPS
     momentum: bool = True
     alpha_k: float = 0.5
     alpha_g: float = 0.5
@@ -69,52 +71,57 @@ class SGPTOptions:
             raise ConfigError("sgpt.eps and sgpt.select_layer must be >= 0 (select_layer 0 = the last block)")
 
 
-@register("sgpt", "shared + group prompts with learned key selection, q_g anti-collapse, BCD and momentum (CVPR 2024)")
-class SGPT(GroupDiagnostics, Method):
-    Options = SGPTOptions
-    options_key = "sgpt"
-
+@register(
+    "sgpt",
+    "shared + group prompts with learned key selection, q_g anti-collapse, BCD and momentum (CVPR 2024)",
+    family="group prompts",
+    options=SGPTOptions,
+    metrics=gp.GroupDiagnostics.metrics,
+)
+class SGPT(gp.GroupDiagnostics, CachesRowFeatures, SendsExtras, FedAvg):
     @property
     def uses_groups(self) -> bool:
         return self.options.prompts != "shared"
 
     def group_blocks(self, depth: int) -> tuple[int, ...]:
         """U_G: ``group_blocks`` or the paper's 4th-6th of 12 blocks scaled to ``depth``."""
-        return sel.check_blocks("sgpt.group_blocks", self.options.group_blocks or sel.paper_blocks(depth, 3, 3), depth)
+        return gp.check_blocks("sgpt.group_blocks", self.options.group_blocks or gp.paper_blocks(depth, 3, 3), depth)
 
-    def prompt_spec(self, depth: int) -> PromptSpec:
-        o = self.options
-        sel.query_layer("sgpt.select_layer", o.select_layer, depth)
+    def parts(self, vit, generator: torch.Generator) -> ModelParts:
+        o, depth = self.options, len(vit.blocks)
+        gp.query_layer("sgpt.select_layer", o.select_layer, depth)
         slots = []
         if o.prompts != "group":
-            blocks = sel.check_blocks("sgpt.shared_blocks", o.shared_blocks or sel.paper_blocks(depth, 0, 3), depth)
+            blocks = gp.check_blocks("sgpt.shared_blocks", o.shared_blocks or gp.paper_blocks(depth, 0, 3), depth)
             slots.append(PromptSlot("shared", blocks, length=1, mode="insert", init="zeros"))
-        if self.uses_groups:
-            slots.append(PromptSlot("group", self.group_blocks(depth), length=1, mode="insert", dynamic=True))
-        return PromptSpec(slots=tuple(slots), head_pooling="cls")
-
-    def extra_parameters(self, vit, generator: torch.Generator) -> dict[str, torch.nn.Parameter]:
         if not self.uses_groups:
-            return {}
-        g, d = self.options.groups, vit.embed_dim
-        bank = xavier_prompt(vit, (g, len(self.group_blocks(len(vit.blocks))), 1, d), generator)
-        return {"selection_keys": torch.nn.Parameter(sel.orthogonal_keys(g, d, generator)),
-                "group_prompts": torch.nn.Parameter(bank)}
+            return ModelParts(PromptSpec(slots=tuple(slots), head_pooling="cls"))
+        slots.append(PromptSlot("group", self.group_blocks(depth), length=1, mode="insert", dynamic=True))
+        g, d = o.groups, vit.embed_dim
+        bank = xavier_prompt(vit, (g, len(self.group_blocks(depth)), 1, d), generator)
+        extras = {
+            "selection_keys": torch.nn.Parameter(sel.orthogonal_keys(g, d, generator)),
+            "group_prompts": torch.nn.Parameter(bank),
+        }
+        return ModelParts(PromptSpec(slots=tuple(slots), head_pooling="cls"), extras)
 
     def row_features(self, model, x: torch.Tensor) -> dict[str, torch.Tensor] | None:
         if not self.uses_groups:
             return None
-        layer = sel.query_layer("sgpt.select_layer", self.options.select_layer, len(model.vit.blocks))
-        return {"query": sel.backbone_query(model.vit, x, layer)}
+        layer = gp.query_layer("sgpt.select_layer", self.options.select_layer, len(model.vit.blocks))
+        return {"query": gp.backbone_query(model.vit, x, layer)}
+
+    def uplink_extras(self, state) -> dict[str, tuple[int, ...]]:
+        return {COUNTS: (self.options.groups,)} if self.uses_groups else {}
 
     def init_global(self, model, generator) -> GlobalState:
         server = {"selection_total": torch.zeros(self.options.groups, dtype=torch.float64)} if self.uses_groups else {}
         return GlobalState(params=model.trainable_state(), server=server)
 
-    def configure(self, round, state, client_ids):
+    def configure(self, round, state, client_ids) -> Broadcast:
         if not self.uses_groups or self.options.key_rule == "plain":
-            return state.params, {}
-        return {**state.params, SHARE: sel.shares(state.server["selection_total"]).float()}, {}
+            return Broadcast(state.params)
+        return Broadcast(state.params, {SHARE: sel.shares(state.server["selection_total"]).float()})
 
     # client ------------------------------------------------------------------------------------------------
 
@@ -124,9 +131,10 @@ class SGPT(GroupDiagnostics, Method):
         pool = ("group",) if dynamic and self.options.head_pooling == "cls+group" else ()
         return model.head_from(model.run_blocks(model.embed(x), 0, len(model.vit.blocks), dynamic), pool=pool)
 
-    def client_update(self, ctx, view, client_state, data) -> ClientResult:
+    def client_update(self, ctx, broadcast, client_state, data) -> ClientUpdate:
         model, o = ctx.model, self.options
-        model.load_trainable({k: view[k] for k in model.trainable_names()})
+        model.load_trainable(broadcast.params)
+        share = broadcast.extras.get(SHARE)
         selected_counts = torch.zeros(o.groups, dtype=torch.float64)
 
         def shared_step(x, y, rows):
@@ -134,9 +142,9 @@ class SGPT(GroupDiagnostics, Method):
 
         def group_step(x, y, rows):
             nonlocal selected_counts
-            cos = sel.cached_cosine(data, rows, model.extra["selection_keys"])
+            cos = gp.cached_cosine(data, rows, model.extra["selection_keys"])
             with torch.no_grad():
-                picked = sel.select_calibrated(cos, view[SHARE], o.eps) if SHARE in view else cos.argmax(dim=1)
+                picked = sel.select_calibrated(cos, share, o.eps) if share is not None else cos.argmax(dim=1)
             selected_counts += sel.counts(picked, o.groups)
             return torch.nn.functional.cross_entropy(self.logits(model, x, picked), y) + sel.key_loss(cos, picked)
 
@@ -149,29 +157,28 @@ class SGPT(GroupDiagnostics, Method):
         else:
             plan = [(shared_part, shared_step), (group_part, group_step)]
             plan = plan[::-1] if o.bcd == "bcd-inv" else plan
-        stats = {"steps": 0, "samples": 0, "compute_s": 0.0}
+        metrics = {"steps": 0, "samples": 0, "compute_s": 0.0}
         for number, (names, step) in enumerate(plan):
             with model.training_only(names):  # each block shuffles with its own seed
-                block = train.local_train(replace(ctx, seed=derive_seed(ctx.seed, "block", number)), data, step)
-            stats = {k: stats[k] + block[k] for k in stats} | {"train_loss": block["train_loss"]}
-        update = model.trainable_state()
-        if self.uses_groups:
-            update[COUNTS] = selected_counts
-        return ClientResult(ctx.client_id, len(data), update, stats)
+                block_ctx = replace(ctx, seed=derive_seed(ctx.seed, Purpose.BLOCK, number))
+                block = training.local_train(block_ctx, data, step)
+            metrics = {k: metrics[k] + block[k] for k in metrics} | {"train_loss": block["train_loss"]}
+        extras = {COUNTS: selected_counts} if self.uses_groups else {}
+        return ClientUpdate(ctx.client_id, len(data), model.trainable_state(), extras, metrics)
 
-    def forward(self, model, x, data, rows):
+    def predict(self, model, x, data, rows):
         """Inference: plain Select(x) = argmax_g cos(q(x), k_g) (no q_g calibration)."""
         if not self.uses_groups:
             return self.logits(model, x, None)
-        return self.logits(model, x, sel.cached_cosine(data, rows, model.extra["selection_keys"]).argmax(dim=1))
+        return self.logits(model, x, gp.cached_cosine(data, rows, model.extra["selection_keys"]).argmax(dim=1))
 
     # server ------------------------------------------------------------------------------------------------
 
-    def aggregate(self, round, state, results) -> GlobalState:
+    def aggregate(self, round, state, updates) -> GlobalState:
         if not self.uses_groups:
-            return super().aggregate(round, state, results)
+            return super().aggregate(round, state, updates)
         o = self.options
-        params, group_counts = sel.aggregate_with_counts(results, KEYS, COUNTS)
+        params, group_counts = gp.aggregate_with_counts(updates, KEYS)
         if o.momentum:
             params[KEYS] = sel.momentum(state.params[KEYS], params[KEYS], o.alpha_k)
             params[GROUP] = sel.momentum(state.params[GROUP], params[GROUP], o.alpha_g)

@@ -5,11 +5,12 @@ down-weighs them (robustness), t = 0 is FedAvg. A FedGCR baseline (Table 1)."""
 
 from dataclasses import dataclass
 
-from raysim import aggregate as agg
-from raysim import fairness
+from raysim.algorithms._fairness import ReportsGlobalLoss, client_losses, with_data
 from raysim.algorithms.fedvpt import FedVPT, PromptOptions
-from raysim.method import GlobalState
-from raysim.registry import register
+from raysim.core.messages import GlobalState
+from raysim.core.registry import register
+from raysim.ops.aggregate import weighted_mean
+from raysim.ops.reweighting import tilted_weights
 
 
 @dataclass(frozen=True)
@@ -17,12 +18,14 @@ class TERMOptions(PromptOptions):
     tilt: float = 1.0
 
 
-@register("term", "TERM: client-level tilted aggregation w ~ N_k exp(t F_k), on prompts + head (Li et al. 2021)")
-class TERM(fairness.ReportsGlobalLoss, FedVPT):
-    Options = TERMOptions
-
-    def aggregate(self, round, state, results):
-        results = fairness.with_data(results)
-        weights = fairness.tilted_weights(fairness.client_losses(results), [r.num_samples for r in results],
-                                          self.options.tilt)
-        return GlobalState(params=agg.weighted_mean([r.update for r in results], weights), server=state.server)
+@register(
+    "term",
+    "TERM: client-level tilted aggregation w ~ N_k exp(t F_k), on prompts + head (Li et al. 2021)",
+    family="fairness",
+    options=TERMOptions,
+)
+class TERM(ReportsGlobalLoss, FedVPT):
+    def aggregate(self, round, state, updates):
+        updates = with_data(updates)
+        weights = tilted_weights(client_losses(updates), [u.num_samples for u in updates], self.options.tilt)
+        return GlobalState(params=weighted_mean([u.params for u in updates], weights), server=state.server)

@@ -22,8 +22,19 @@ from pathlib import Path
 
 def run(method: str, extra: list[str]) -> tuple[float, dict]:
     with tempfile.TemporaryDirectory() as tmp:
-        command = [sys.executable, "-m", "raysim.cli", "run", method, "--clients", "100", "--no-progress",
-                   "--tracking-uri", f"sqlite:///{tmp}/mlflow.db", *extra]
+        command = [
+            sys.executable,
+            "-m",
+            "raysim.cli",
+            "run",
+            method,
+            "--clients",
+            "100",
+            "--no-progress",
+            "--tracking-uri",
+            f"sqlite:///{tmp}/mlflow.db",
+            *extra,
+        ]
         start = time.perf_counter()
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
         elapsed = time.perf_counter() - start
@@ -42,8 +53,11 @@ def main() -> None:
     for method, (label, flags) in ((args.method, pretrained), (args.baseline, pretrained), (args.method, random)):
         elapsed, summary = run(method, extra + flags)
         acc, worst = summary["global_acc"], summary["worst_local_acc"]
-        print(f"{method:8}{label:22}{elapsed:8.0f}{acc['final']:9.2f}{acc['mean']:9.2f}{worst['final']:8.2f}"
-              f"{worst['mean']:9.2f}", flush=True)
+        print(
+            f"{method:8}{label:22}{elapsed:8.0f}{acc['final']:9.2f}{acc['mean']:9.2f}{worst['final']:8.2f}"
+            f"{worst['mean']:9.2f}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ import time
 from rich.console import Console
 
 from raysim.config import build_config, load_preset, preset_for_method
-from raysim.runner import run
+from raysim.engine.driver import run
 
 PRESET = "offline-digit5-dif10"
 SETTING = {"federation": {"eval_every": 2, "seed": 0}}
@@ -36,8 +36,11 @@ RUNS = {
     "dif10 fedgc": ("fedgc", 10, {}),
     "dif10 fedgr": ("fedgr", 10, {}),
     "dif10 fedgcr": ("fedgcr", 10, {}),
-    "dif10 fedgcr code": ("fedgcr", 10, {"fedgcr": {"contrast": "code", "reweighting": "code",
-                                                    "lambda1": 0.1, "lambda2": 0.1}}),
+    "dif10 fedgcr code": (
+        "fedgcr",
+        10,
+        {"fedgcr": {"contrast": "code", "reweighting": "code", "lambda1": 0.1, "lambda2": 0.1}},
+    ),
     "dif10 fedgcr T'=3": ("fedgcr", 10, {"fedgcr": {"clusters": 3}}),
     "dif10 fedgcr T'=6": ("fedgcr", 10, {"fedgcr": {"clusters": 6}}),
     "dif1 fedvpt": ("fedvpt", 1, {}),
@@ -48,15 +51,27 @@ COLUMNS = ("Avg", "sig_type", "sig_client", "global", "clust acc", "min")
 
 
 def one_run(method: str, dif: float, layer: dict, rounds: int, tracking: str) -> dict[str, float]:
-    config = build_config(method, [preset_for_method(load_preset(PRESET), method), SETTING,
-                                   {"federation": {"rounds": rounds}, "data": {"dif": dif}}, layer,
-                                   {"tracking": {"tracking_uri": tracking, "experiment": "fedgcr-bench"}}])
+    config = build_config(
+        method,
+        [
+            preset_for_method(load_preset(PRESET), method),
+            SETTING,
+            {"federation": {"rounds": rounds}, "data": {"dif": dif}},
+            layer,
+            {"tracking": {"tracking_uri": tracking, "experiment": "fedgcr-bench"}},
+        ],
+    )
     start = time.perf_counter()
     result = run(config, show_progress=False, console=Console(file=io.StringIO()))  # the table is ours
     s = result.summary
-    return {"Avg": s["avg_acc"]["mean"], "sig_type": s["sigma_type"]["mean"], "sig_client": s["sigma_client"]["mean"],
-            "global": s["global_acc"]["final"], "clust acc": result.history[-1].get("cluster_acc", float("nan")),
-            "min": (time.perf_counter() - start) / 60}
+    return {
+        "Avg": s["avg_acc"]["mean"],
+        "sig_type": s["sigma_type"]["mean"],
+        "sig_client": s["sigma_client"]["mean"],
+        "global": s["global_acc"]["final"],
+        "clust acc": result.history[-1].get("cluster_acc", float("nan")),
+        "min": (time.perf_counter() - start) / 60,
+    }
 
 
 def main() -> None:
@@ -65,8 +80,10 @@ def main() -> None:
     parser.add_argument("--only", help="comma-separated row names (default: all)")
     args = parser.parse_args()
     names = [n for n in RUNS if not args.only or n in args.only.split(",")]
-    print(f"preset {PRESET} (digits5 / domains, 20 clients, all every round), {args.rounds} rounds, seed 0; "
-          f"Avg and sigmas: mean of the last 10 evaluations")
+    print(
+        f"preset {PRESET} (digits5 / domains, 20 clients, all every round), {args.rounds} rounds, seed 0; "
+        f"Avg and sigmas: mean of the last 10 evaluations"
+    )
     print(f"{'run':20}" + "".join(f"{c:>11}" for c in COLUMNS))
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:

@@ -33,14 +33,18 @@ import numpy as np
 from rich.console import Console
 
 from raysim.config import build_config
-from raysim.runner import run
+from raysim.engine.driver import run
 
-SETTING = {"federation": {"clients": 30, "participation": 0.2, "eval_every": 2, "seed": 0},
-           "train": {"local_epochs": 1, "batch_size": 16, "optimizer": "adamw", "lr": 5e-4},
-           "model": {"backbone": "raysim_vit_tiny_p4_32", "pretrained": True},
-           "checkpoint": {"every": 0}}
-SPLITS = {"dir0.3": {"dataset": "glyphs62", "partition": "dirichlet", "alpha": 0.3},
-          "path10": {"dataset": "glyphs62", "partition": "pathological", "s": 10}}
+SETTING = {
+    "federation": {"clients": 30, "participation": 0.2, "eval_every": 2, "seed": 0},
+    "train": {"local_epochs": 1, "batch_size": 16, "optimizer": "adamw", "lr": 5e-4},
+    "model": {"backbone": "raysim_vit_tiny_p4_32", "pretrained": True},
+    "checkpoint": {"every": 0},
+}
+SPLITS = {
+    "dir0.3": {"dataset": "glyphs62", "partition": "dirichlet", "alpha": 0.3},
+    "path10": {"dataset": "glyphs62", "partition": "pathological", "s": 10},
+}
 METHODS = ("fedv", "fedvz", "fedavg", "ditto", "fedrod", "festa")
 VARIANTS = {"fedv lr1e-4": ("fedv", {"lr_server": 1e-4}), "fedvz lr1e-4": ("fedvz", {"lr_server": 1e-4})}
 TIMES = ("client_compute_s", "server_compute_s", "transfer_s")
@@ -49,12 +53,23 @@ TIMES = ("client_compute_s", "server_compute_s", "transfer_s")
 def one_run(method: str, data: dict, rounds: int, tracking: str, options: dict | None = None) -> dict[str, float]:
     split = method in ("fedv", "fedvz", "festa")
     layer = {method: {"fedround": max(1, rounds // 4), **(options or {})}} if split else {}
-    config = build_config(method, [SETTING, {"federation": {"rounds": rounds}, "data": data}, layer,
-                                   {"tracking": {"tracking_uri": tracking, "experiment": "fedv-bench"}}])
+    config = build_config(
+        method,
+        [
+            SETTING,
+            {"federation": {"rounds": rounds}, "data": data},
+            layer,
+            {"tracking": {"tracking_uri": tracking, "experiment": "fedv-bench"}},
+        ],
+    )
     start = time.perf_counter()
     result = run(config, show_progress=False, console=Console(file=io.StringIO()))
     s = result.summary
-    row = {"local": s["local_acc"]["mean"], "global": s["global_acc"]["mean"], "min": (time.perf_counter() - start) / 60}
+    row = {
+        "local": s["local_acc"]["mean"],
+        "global": s["global_acc"]["mean"],
+        "min": (time.perf_counter() - start) / 60,
+    }
     for key in TIMES:
         values = [h[key] for h in result.history if key in h]
         row[key] = float(np.mean(values)) if values else float("nan")
@@ -65,11 +80,11 @@ def one_run(method: str, data: dict, rounds: int, tracking: str, options: dict |
 def server_peak(variant: str, queue) -> None:
     """One round of server work on a DeiT-S encoder in this (fresh) process; puts the peak resident MB with the
     encoder built, after the clients' steps and after the update."""
-    import raysim.models  # noqa: F401 - the torchvision shim before timm
     import timm
     import torch
 
-    from raysim import split
+    import raysim.models  # noqa: F401 - the torchvision shim before timm
+    from raysim.algorithms import _split as split
 
     torch.manual_seed(0)
     vit = timm.create_model("deit_small_patch16_224", pretrained=False)
@@ -116,13 +131,18 @@ def main() -> None:
     args = parser.parse_args()
     if not args.skip_memory:
         for variant, (baseline, steps, peak) in memory_rows().items():
-            print(f"server memory {variant}: {baseline:.0f} MB with the encoder, peak {steps:.0f} MB over the local "
-                  f"steps, {peak:.0f} MB after the server update (+{peak - steps:.0f} MB for the update)", flush=True)
+            print(
+                f"server memory {variant}: {baseline:.0f} MB with the encoder, peak {steps:.0f} MB over the local "
+                f"steps, {peak:.0f} MB after the server update (+{peak - steps:.0f} MB for the update)",
+                flush=True,
+            )
     names = [f"{split} {method}" for split in SPLITS for method in (*METHODS, *VARIANTS)]
     names = [n for n in names if not args.only or n in args.only.split(",")]
     columns = ("local", "global", *TIMES, "MB/round", "min")
-    print(f"glyphs62, 30 clients (6 per round), {args.rounds} rounds, seed 0; accuracies: mean of the last 10 "
-          f"evaluations; times: seconds per round summed over clients")
+    print(
+        f"glyphs62, 30 clients (6 per round), {args.rounds} rounds, seed 0; accuracies: mean of the last 10 "
+        f"evaluations; times: seconds per round summed over clients"
+    )
     print(f"{'run':22}" + "".join(f"{c:>18}" for c in columns))
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:

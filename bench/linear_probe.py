@@ -18,7 +18,7 @@ import ray
 from raysim.config import DataConfig
 from raysim.data.sources import load_dataset
 from raysim.models.backbones import DEFAULT_BACKBONE, build_backbone
-from raysim.pretrain import linear_probe
+from raysim.models.pretrain import linear_probe
 
 
 def main() -> None:
@@ -29,8 +29,9 @@ def main() -> None:
     ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING)
     ray.data.DataContext.get_current().enable_progress_bars = False
     backbones = {
-        "pretrained" + (f" ({args.weights})" if args.weights else " (shipped)"):
-            build_backbone(DEFAULT_BACKBONE, weights=args.weights, pretrained=args.weights is None),
+        "pretrained" + (f" ({args.weights})" if args.weights else " (shipped)"): build_backbone(
+            DEFAULT_BACKBONE, weights=args.weights, pretrained=args.weights is None
+        ),
         "random init": build_backbone(DEFAULT_BACKBONE, pretrained=False, seed=0),
     }
     print(f"linear probe on frozen {DEFAULT_BACKBONE} features (test accuracy %)")
@@ -39,8 +40,10 @@ def main() -> None:
         start = time.perf_counter()
         _, arrays = load_dataset(DataConfig(dataset=dataset))
         scores = [linear_probe(vit, arrays) for vit in backbones.values()]
-        print(f"{dataset:14}" + "".join(f"{s:34.2f}" for s in scores) + f"{scores[0] - scores[1]:8.2f}"
-              f"{time.perf_counter() - start:6.0f}")
+        print(
+            f"{dataset:14}" + "".join(f"{s:34.2f}" for s in scores) + f"{scores[0] - scores[1]:8.2f}"
+            f"{time.perf_counter() - start:6.0f}"
+        )
 
 
 if __name__ == "__main__":

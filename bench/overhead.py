@@ -18,11 +18,11 @@ import numpy as np
 import torch
 
 from raysim.config import build_config
+from raysim.core.registry import get_method
+from raysim.core.seeding import derive_seed, sample_clients
+from raysim.core.training import make_optimizer, model_inputs
+from raysim.engine.driver import connect_ray, initial_state, make_simulation, prepare_shards
 from raysim.models.factory import build_model
-from raysim.registry import get_method
-from raysim.runner import connect_ray, initial_state, make_simulation, prepare_shards
-from raysim.seeding import derive_seed, sample_clients
-from raysim.train import make_optimizer, model_inputs
 
 
 def plain_loop(config, shards, initial) -> tuple[float, list[float]]:
@@ -50,8 +50,10 @@ def plain_loop(config, shards, initial) -> tuple[float, list[float]]:
             for _ in range(cfg.local_epochs):
                 order = torch.randperm(len(data), generator=generator)
                 for s in range(0, len(data), cfg.batch_size):
-                    idx = order[s:s + cfg.batch_size].numpy()
-                    loss = torch.nn.functional.cross_entropy(model(model_inputs(model, data.images[idx], "cpu")), labels[idx])
+                    idx = order[s : s + cfg.batch_size].numpy()
+                    loss = torch.nn.functional.cross_entropy(
+                        model(model_inputs(model, data.images[idx], "cpu")), labels[idx]
+                    )
                     optimizer.zero_grad(set_to_none=True)
                     loss.backward()
                     optimizer.step()
@@ -59,8 +61,9 @@ def plain_loop(config, shards, initial) -> tuple[float, list[float]]:
             updates.append({k: params[k].detach().clone() for k in names})
             sizes.append(len(data))
         weights = torch.tensor(sizes, dtype=torch.float64) / sum(sizes)
-        global_params = {k: torch.tensordot(weights, torch.stack([u[k].double() for u in updates]), dims=1).float()
-                         for k in names}
+        global_params = {
+            k: torch.tensordot(weights, torch.stack([u[k].double() for u in updates]), dims=1).float() for k in names
+        }
         with torch.no_grad():
             for k in names:
                 params[k].copy_(global_params[k])
@@ -69,7 +72,9 @@ def plain_loop(config, shards, initial) -> tuple[float, list[float]]:
             images = np.concatenate([shards.test(c).images for c in clients])
             labels = torch.tensor(np.concatenate([shards.test(c).labels for c in clients]))
             for s in range(0, len(labels), 256):
-                correct += int((model(model_inputs(model, images[s:s + 256], "cpu")).argmax(1) == labels[s:s + 256]).sum())
+                correct += int(
+                    (model(model_inputs(model, images[s : s + 256], "cpu")).argmax(1) == labels[s : s + 256]).sum()
+                )
         accuracies.append(100.0 * correct / len(labels))
     return time.perf_counter() - start, accuracies
 
@@ -90,12 +95,20 @@ def main() -> None:
     parser.add_argument("--participation", type=float, default=0.05)
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--local-epochs", type=int, default=1)
-    parser.add_argument("--cpus", type=float, default=2.0, help="CPUs (torch threads) for the one worker and the plain loop")
+    parser.add_argument(
+        "--cpus", type=float, default=2.0, help="CPUs (torch threads) for the one worker and the plain loop"
+    )
     args = parser.parse_args()
-    config = build_config("fedvpt", [{
-        "federation": {"clients": args.clients, "participation": args.participation, "rounds": args.rounds},
-        "train": {"local_epochs": args.local_epochs},
-        "resources": {"backend": "ray", "workers": 1, "cpus_per_client": args.cpus}}])
+    config = build_config(
+        "fedvpt",
+        [
+            {
+                "federation": {"clients": args.clients, "participation": args.participation, "rounds": args.rounds},
+                "train": {"local_epochs": args.local_epochs},
+                "resources": {"backend": "ray", "workers": 1, "cpus_per_client": args.cpus},
+            }
+        ],
+    )
     import ray
 
     ray.init(num_cpus=max(2, int(args.cpus)), include_dashboard=False, logging_level=logging.WARNING)
@@ -104,8 +117,10 @@ def main() -> None:
     ray_time, ray_acc = raysim_loop(config, shards, initial)
     plain_time, plain_acc = plain_loop(config, shards, initial)
     same = np.allclose(ray_acc, plain_acc, atol=1e-6)
-    print(f"workload: fedvpt, {args.clients} clients, {config.federation.clients_per_round}/round, "
-          f"{args.rounds} rounds, E={args.local_epochs}, eval every round, {args.cpus:g} CPU")
+    print(
+        f"workload: fedvpt, {args.clients} clients, {config.federation.clients_per_round}/round, "
+        f"{args.rounds} rounds, E={args.local_epochs}, eval every round, {args.cpus:g} CPU"
+    )
     print(f"{'':24}{'round loop s':>14}{'s/round':>10}{'final global acc':>18}")
     print(f"{'plain PyTorch loop':24}{plain_time:14.2f}{plain_time / args.rounds:10.3f}{plain_acc[-1]:18.2f}")
     print(f"{'raysim (Ray, 1 worker)':24}{ray_time:14.2f}{ray_time / args.rounds:10.3f}{ray_acc[-1]:18.2f}")

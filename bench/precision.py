@@ -30,9 +30,9 @@ def measure() -> None:
     import torch
 
     from raysim.config import build_config
+    from raysim.core.registry import get_method
+    from raysim.engine.precision import autocast
     from raysim.models.factory import build_model
-    from raysim.precision import autocast
-    from raysim.registry import get_method
 
     torch.set_num_threads(1)
     config = build_config("sgpt", [])
@@ -40,28 +40,36 @@ def measure() -> None:
     model = build_model(config, method, 62)
     generator = torch.Generator().manual_seed(0)
     cpu = torch.device("cpu")
-    blocks = {"shared (block I)": ({"prompts.shared", "vit.head.weight", "vit.head.bias"}, False),
-              "group (block II)": ({"extra.group_prompts", "extra.selection_keys", "vit.head.weight", "vit.head.bias"}, True)}
+    blocks = {
+        "shared (block I)": ({"prompts.shared", "vit.head.weight", "vit.head.bias"}, False),
+        "group (block II)": ({"extra.group_prompts", "extra.selection_keys", "vit.head.weight", "vit.head.bias"}, True),
+    }
 
     def batch(size):
-        return (torch.randn(size, 3, 32, 32, generator=generator), torch.randint(0, 62, (size,), generator=generator),
-                torch.randint(0, method.options.groups, (size,), generator=generator))
+        return (
+            torch.randn(size, 3, 32, 32, generator=generator),
+            torch.randint(0, 62, (size,), generator=generator),
+            torch.randint(0, method.options.groups, (size,), generator=generator),
+        )
 
     x, y, groups = batch(16)
     x_eval, _, groups_eval = batch(256)
     times = {}
     for precision in ("fp32", "bf16"):
         for label, (names, grouped) in blocks.items():
+
             def step():
                 with autocast(cpu, precision):
                     loss = torch.nn.functional.cross_entropy(method.logits(model, x, groups if grouped else None), y)
                 loss.backward()
+
             with model.training_only(names):
                 times[precision, f"train step, {label}"] = per_row_ms(step, 16, 10)
 
         def evaluate():
             with torch.no_grad(), autocast(cpu, precision):
                 method.logits(model, x_eval, groups_eval)
+
         times[precision, "evaluation forward"] = per_row_ms(evaluate, 256, 3)
     print(f"{'ms per row':32}{'fp32':>8}{'bf16':>8}{'bf16/fp32':>11}")
     for what in dict.fromkeys(w for _, w in times):
@@ -73,7 +81,7 @@ def main() -> None:
     if "--measure" in sys.argv:
         measure()
         return
-    from raysim.precision import native_bf16_cpu
+    from raysim.engine.precision import native_bf16_cpu
 
     print(f"this CPU: native bf16 {'yes' if native_bf16_cpu() else 'no'}")
     for label, extra in (("as this machine runs", {}), ("oneDNN limited to AVX2 (no native bf16)", AVX2)):

@@ -27,14 +27,16 @@ import torch
 from rich.console import Console
 
 from raysim.config import build_config
+from raysim.core.training import model_inputs
 from raysim.data.shards import ClientData
-from raysim.runner import initial_state, prepare_shards, run
-from raysim.runtime import ClientRuntime
-from raysim.train import model_inputs
+from raysim.engine.client import ClientRuntime
+from raysim.engine.driver import initial_state, prepare_shards, run
 
-SETTING = {"federation": {"clients": 100, "participation": 0.05, "eval_every": 2, "seed": 0},
-           "train": {"local_epochs": 2},
-           "data": {"dataset": "glyphs62", "partition": "pathological", "s": 6}}
+SETTING = {
+    "federation": {"clients": 100, "participation": 0.05, "eval_every": 2, "seed": 0},
+    "train": {"local_epochs": 2},
+    "data": {"dataset": "glyphs62", "partition": "pathological", "s": 6},
+}
 RUNS = {
     "fedvpt": ("fedvpt", {}),
     "sgpt": ("sgpt", {}),
@@ -54,24 +56,41 @@ def instability(records: list[dict]) -> float:
     counts = np.array([r["eval_counts"] for r in records if "eval_counts" in r], dtype=float)
     if len(counts) < 2:
         return float("nan")
-    counts = counts[len(counts) // 2:]
+    counts = counts[len(counts) // 2 :]
     shares = counts / np.maximum(counts.sum(axis=2, keepdims=True), 1)
     return float(shares.std(axis=0).mean())
 
 
 def one_run(method: str, layer: dict, rounds: int, tracking: str) -> dict[str, float]:
-    config = build_config(method, [SETTING, {"federation": {"rounds": rounds}}, layer,
-                                   {"tracking": {"tracking_uri": tracking, "experiment": "sgpt-ablation"}}])
+    config = build_config(
+        method,
+        [
+            SETTING,
+            {"federation": {"rounds": rounds}},
+            layer,
+            {"tracking": {"tracking_uri": tracking, "experiment": "sgpt-ablation"}},
+        ],
+    )
     start = time.perf_counter()
     result = run(config, show_progress=False, console=Console(file=io.StringIO()))  # the table is ours
     last = result.history[-1]
-    out = {"global": result.summary["global_acc"]["final"], "g last10": result.summary["global_acc"]["mean"],
-           "worst": result.summary["worst_local_acc"]["final"], "w last10": result.summary["worst_local_acc"]["mean"],
-           "min": (time.perf_counter() - start) / 60}
+    out = {
+        "global": result.summary["global_acc"]["final"],
+        "g last10": result.summary["global_acc"]["mean"],
+        "worst": result.summary["worst_local_acc"]["final"],
+        "w last10": result.summary["worst_local_acc"]["mean"],
+        "min": (time.perf_counter() - start) / 60,
+    }
     if "cluster_top_share" in last:
-        out.update({"top share": last["cluster_top_share"], "groups": last["cluster_groups_used"],
-                    "clust acc": last.get("cluster_acc", float("nan")), "congr": last["kmeans_congruence"],
-                    "instab": instability(result.records)})
+        out.update(
+            {
+                "top share": last["cluster_top_share"],
+                "groups": last["cluster_groups_used"],
+                "clust acc": last.get("cluster_acc", float("nan")),
+                "congr": last["kmeans_congruence"],
+                "instab": instability(result.records),
+            }
+        )
     return out
 
 
@@ -83,8 +102,9 @@ def inference_cost(ks=(1, 2, 5), rows: int = 512, repeats: int = 3) -> list[tupl
     runtime = ClientRuntime(config, shards)
     model = runtime.model
     test = slice(shards.test_offsets[0], shards.test_offsets[0] + rows)
-    data = ClientData(shards.images[test], shards.labels[test], shards.domains[test],
-                      {"query": shards.features["query"][test]})
+    data = ClientData(
+        shards.images[test], shards.labels[test], shards.domains[test], {"query": shards.features["query"][test]}
+    )
     index = np.arange(len(data))
     x = model_inputs(model, data.images, runtime.device)
     depth = len(model.vit.blocks)

@@ -20,7 +20,10 @@ import ray
 def read_block(store, offsets, clients):
     total = 0
     for c in clients:
-        total += int(store["labels"][offsets[c]:offsets[c + 1]].sum()) + store["images"][offsets[c]:offsets[c + 1]].shape[0]
+        total += (
+            int(store["labels"][offsets[c] : offsets[c + 1]].sum())
+            + store["images"][offsets[c] : offsets[c + 1]].shape[0]
+        )
     return total
 
 

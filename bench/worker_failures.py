@@ -19,22 +19,28 @@ import time
 import numpy as np
 from rich.console import Console
 
-from raysim import chaos
 from raysim.config import build_config, load_preset
-from raysim.metrics import TIMING_KEYS
-from raysim.runner import run
+from raysim.engine.driver import run
+from raysim.ops.metrics import TIMING_KEYS
+from raysim.testing import chaos
 
 SHOWN = ("global_acc", "local_acc", "worst_local_acc", "train_loss")
 
 
 def one_run(args, tracking: str, on_round=None):
-    layers = [load_preset("quick"), {"federation": {"rounds": args.rounds, "participation": 0.5, "eval_every": 1},
-                                     "resources": {"workers": 2, "cpus_per_client": 0.5},
-                                     "checkpoint": {"every": args.checkpoint_every},
-                                     "tracking": {"tracking_uri": tracking, "experiment": "worker-failures"}}]
+    layers = [
+        load_preset("quick"),
+        {
+            "federation": {"rounds": args.rounds, "participation": 0.5, "eval_every": 1},
+            "resources": {"workers": 2, "cpus_per_client": 0.5},
+            "checkpoint": {"every": args.checkpoint_every},
+            "tracking": {"tracking_uri": tracking, "experiment": "worker-failures"},
+        },
+    ]
     start = time.perf_counter()
-    result = run(build_config(args.method, layers), show_progress=False, console=Console(file=io.StringIO()),
-                 on_round=on_round)
+    result = run(
+        build_config(args.method, layers), show_progress=False, console=Console(file=io.StringIO()), on_round=on_round
+    )
     return result, time.perf_counter() - start
 
 
@@ -54,7 +60,9 @@ def main() -> None:
             # the coordinator dies once (rounds replayed after its recovery come here again)
             once = round == 2 * args.kill_every and not any(k[1] == "Coordinator" for k in kills)
             target = "Coordinator" if once else "ClientWorker"
-            timers.append(threading.Timer(delay, lambda: kills.append((round + 1, target, chaos.kill_actor(target, rng)))))
+            timers.append(
+                threading.Timer(delay, lambda: kills.append((round + 1, target, chaos.kill_actor(target, rng))))
+            )
             timers[-1].start()
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -11,34 +11,15 @@ from dataclasses import fields
 
 import click
 
-from raysim.config import parse_override
-from raysim.errors import BadUpdateError, ConfigError, RunInterrupted, SweepError
-from raysim.precision import PRECISIONS
-from raysim.pretrain_recipe import PretrainRecipe
+from raysim.config import TrackingConfig, build_config, load_preset, parse_override, preset_for_method, presets
+from raysim.config.sections import SECTIONS, default_of, flagged_fields
+from raysim.core.errors import BadUpdateError, ConfigError, RunInterrupted, SweepError
+from raysim.core.registry import METHODS
+from raysim.data.partition import PARTITIONERS
+from raysim.data.sources import SOURCES
+from raysim.models.pretrain_recipe import PretrainRecipe
 
-# flag name -> (section, key)
-RUN_FLAGS = {
-    "clients": ("federation", "clients"),
-    "rounds": ("federation", "rounds"),
-    "participation": ("federation", "participation"),
-    "eval_every": ("federation", "eval_every"),
-    "seed": ("federation", "seed"),
-    "local_epochs": ("train", "local_epochs"),
-    "precision": ("train", "precision"),
-    "dataset": ("data", "dataset"),
-    "partition": ("data", "partition"),
-    "data_dir": ("data", "data_dir"),
-    "backbone": ("model", "backbone"),
-    "weights": ("model", "weights"),
-    "backend": ("resources", "backend"),
-    "workers": ("resources", "workers"),
-    "cpus_per_client": ("resources", "cpus_per_client"),
-    "gpus_per_client": ("resources", "gpus_per_client"),
-    "address": ("resources", "address"),
-    "tracking_uri": ("tracking", "tracking_uri"),
-    "experiment": ("tracking", "experiment"),
-    "run_name": ("tracking", "run_name"),
-}
+RUN_ONLY = ("run_name",)  # flags that name one run; a sweep names its trials itself
 
 
 class OneLineErrors(click.Group):
@@ -52,11 +33,16 @@ class OneLineErrors(click.Group):
         except (click.exceptions.Abort, KeyboardInterrupt):  # click turns a KeyboardInterrupt into Abort
             leave("raysim: interrupted")
         except click.UsageError as error:
-            hint = f" (see 'raysim {error.ctx.info_name if error.ctx and error.ctx.parent else ''} --help')".replace("  ", " ")
+            hint = f" (see 'raysim {error.ctx.info_name if error.ctx and error.ctx.parent else ''} --help')".replace(
+                "  ", " "
+            )
             fail(error.format_message().replace("\n", " ") + hint)
         except ConfigError as error:
             fail(str(error))
-        except (BadUpdateError, SweepError) as error:  # on the Ray backend it arrives wrapped; ``cause`` is the original
+        except (
+            BadUpdateError,
+            SweepError,
+        ) as error:  # on the Ray backend it arrives wrapped; ``cause`` is the original
             click.echo(f"raysim: error: {getattr(error, 'cause', None) or error}", err=True)
             sys.exit(1)
         except RunInterrupted as stopped:
@@ -86,47 +72,49 @@ def main():
     """
 
 
-CONFIG_OPTIONS = [
-    click.option("--clients", type=int, help="Number of clients M (federation.clients)."),
-    click.option("--rounds", type=int, help="Communication rounds T."),
-    click.option("--participation", type=float, help="Share of clients sampled per round, in (0, 1]."),
-    click.option("--local-epochs", type=int, help="Local epochs E per round."),
-    click.option("--precision", type=click.Choice(PRECISIONS),
-                 help="Client compute: bf16 autocast or fp32; auto (default) is bf16 only on CPUs with native bf16."),
-    click.option("--eval-every", type=int, help="Evaluate every k rounds (default 2; always after the last)."),
-    click.option("--seed", type=int, help="The run seed; every random draw derives from it."),
-    click.option("--dataset", help="Data source (raysim ls datasets)."),
-    click.option("--partition", help="How data is split over clients (raysim ls partitions)."),
-    click.option("--data-dir", help="Folder or file for datasets read from disk."),
-    click.option("--backbone", help="timm ViT name (raysim ls backbones)."),
-    click.option("--weights", help="Backbone weights, a local safetensors file."),
-    click.option("--backend", type=click.Choice(["ray", "sequential"]), help="Where clients run (default ray)."),
-    click.option("--workers", type=int, help="Size of the client worker pool (default: one per free CPU)."),
-    click.option("--cpus-per-client", type=float, help="CPUs each worker reserves (fractions allowed)."),
-    click.option("--gpus-per-client", type=float, help="GPUs each worker reserves (fractions allowed, e.g. 0.25)."),
-    click.option("--address", help="Ray cluster to join ('auto', 'HOST:PORT' or 'ray://HOST:10001')."),
+def _flag_option(section: str, spec):
+    """The click option of one config key, from its field metadata (one declaration per key)."""
+    meta, hint = spec.metadata, f" ({section}.{spec.name}; default {default_of(spec)})"
+    if isinstance(spec.default, bool):
+        return click.option(meta["flag"], spec.name, is_flag=True, default=None, help=meta["help"] + hint)
+    kind = click.Choice(meta["choices"]) if meta["choices"] else {int: int, float: float}.get(type(spec.default), str)
+    return click.option(meta["flag"], spec.name, type=kind, help=meta["help"] + hint)
+
+
+FLAGS = {spec.name: (section, spec) for section, cls in SECTIONS.items() for spec in flagged_fields(cls)}
+SHARED_OPTIONS = [
     click.option("--preset", "preset", help="A preset name (raysim ls presets) or a YAML file."),
-    click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
-                 help="Override any config key, e.g. --set train.lr=0.05 --set fedprox.mu=0.1 (repeatable)."),
-    click.option("--tracking-uri", help="MLflow store (default sqlite:///./raysim-runs/mlflow.db)."),
-    click.option("--experiment", help="MLflow experiment name."),
+    click.option(
+        "--set",
+        "overrides",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="Override any config key, e.g. --set train.lr=0.05 --set fedprox.mu=0.1 (repeatable).",
+    ),
 ]
 
 
-def config_options(command):
-    """The options that set config keys, shared by ``run`` and ``tune``."""
-    for option in reversed(CONFIG_OPTIONS):
-        command = option(command)
-    return command
+def config_options(run_only: bool = False):
+    """The options that set config keys (generated from the config sections' fields), shared by ``run`` and
+    ``tune``; ``run_only`` adds the ones that name a single run."""
+
+    def decorate(command):
+        flags = [
+            _flag_option(section, spec) for name, (section, spec) in FLAGS.items() if run_only or name not in RUN_ONLY
+        ]
+        for option in reversed([*flags, *SHARED_OPTIONS]):
+            command = option(command)
+        return command
+
+    return decorate
 
 
 def flag_layers(overrides, flags) -> list[dict]:
     """The CLI flags, then each --set, as config layers."""
     layer: dict = {}
-    for flag, value in flags.items():
-        if value is not None and flag in RUN_FLAGS:
-            section, key = RUN_FLAGS[flag]
-            layer.setdefault(section, {})[key] = value
+    for name, value in flags.items():
+        if value is not None and name in FLAGS:
+            layer.setdefault(FLAGS[name][0], {})[name] = value
     layers = [layer]
     for text in overrides:
         section, key, value = parse_override(text)
@@ -136,10 +124,13 @@ def flag_layers(overrides, flags) -> list[dict]:
 
 @main.command(context_settings={"max_content_width": 100})
 @click.argument("method", required=False)
-@click.option("--resume", metavar="RUN_ID_OR_DIR", help="Continue a stopped run from its newest checkpoint "
-              "(a run id, or a checkpoint folder); only --rounds and the resource flags may change.")
-@config_options
-@click.option("--run-name", help="MLflow run name (default METHOD-DATASET-PARTITION-sSEED).")
+@click.option(
+    "--resume",
+    metavar="RUN_ID_OR_DIR",
+    help="Continue a stopped run from its newest checkpoint "
+    "(a run id, or a checkpoint folder); only --rounds and the resource flags may change.",
+)
+@config_options(run_only=True)
 @click.option("--progress/--no-progress", default=True, help="Show the per-round progress bar.")
 def run(method, resume, preset, overrides, progress, **flags):
     """Run METHOD (raysim ls methods) as one federated simulation, tracked in MLflow.
@@ -148,8 +139,8 @@ def run(method, resume, preset, overrides, progress, **flags):
     the run, and the final table reports the last 10 evaluated rounds (the papers' protocol). A checkpoint is
     written after every round; the first Ctrl-C finishes the round and prints the --resume command.
     """
-    from raysim.config import build_config, load_preset, preset_for_method
-    from raysim.runner import run as run_simulation
+    from raysim.engine.driver import run as run_simulation  # imports torch and Ray: only when a run starts
+    from raysim.tracking import resume as resuming
 
     if method is None and resume is None:
         raise click.UsageError("Missing argument 'METHOD' (raysim ls methods), or --resume RUN_ID_OR_DIR")
@@ -159,8 +150,6 @@ def run(method, resume, preset, overrides, progress, **flags):
     if resume is None:
         run_simulation(build_config(method, layers), show_progress=progress)
         return
-    from raysim import resume as resuming
-
     found = resuming.find(resume, flags["tracking_uri"])  # the store only helps find the run; it cannot change
     layers = [{section: values for section, values in layer.items() if section != "tracking"} for layer in layers]
     run_simulation(resuming.resumed_config(found, method, layers), show_progress=progress, resume=found)
@@ -176,18 +165,19 @@ def run(method, resume, preset, overrides, progress, **flags):
 @click.option("--scheduler", default="asha", show_default=True, help="asha (stops bad trials early) or fifo.")
 @click.option("--name", help="Sweep name: its MLflow experiment and folder (default METHOD-DATE-TIME).")
 @click.option("--resume", metavar="SWEEP_DIR", help="Finish an interrupted sweep (the folder printed at its start).")
-@config_options
-def tune(method, space, num_samples, max_concurrent, metric, mode, scheduler, name, resume, preset, overrides,
-         **flags):
+@config_options()
+def tune(method, space, num_samples, max_concurrent, metric, mode, scheduler, name, resume, preset, overrides, **flags):
     """Sweep METHOD's hyperparameters with Ray Tune: every trial is a whole simulation and an MLflow run.
 
     Trial configs: defaults < --preset < the space's fixed values < flags and --set < the sampled values. At
     the end the best trial's config is saved as a preset and printed as a ready-to-run command.
     """
-    from raysim import sweep as sweeping
+    from raysim.sweep import tune as sweeping  # imports torch, Ray and Tune: only when a sweep starts
 
     if resume is not None:
-        given = [f"--{k.replace('_', '-')}" for k, v in flags.items() if v is not None] + (["--preset"] if preset else [])
+        given = [f"--{k.replace('_', '-')}" for k, v in flags.items() if v is not None] + (
+            ["--preset"] if preset else []
+        )
         if method or given or overrides:
             raise ConfigError(f"--resume finishes the sweep as it was planned; drop {(given or ['METHOD'])[0]}")
         found, folder = sweeping.load_sweep(resume)
@@ -197,21 +187,27 @@ def tune(method, space, num_samples, max_concurrent, metric, mode, scheduler, na
         return
     if method is None:
         raise click.UsageError("Missing argument 'METHOD' (raysim ls methods), or --resume SWEEP_DIR")
-    found = sweeping.plan(method, space, num_samples, max_concurrent, metric, mode, scheduler, name, preset,
-                          flag_layers(overrides, flags))
+    found = sweeping.plan(
+        method, space, num_samples, max_concurrent, metric, mode, scheduler, name, preset, flag_layers(overrides, flags)
+    )
     folder = sweeping.save_sweep(found)
-    click.echo(f"sweep {found.name}: {found.num_samples} trials, {found.max_concurrent} at once, MLflow experiment "
-               f"{found.name!r}; resume with: raysim tune --resume {folder}", err=True)
+    click.echo(
+        f"sweep {found.name}: {found.num_samples} trials, {found.max_concurrent} at once, MLflow experiment "
+        f"{found.name!r}; resume with: raysim tune --resume {folder}",
+        err=True,
+    )
     report_best(found, folder, sweeping.run_sweep(found))
 
 
 def report_best(found, folder, results) -> None:
-    from raysim import sweep as sweeping
+    from raysim.sweep import tune as sweeping
 
     best = sweeping.finish(found, results, folder)
     shown = {k: round(v, 6) if isinstance(v, float) else v for k, v in best["params"].items()}
-    click.echo(f"best trial: {found.metric} {best['metrics'][found.metric]:.4f} with {shown} "
-               f"(MLflow run {best['run_id']}; {best['errors']} trial(s) failed)")
+    click.echo(
+        f"best trial: {found.metric} {best['metrics'][found.metric]:.4f} with {shown} "
+        f"(MLflow run {best['run_id']}; {best['errors']} trial(s) failed)"
+    )
     click.echo(f"reproduce it: {best['command']}")
 
 
@@ -221,9 +217,8 @@ def report_best(found, folder, results) -> None:
 @click.option("--out", help="Folder for report.md and the figures (default ./raysim-report-EXPERIMENT).")
 def report(experiment, tracking_uri, out):
     """Compare the finished runs of EXPERIMENT per method: table, overlaid accuracy curves, global vs worst."""
-    from raysim.config import TrackingConfig
-    from raysim.report import write_report
-    from raysim.tracking import check_run_store
+    from raysim.tracking.mlflow import check_run_store  # imports MLflow: only when a report is asked for
+    from raysim.tracking.report import write_report
 
     uri = TrackingConfig(tracking_uri=tracking_uri).resolved_uri
     check_run_store(uri)
@@ -237,35 +232,50 @@ def _recipe_options(command):
     for spec in reversed(fields(PretrainRecipe)):
         choices = spec.metadata["choices"]
         kind = click.Choice(choices) if choices else type(spec.default)
-        command = click.option(f"--{spec.name.replace('_', '-')}", spec.name, type=kind, default=spec.default,
-                               show_default=True, help=spec.metadata["help"])(command)
+        command = click.option(
+            f"--{spec.name.replace('_', '-')}",
+            spec.name,
+            type=kind,
+            default=spec.default,
+            show_default=True,
+            help=spec.metadata["help"],
+        )(command)
     return command
 
 
 @main.command()
-@click.option("--out", required=True, type=click.Path(dir_okay=False), help="Where to write the safetensors file "
-              "(a .json sidecar with SHA-256, recipe and command is written beside it).")
+@click.option(
+    "--out",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="Where to write the safetensors file (a .json sidecar with SHA-256, recipe and command is written beside it).",
+)
 @_recipe_options
 def pretrain(out, **recipe_fields):
     """Pretrain the offline backbone on glyphs of scripts no benchmark uses (the shipped weights' recipe)."""
     from rich.console import Console
 
-    from raysim.precision import native_bf16_cpu
-    from raysim.pretrain import pretrain as run_pretrain
+    from raysim.engine.precision import native_bf16_cpu
+    from raysim.models.pretrain import pretrain as run_pretrain
 
     recipe = PretrainRecipe(**recipe_fields)
     command = recipe.command(out)
     console = Console(stderr=True)
     if recipe.precision == "bf16" and not native_bf16_cpu():
-        console.print("raysim: warning: this CPU has no native bf16 (AVX-512 BF16 or AMX), so the bf16 recipe runs "
-                      "many times slower here; --precision fp32 is faster but writes a different file", highlight=False)
+        console.print(
+            "raysim: warning: this CPU has no native bf16 (AVX-512 BF16 or AMX), so the bf16 recipe runs "
+            "many times slower here; --precision fp32 is faster but writes a different file",
+            highlight=False,
+        )
 
     def report(epoch, epochs, loss):
         console.print(f"epoch {epoch}/{epochs}: train loss {loss:.3f}", highlight=False)
 
     sidecar = run_pretrain(recipe, out, command=command, report=report)
-    click.echo(f"wrote {out} ({sidecar['bytes'] / 1e6:.1f} MB, sha256 {sidecar['sha256']}); held-out accuracy on "
-               f"the pretraining corpus {sidecar['held_out_accuracy']:.1f}% after {sidecar['seconds']['total']:.0f} s")
+    click.echo(
+        f"wrote {out} ({sidecar['bytes'] / 1e6:.1f} MB, sha256 {sidecar['sha256']}); held-out accuracy on "
+        f"the pretraining corpus {sidecar['held_out_accuracy']:.1f}% after {sidecar['seconds']['total']:.0f} s"
+    )
 
 
 LISTS = ("methods", "datasets", "partitions", "backbones", "presets")
@@ -283,23 +293,15 @@ def ls(what):
 
 def _listing(kind: str) -> dict[str, str]:
     if kind == "methods":
-        from raysim.registry import load_methods
-
-        return {name: cls.description for name, cls in load_methods().items()}
+        return {name: f"[{info.family}] {info.description}" for name, info in METHODS.items()}
     if kind == "datasets":
-        from raysim.data.sources import SOURCES
-
         return {name: s.description for name, s in SOURCES.items()}
     if kind == "partitions":
-        from raysim.data.partition import PARTITIONERS
-
         return {name: p.description for name, p in PARTITIONERS.items()}
     if kind == "backbones":
-        from raysim.models.backbones import BACKBONES
+        from raysim.models.backbones import BACKBONES  # imports timm
 
-        return dict(BACKBONES)
-    from raysim.config import presets
-
+        return dict(BACKBONES.items())
     return presets()
 
 

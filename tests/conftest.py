@@ -22,8 +22,7 @@ def ray_session():
     import ray
 
     if not ray.is_initialized():
-        ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, logging_level=logging.WARNING,
-                 configure_logging=True)
+        ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, logging_level=logging.WARNING, configure_logging=True)
     ray.data.DataContext.get_current().enable_progress_bars = False
     yield ray
     ray.shutdown()

@@ -33,8 +33,14 @@ def test_config_passes_rays_validation(name):
     config = load(name)
     assert config["provider"]["type"] == CONFIGS[name]
     assert config["cluster_name"] == f"raysim-{name.removesuffix('.yaml')}"
-    for key in ("max_workers", "idle_timeout_minutes", "setup_commands", "head_start_ray_commands",
-                "worker_start_ray_commands", "file_mounts"):
+    for key in (
+        "max_workers",
+        "idle_timeout_minutes",
+        "setup_commands",
+        "head_start_ray_commands",
+        "worker_start_ray_commands",
+        "file_mounts",
+    ):
         assert key in config, f"{name} lacks {key}"
     validate_config(prepared(config))  # raises on any schema or consistency error
 

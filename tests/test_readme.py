@@ -15,6 +15,9 @@ def test_readme_has_two_setup_commands_and_ci_runs_the_test_one():
     run_command, test_command = setup_commands()
     assert "raysim run" in run_command and "constraints.txt" in run_command
     assert "pytest" in test_command and "constraints.txt" in test_command
-    ci_lines = [line for line in ROOT.joinpath(".ci", "run").read_text().splitlines()
-                if line and not line.startswith(("#", "set ", "cd "))]
+    ci_lines = [
+        line
+        for line in ROOT.joinpath(".ci", "run").read_text().splitlines()
+        if line and not line.startswith(("#", "set ", "cd "))
+    ]
     assert ci_lines == [test_command]

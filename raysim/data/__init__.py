@@ -1,8 +1,11 @@
-"""Data sources, partitioners and client shards. Importing the package registers every source by name."""
+"""Data sources, partitioners and client shards. Importing the package registers every source by name.
+
+Imports: core only (and the libraries that read and render data).
+"""
 
 from raysim.data.glyphs import GLYPH_SOURCES
 from raysim.data.real import REAL_SOURCES
 from raysim.data.sources import SOURCES, Source
 
 for _name, (_description, _read) in {**GLYPH_SOURCES, **REAL_SOURCES}.items():
-    SOURCES.setdefault(_name, Source(_name, _description, _read))
+    SOURCES.add(_name, Source(_name, _description, _read))

@@ -39,16 +39,16 @@ import os
 import time
 import uuid
 import zlib
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from functools import lru_cache, partial
+from functools import cache, partial
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
+from raysim.core.errors import ConfigError
 from raysim.data.shards import DatasetInfo
 from raysim.data.sources import fixed_test_split, rows_table, sklearn_digits
-from raysim.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -71,16 +71,34 @@ _FILL = 0.8  # height of a font's ascender-to-descender box, as a fraction of th
 _MISSING = "\U0010fffd"  # a private-use code point no bundled font maps: renders the missing-glyph box
 
 # Candidate pretraining characters: (first, last) code points per block, in a fixed order.
-_PRETRAIN_BLOCKS = ((0x0391, 0x03A9), (0x03B1, 0x03C9), (0x0400, 0x045F), (0x0531, 0x0556), (0x0561, 0x0586),
-                    (0x10D0, 0x10F0), (0x05D0, 0x05EA), (0x2190, 0x2199), (0x21D0, 0x21D5), (0x2200, 0x222F),
-                    (0x2260, 0x226F), (0x25B2, 0x25C7), (0x2660, 0x266F))
+_PRETRAIN_BLOCKS = (
+    (0x0391, 0x03A9),
+    (0x03B1, 0x03C9),
+    (0x0400, 0x045F),
+    (0x0531, 0x0556),
+    (0x0561, 0x0586),
+    (0x10D0, 0x10F0),
+    (0x05D0, 0x05EA),
+    (0x2190, 0x2199),
+    (0x21D0, 0x21D5),
+    (0x2200, 0x222F),
+    (0x2260, 0x226F),
+    (0x25B2, 0x25C7),
+    (0x2660, 0x266F),
+)
 # Characters that look like a Latin letter, a digit or a benchmark symbol (at the benchmark's augmentation).
-_HOMOGLYPHS = ("ΑΒΕΖΗΙΚΜΝΟΡΤΥΧΛΘ" "αγεηθικμνορςστυχω"  # Greek
-               "АВЕЗКМНОРСТУХЅІЇЈЁЀЬЌЎ" "авгдезийкмнопрстухцшщьѓѕіїјёѐќўђћъѝ"  # Cyrillic (and its italics)
-               "ԱՍՕՏԼՈՑՁԶՅՌՒ" "աըզլհնոռստրւցօքյ"  # Armenian
-               "ვოიძყ" "וזןיךסחהט"  # Georgian, Hebrew
-               "∂∈∊∕∣∗∘∙∔∼−∖∪∩∧∨∅∁∟∠∤∥∦∶∷∹≀○◯◌◍♭♯"  # operators, shapes
-               "▵▹▿◃◅▻►◄")  # small or pointer duplicates of the triangles
+_HOMOGLYPHS = (
+    "ΑΒΕΖΗΙΚΜΝΟΡΤΥΧΛΘ"
+    "αγεηθικμνορςστυχω"  # Greek
+    "АВЕЗКМНОРСТУХЅІЇЈЁЀЬЌЎ"
+    "авгдезийкмнопрстухцшщьѓѕіїјёѐќўђћъѝ"  # Cyrillic (and its italics)
+    "ԱՍՕՏԼՈՑՁԶՅՌՒ"
+    "աըզլհնոռստրւցօքյ"  # Armenian
+    "ვოიძყ"
+    "וזןיךסחהט"  # Georgian, Hebrew
+    "∂∈∊∕∣∗∘∙∔∼−∖∪∩∧∨∅∁∟∠∤∥∦∶∷∹≀○◯◌◍♭♯"  # operators, shapes
+    "▵▹▿◃◅▻►◄"
+)  # small or pointer duplicates of the triangles
 _SIMILAR = 0.7  # aspect-preserving mask IoU at or above which two characters count as lookalikes
 _PRETRAIN_MIN_FONTS = 3
 
@@ -141,8 +159,11 @@ class _Plan:
         """A short hash of everything that determines the images, the renderer included: Pillow and FreeType
         versions change antialiasing, hence pixels (a cache rendered by another Pillow is not reused)."""
         fonts = [(Path(f).name, Path(f).stat().st_size) for f in self.fonts]
-        h = hashlib.sha256(repr((FORMAT_VERSION, self.name, self.seed, self.size, fonts, renderer(),
-                                 [asdict(s) for s in STYLES])).encode())
+        h = hashlib.sha256(
+            repr(
+                (FORMAT_VERSION, self.name, self.seed, self.size, fonts, renderer(), [asdict(s) for s in STYLES])
+            ).encode()
+        )
         for column in (self.code, self.font, self.style, self.label, self.domain):
             h.update(np.ascontiguousarray(column, dtype=np.int64).tobytes())
         return h.hexdigest()[:12]
@@ -166,13 +187,13 @@ def font_dir() -> Path:
     return Path(matplotlib.get_data_path()) / "fonts" / "ttf"
 
 
-@lru_cache(maxsize=None)
+@cache
 def bundled_fonts() -> list[Path]:
     """matplotlib's fonts whose glyphs for ``0-9A-Za-z`` are those characters, sorted by file name."""
     return sorted((p for p in font_dir().glob("*.ttf") if all(_named(p, c) for c in ALNUM)), key=lambda p: p.name)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _cmap(path: Path) -> dict[int, str]:
     from fontTools.ttLib import TTFont
 
@@ -187,7 +208,7 @@ def _named(path: Path, ch: str) -> bool:
     return name is not None and agl.toUnicode(name) == ch
 
 
-@lru_cache(maxsize=None)
+@cache
 def covers(path: Path, ch: str) -> bool:
     """Whether the font draws ``ch``: a glyph named as ``ch`` whose mask is neither empty nor the missing box."""
     if not _named(path, ch):
@@ -196,7 +217,7 @@ def covers(path: Path, ch: str) -> bool:
     return bool(mask.any()) and not np.array_equal(mask, draw(_MISSING, path, 2 * SIZE))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _layout(path: Path, canvas: int):
     """The font sized so its ``0-9A-Za-z`` box fills ``_FILL`` of the canvas, and the baseline that centres it."""
     from PIL import ImageFont
@@ -215,8 +236,15 @@ def draw(ch: str, path: Path, canvas: int, stroke: int = 0) -> np.ndarray:
     font, baseline = _layout(path, canvas)
     left, _, right, _ = font.getbbox(ch, anchor="ls", stroke_width=stroke)
     image = Image.new("L", (canvas, canvas))
-    ImageDraw.Draw(image).text((canvas / 2 - (left + right) / 2, baseline), ch, font=font, fill=255,
-                               anchor="ls", stroke_width=stroke, stroke_fill=255)
+    ImageDraw.Draw(image).text(
+        (canvas / 2 - (left + right) / 2, baseline),
+        ch,
+        font=font,
+        fill=255,
+        anchor="ls",
+        stroke_width=stroke,
+        stroke_fill=255,
+    )
     return np.asarray(image)
 
 
@@ -243,7 +271,7 @@ def _glyph_mask(ch: str, path: Path, style: Style, rng: np.random.Generator, siz
     return warped.reshape(size, 2, size, 2).mean(axis=(1, 3))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _upsampler(n: int, length: int) -> np.ndarray:
     """The [length, n] matrix that interpolates n evenly spaced values linearly onto length points."""
     position = np.linspace(0, n - 1, length)
@@ -270,7 +298,7 @@ def _contrasting_colours(rng: np.random.Generator, contrast: float = 90.0) -> tu
             return ink, background
 
 
-@lru_cache(maxsize=None)
+@cache
 def _photos() -> tuple[np.ndarray, ...]:
     from sklearn.datasets import load_sample_images
 
@@ -284,7 +312,7 @@ def _photo_patch(rng: np.random.Generator, size: int) -> np.ndarray:
     photo = _photos()[int(rng.integers(len(_photos())))]
     side = int(rng.integers(size, min(4 * size, *photo.shape[:2]) + 1))
     top, left = (int(rng.integers(0, extent - side + 1)) for extent in photo.shape[:2])
-    crop = Image.fromarray(photo[top:top + side, left:left + side])
+    crop = Image.fromarray(photo[top : top + side, left : left + side])
     return np.asarray(crop.resize((size, size), Image.BILINEAR), dtype=np.float32)
 
 
@@ -351,8 +379,15 @@ def _render_ids(plan: _Plan, ids) -> np.ndarray:
 # Plans -----------------------------------------------------------------------------------------------
 
 
-def _glyph_rows(chars: str, fonts: list[Path], per_class: int, label0: int, domain: int | None,
-                style: int | None, family: str | None = None) -> dict[str, np.ndarray]:
+def _glyph_rows(
+    chars: str,
+    fonts: list[Path],
+    per_class: int,
+    label0: int,
+    domain: int | None,
+    style: int | None,
+    family: str | None = None,
+) -> dict[str, np.ndarray]:
     """``per_class`` rows per character, cycling through the fonts (of ``family``, if given) that draw it.
 
     ``domain=None`` makes the font the domain; ``style=None`` cycles through all looks.
@@ -375,8 +410,13 @@ def _handwritten_rows(per_class: int, label0: int, domain: int, seed: int) -> di
     labels = sklearn_digits()[1]
     rng = np.random.default_rng([seed, label0, domain])
     index = np.concatenate([rng.permutation(np.flatnonzero(labels == c))[:per_class] for c in range(10)])
-    return {"code": index, "font": np.zeros_like(index), "style": np.full_like(index, REAL),
-            "label": label0 + labels[index], "domain": np.full_like(index, domain)}
+    return {
+        "code": index,
+        "font": np.zeros_like(index),
+        "style": np.full_like(index, REAL),
+        "label": label0 + labels[index],
+        "domain": np.full_like(index, domain),
+    }
 
 
 def _plan(name: str, seed: int, fonts: list[Path], parts: list[dict[str, np.ndarray]], size: int = SIZE) -> _Plan:
@@ -397,8 +437,9 @@ def _glyphs62(seed: int = SEED, per_writer: int = GLYPHS62_PER_WRITER) -> tuple[
     fonts = bundled_fonts()
     rows = _glyph_rows(ALNUM, fonts, per_writer * len(fonts), 0, None, STYLES.index(PAPER))
     coarse = tuple(0 if ch in DIGITS else 1 if ch in UPPER else 2 for ch in ALNUM)  # digit / upper / lower
-    info = DatasetInfo("glyphs62", len(ALNUM), len(fonts), (SIZE, SIZE, 3), tuple(ALNUM),
-                       tuple(f.stem for f in fonts), coarse)
+    info = DatasetInfo(
+        "glyphs62", len(ALNUM), len(fonts), (SIZE, SIZE, 3), tuple(ALNUM), tuple(f.stem for f in fonts), coarse
+    )
     return _plan("glyphs62", seed, fonts, [rows]), info
 
 
@@ -415,8 +456,12 @@ def _digits5(seed: int = SEED, per_cell: int = DIGITS5_PER_CELL) -> tuple[_Plan,
     return _plan("digits5", seed, fonts, parts), info
 
 
-FIVE_SOURCES = (("digits", DIGITS, LOWRES), ("upper", UPPER, PAPER), ("lower", LOWER, PHOTO),
-                ("symbols", SYMBOLS, COLOUR))
+FIVE_SOURCES = (
+    ("digits", DIGITS, LOWRES),
+    ("upper", UPPER, PAPER),
+    ("lower", LOWER, PHOTO),
+    ("symbols", SYMBOLS, COLOUR),
+)
 
 
 def _five_sources(seed: int = SEED, per_class: int = FIVE_SOURCES_PER_CLASS) -> tuple[_Plan, DatasetInfo]:
@@ -434,7 +479,10 @@ def _five_sources(seed: int = SEED, per_class: int = FIVE_SOURCES_PER_CLASS) -> 
 
 
 _PLANS: dict[str, Callable[[], tuple[_Plan, DatasetInfo]]] = {
-    "glyphs62": _glyphs62, "digits5": _digits5, "five-sources": _five_sources}
+    "glyphs62": _glyphs62,
+    "digits5": _digits5,
+    "five-sources": _five_sources,
+}
 
 
 # Cache and Ray Data ----------------------------------------------------------------------------------
@@ -459,8 +507,11 @@ def _render_all(plan: _Plan) -> np.ndarray:
     import ray
 
     ds = ray.data.range(len(plan), override_num_blocks=max(1, -(-len(plan) // BLOCK_ROWS)))
-    batches = list(ds.map_batches(partial(_render_batch, plan=plan), batch_size=None)
-                   .iter_batches(batch_size=None, batch_format="numpy"))
+    batches = list(
+        ds.map_batches(partial(_render_batch, plan=plan), batch_size=None).iter_batches(
+            batch_size=None, batch_format="numpy"
+        )
+    )
     ids = np.concatenate([b["id"] for b in batches])
     return np.concatenate([b["image"] for b in batches])[np.argsort(ids)]
 
@@ -512,12 +563,21 @@ def read_five_sources(_cfg):
 
 
 GLYPH_SOURCES: dict[str, tuple[str, Callable]] = {
-    "glyphs62": ("generated glyphs 0-9A-Za-z, 32x32, 62 classes x 21 font writers (domain = writer), "
-                 "7,812 images (offline FEMNIST analogue)", read_glyphs62),
-    "digits5": ("generated digits in 5 domains (handwritten, serif, mono, photo-blend, low-res), 32x32, "
-                "3,000 images (offline Digit-Five analogue)", read_digits5),
-    "five-sources": ("5 generated sources with disjoint labels (digits, A-Z, a-z, 18 symbols, handwritten "
-                     "digits), 32x32, 90 classes, 9,000 images (offline Five-datasets analogue)", read_five_sources),
+    "glyphs62": (
+        "generated glyphs 0-9A-Za-z, 32x32, 62 classes x 21 font writers (domain = writer), "
+        "7,812 images (offline FEMNIST analogue)",
+        read_glyphs62,
+    ),
+    "digits5": (
+        "generated digits in 5 domains (handwritten, serif, mono, photo-blend, low-res), 32x32, "
+        "3,000 images (offline Digit-Five analogue)",
+        read_digits5,
+    ),
+    "five-sources": (
+        "5 generated sources with disjoint labels (digits, A-Z, a-z, 18 symbols, handwritten "
+        "digits), 32x32, 90 classes, 9,000 images (offline Five-datasets analogue)",
+        read_five_sources,
+    ),
 }
 
 
@@ -544,7 +604,7 @@ def _max_iou(shape: np.ndarray, others: list[np.ndarray]) -> float:
     return float((np.minimum(shape, stack).sum(1) / np.maximum(shape, stack).sum(1).clip(1e-6)).max())
 
 
-@lru_cache(maxsize=None)
+@cache
 def pretrain_chars() -> str:
     """The pretraining classes, in a fixed order.
 

@@ -21,12 +21,13 @@ test split, so a change of the test set leaves the train split as it was.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
-from raysim.errors import ConfigError, unknown_name
+from raysim.core.errors import ConfigError
+from raysim.core.registry import Registry
 
 _MAX_REDRAWS = 100
 
@@ -142,26 +143,25 @@ def _domains(num_domains, num_classes, num_clients, params, rng, coarse_of_class
     return shares
 
 
-PARTITIONERS: dict[str, Partitioner] = {
-    p.name: p
-    for p in (
-        Partitioner("iid", "every (domain, class) cell split equally among all clients", _iid),
-        Partitioner("pathological", "each client holds s classes with U(0.4, 0.6) shares (SGPT)", _pathological),
-        Partitioner("dirichlet", "per class, client shares ~ Dirichlet(alpha)", _dirichlet),
-        Partitioner(
-            "pachinko",
-            "per client, Dirichlet(beta) over coarse labels then Dirichlet(beta_fine) over fine labels (FGPT)",
-            _pachinko,
-            needs_coarse=True,
-        ),
-        Partitioner(
-            "domains",
-            "each client holds one domain; clients per domain geometric with ratio dif (FedGCR)",
-            _domains,
-            needs_domains=True,
-        ),
-    )
-}
+PARTITIONERS: Registry[Partitioner] = Registry("partition")
+for _partitioner in (
+    Partitioner("iid", "every (domain, class) cell split equally among all clients", _iid),
+    Partitioner("pathological", "each client holds s classes with U(0.4, 0.6) shares (SGPT)", _pathological),
+    Partitioner("dirichlet", "per class, client shares ~ Dirichlet(alpha)", _dirichlet),
+    Partitioner(
+        "pachinko",
+        "per client, Dirichlet(beta) over coarse labels then Dirichlet(beta_fine) over fine labels (FGPT)",
+        _pachinko,
+        needs_coarse=True,
+    ),
+    Partitioner(
+        "domains",
+        "each client holds one domain; clients per domain geometric with ratio dif (FedGCR)",
+        _domains,
+        needs_domains=True,
+    ),
+):
+    PARTITIONERS.add(_partitioner.name, _partitioner)
 _REDRAWN = {"dirichlet": "a larger alpha", "pachinko": "a larger beta"}  # random shares: redraw on failure
 
 
@@ -202,8 +202,7 @@ def split_by_shares(
 
 
 def _validate(name, num_classes, num_domains, num_clients, params, coarse_of_class) -> None:
-    if name not in PARTITIONERS:
-        raise unknown_name("partition", name, PARTITIONERS)
+    PARTITIONERS.get(name)  # unknown names: one line listing the valid ones
     if num_clients < 1:
         raise ConfigError(f"num_clients={num_clients} must be at least 1")
     if name == "pathological" and not 1 <= params.s <= num_classes:

@@ -9,16 +9,16 @@ order because the partition depends on it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
+from raysim.core.errors import ConfigError
 from raysim.data.shards import DatasetInfo
 from raysim.data.sources import fit_image, fixed_test_split, rows_table
-from raysim.errors import ConfigError
 
 CIFAR_URL = "https://www.cs.toronto.edu/~kriz/cifar.html"
 TINY_URL = "http://cs231n.stanford.edu/tiny-imagenet-200.zip"
@@ -27,8 +27,18 @@ FOLDER_IMAGE_SIZE = 224
 BLOCK_ROWS = 512  # decoded files per Ray block
 CIFAR_BLOCK_ROWS = 5000
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
-DOMAINNET_CLASSES = ("bird", "feather", "headphones", "ice_cream", "teapot", "tiger", "whale", "windmill",
-                     "wine_glass", "zebra")
+DOMAINNET_CLASSES = (
+    "bird",
+    "feather",
+    "headphones",
+    "ice_cream",
+    "teapot",
+    "tiger",
+    "whale",
+    "windmill",
+    "wine_glass",
+    "zebra",
+)
 
 
 @dataclass(frozen=True)
@@ -41,8 +51,10 @@ class Layout:
 
     def missing(self, data_dir) -> ConfigError:
         """The error for an unset data_dir or one that holds no copy of the dataset."""
-        return ConfigError(f"dataset '{self.name}' needs --data-dir pointing at {self.expected}; got {data_dir!r}; "
-                           f"get it from {self.url} (see docs/datasets.md)")
+        return ConfigError(
+            f"dataset '{self.name}' needs --data-dir pointing at {self.expected}; got {data_dir!r}; "
+            f"get it from {self.url} (see docs/datasets.md)"
+        )
 
     def malformed(self, path: Path, problem: str) -> ConfigError:
         """The error for a file or folder of the dataset that is absent or not in the official format."""
@@ -64,12 +76,24 @@ class Layout:
         return root / name
 
 
-CIFAR10 = Layout("cifar10", "cifar-10-batches-bin/ (data_batch_1.bin .. data_batch_5.bin, test_batch.bin, "
-                 "batches.meta.txt; 1 label byte + 3072 pixel bytes per record) or its parent", CIFAR_URL)
-CIFAR100 = Layout("cifar100", "cifar-100-binary/ (train.bin, test.bin, fine_label_names.txt, coarse_label_names.txt; "
-                  "1 coarse + 1 fine label byte + 3072 pixel bytes per record) or its parent", CIFAR_URL)
-TINY = Layout("tiny-imagenet", "tiny-imagenet-200/ (wnids.txt, words.txt, train/<wnid>/images/*.JPEG, "
-              "val/images/*.JPEG, val/val_annotations.txt) or its parent", TINY_URL)
+CIFAR10 = Layout(
+    "cifar10",
+    "cifar-10-batches-bin/ (data_batch_1.bin .. data_batch_5.bin, test_batch.bin, "
+    "batches.meta.txt; 1 label byte + 3072 pixel bytes per record) or its parent",
+    CIFAR_URL,
+)
+CIFAR100 = Layout(
+    "cifar100",
+    "cifar-100-binary/ (train.bin, test.bin, fine_label_names.txt, coarse_label_names.txt; "
+    "1 coarse + 1 fine label byte + 3072 pixel bytes per record) or its parent",
+    CIFAR_URL,
+)
+TINY = Layout(
+    "tiny-imagenet",
+    "tiny-imagenet-200/ (wnids.txt, words.txt, train/<wnid>/images/*.JPEG, "
+    "val/images/*.JPEG, val/val_annotations.txt) or its parent",
+    TINY_URL,
+)
 
 
 def read_cifar10(cfg) -> tuple:
@@ -141,8 +165,9 @@ def _class_names(path: Path, num_classes: int, layout: Layout) -> tuple[str, ...
     return names
 
 
-def _cifar_info(name: str, class_names: tuple[str, ...], size: int | None,
-                coarse: tuple[int, ...] | None = None) -> DatasetInfo:
+def _cifar_info(
+    name: str, class_names: tuple[str, ...], size: int | None, coarse: tuple[int, ...] | None = None
+) -> DatasetInfo:
     """One domain named after the dataset; images ``size`` (default 32) square."""
     size = size or 32
     return DatasetInfo(name, len(class_names), 1, (size, size, 3), class_names, (name,), coarse)
@@ -177,12 +202,16 @@ def read_tiny_imagenet(cfg) -> tuple:
     if not wnids:
         raise TINY.malformed(root / "wnids.txt", "lists no wnids")
     index = {wnid: c for c, wnid in enumerate(wnids)}
-    items = [_item(path, c, 0, False) for c, wnid in enumerate(wnids)
-             for path in _image_files(root / "train" / wnid / "images", TINY)]
+    items = [
+        _item(path, c, 0, False)
+        for c, wnid in enumerate(wnids)
+        for path in _image_files(root / "train" / wnid / "images", TINY)
+    ]
     items += _tiny_val_items(root, index)
     size = cfg.image_size or 64
-    info = DatasetInfo("tiny-imagenet", len(wnids), 1, (size, size, 3), _tiny_names(root / "words.txt", wnids),
-                       ("tiny-imagenet",))
+    info = DatasetInfo(
+        "tiny-imagenet", len(wnids), 1, (size, size, 3), _tiny_names(root / "words.txt", wnids), ("tiny-imagenet",)
+    )
     return _image_rows(items, size, TINY), info
 
 
@@ -224,28 +253,60 @@ class FolderDataset:
 
     @property
     def layout(self) -> Layout:
-        expected = (f"a folder with {', '.join(d + '/' for d in self.domains)} each holding <class>/*.jpg|png "
-                    f"(or train/<class>/ and test/<class>/) for the classes {', '.join(self.classes)}")
+        expected = (
+            f"a folder with {', '.join(d + '/' for d in self.domains)} each holding <class>/*.jpg|png "
+            f"(or train/<class>/ and test/<class>/) for the classes {', '.join(self.classes)}"
+        )
         return Layout(self.name, expected, self.url)
 
     @property
     def description(self) -> str:
-        return (f"{self.about}: {len(self.domains)} domains x {len(self.classes)} classes from image folders, "
-                f"224x224 unless data.image_size; get it from {self.url} (layout: docs/datasets.md)")
+        return (
+            f"{self.about}: {len(self.domains)} domains x {len(self.classes)} classes from image folders, "
+            f"224x224 unless data.image_size; get it from {self.url} (layout: docs/datasets.md)"
+        )
 
 
 FOLDER_DATASETS = (
-    FolderDataset("office-caltech10", ("amazon", "caltech", "dslr", "webcam"),
-                  ("back_pack", "bike", "calculator", "headphones", "keyboard", "laptop_computer", "monitor",
-                   "mouse", "mug", "projector"),
-                  "https://github.com/pykale/data/tree/main/image_data/office", "Office-Caltech10"),
-    FolderDataset("domainnet", ("clipart", "infograph", "painting", "quickdraw", "real", "sketch"),
-                  DOMAINNET_CLASSES, "http://ai.bu.edu/M3SDA/", "DomainNet, the 10-class subset"),
-    FolderDataset("pacs", ("photo", "art_painting", "cartoon", "sketch"),
-                  ("dog", "elephant", "giraffe", "guitar", "horse", "house", "person"),
-                  "https://dali-dl.github.io/project_iccv2017.html", "PACS"),
-    FolderDataset("digit-five", ("mnist", "mnistm", "svhn", "syn", "usps"), tuple(str(d) for d in range(10)),
-                  "http://ai.bu.edu/M3SDA/", "Digit-Five (its .mat files converted to PNGs)"),
+    FolderDataset(
+        "office-caltech10",
+        ("amazon", "caltech", "dslr", "webcam"),
+        (
+            "back_pack",
+            "bike",
+            "calculator",
+            "headphones",
+            "keyboard",
+            "laptop_computer",
+            "monitor",
+            "mouse",
+            "mug",
+            "projector",
+        ),
+        "https://github.com/pykale/data/tree/main/image_data/office",
+        "Office-Caltech10",
+    ),
+    FolderDataset(
+        "domainnet",
+        ("clipart", "infograph", "painting", "quickdraw", "real", "sketch"),
+        DOMAINNET_CLASSES,
+        "http://ai.bu.edu/M3SDA/",
+        "DomainNet, the 10-class subset",
+    ),
+    FolderDataset(
+        "pacs",
+        ("photo", "art_painting", "cartoon", "sketch"),
+        ("dog", "elephant", "giraffe", "guitar", "horse", "house", "person"),
+        "https://dali-dl.github.io/project_iccv2017.html",
+        "PACS",
+    ),
+    FolderDataset(
+        "digit-five",
+        ("mnist", "mnistm", "svhn", "syn", "usps"),
+        tuple(str(d) for d in range(10)),
+        "http://ai.bu.edu/M3SDA/",
+        "Digit-Five (its .mat files converted to PNGs)",
+    ),
 )
 
 
@@ -281,15 +342,20 @@ def _domain_items(base: Path, d: int, domain: str, spec: FolderDataset) -> list[
         for item in items:
             item["is_test"] = Path(item["path"]).relative_to(base).as_posix() in listed
         if not any(item["is_test"] for item in items):
-            raise spec.layout.malformed(split_file, f"lists none of the images under {domain}/ "
-                                                    "(lines should read '<domain>/<class>/<file> <label>')")
+            raise spec.layout.malformed(
+                split_file,
+                f"lists none of the images under {domain}/ (lines should read '<domain>/<class>/<file> <label>')",
+            )
     return items
 
 
 def _class_items(folder: Path, d: int, spec: FolderDataset, is_test: bool | None) -> list[dict]:
     """Rows of ``folder/<class>/`` for every class of ``spec``, in class order."""
-    return [_item(path, c, d, is_test) for c, name in enumerate(spec.classes)
-            for path in _image_files(folder / name, spec.layout)]
+    return [
+        _item(path, c, d, is_test)
+        for c, name in enumerate(spec.classes)
+        for path in _image_files(folder / name, spec.layout)
+    ]
 
 
 def _fill_fixed_split(items: list[dict]) -> None:
@@ -345,20 +411,32 @@ def _decode_batch(batch: dict, size: int) -> dict:
             with Image.open(path) as image:
                 images.append(fit_image(image, size))
             errors.append("")
-        except Exception as error:  # noqa: BLE001 - any decoder failure means an unreadable file
+        except Exception as error:
             images.append(np.zeros((size, size, 3), np.uint8))
             errors.append(f"{path}\t{type(error).__name__}: {' '.join(str(error).split())}")
-    return {"image": np.stack(images), "label": batch["label"].astype(np.int64),
-            "domain": batch["domain"].astype(np.int64), "is_test": batch["is_test"].astype(bool),
-            "error": np.array(errors, dtype=object)}
+    return {
+        "image": np.stack(images),
+        "label": batch["label"].astype(np.int64),
+        "domain": batch["domain"].astype(np.int64),
+        "is_test": batch["is_test"].astype(bool),
+        "error": np.array(errors, dtype=object),
+    }
 
 
 REAL_SOURCES: dict[str, tuple[str, Callable]] = {
-    "cifar10": ("CIFAR-10, binary version (cifar-10-batches-bin/), 32x32, 10 classes, official test split; "
-                f"get it from {CIFAR_URL}", read_cifar10),
-    "cifar100": ("CIFAR-100, binary version (cifar-100-binary/), 32x32, 100 fine classes with 20 coarse labels, "
-                 f"official test split; get it from {CIFAR_URL}", read_cifar100),
-    "tiny-imagenet": ("Tiny-ImageNet-200 (tiny-imagenet-200/), 64x64, 200 classes, official val set as test; "
-                      f"get it from {TINY_URL}", read_tiny_imagenet),
+    "cifar10": (
+        "CIFAR-10, binary version (cifar-10-batches-bin/), 32x32, 10 classes, official test split; "
+        f"get it from {CIFAR_URL}",
+        read_cifar10,
+    ),
+    "cifar100": (
+        "CIFAR-100, binary version (cifar-100-binary/), 32x32, 100 fine classes with 20 coarse labels, "
+        f"official test split; get it from {CIFAR_URL}",
+        read_cifar100,
+    ),
+    "tiny-imagenet": (
+        f"Tiny-ImageNet-200 (tiny-imagenet-200/), 64x64, 200 classes, official val set as test; get it from {TINY_URL}",
+        read_tiny_imagenet,
+    ),
     **{spec.name: (spec.description, partial(read_folders, spec)) for spec in FOLDER_DATASETS},
 }

@@ -34,8 +34,10 @@ class ClientData:
     def concat(parts: list[ClientData]) -> ClientData:
         """The rows of ``parts`` one after another (e.g. several clients evaluated as one batch)."""
         names = parts[0].features.keys() if parts else ()
-        return ClientData(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("images", "labels", "domains")),
-                          {n: np.concatenate([p.features[n] for p in parts]) for n in names})
+        return ClientData(
+            *(np.concatenate([getattr(p, f) for p in parts]) for f in ("images", "labels", "domains")),
+            {n: np.concatenate([p.features[n] for p in parts]) for n in names},
+        )
 
 
 @dataclass(frozen=True)
@@ -95,11 +97,17 @@ class ShardStore:
         return [c for c in range(self.num_clients) if c not in unseen]
 
     def _rows(self, lo: int, hi: int) -> ClientData:
-        return ClientData(self.images[lo:hi], self.labels[lo:hi], self.domains[lo:hi],
-                          {name: values[lo:hi] for name, values in self.features.items()})
+        return ClientData(
+            self.images[lo:hi],
+            self.labels[lo:hi],
+            self.domains[lo:hi],
+            {name: values[lo:hi] for name, values in self.features.items()},
+        )
 
 
-def build_shards(info: DatasetInfo, arrays: dict[str, np.ndarray], part: Partition, unseen: tuple[int, ...]) -> ShardStore:
+def build_shards(
+    info: DatasetInfo, arrays: dict[str, np.ndarray], part: Partition, unseen: tuple[int, ...]
+) -> ShardStore:
     """Sort the rows by (split, client) into one block; rows that no client holds are dropped.
 
     Args:

@@ -9,16 +9,17 @@ so the test set never depends on the run seed.
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pyarrow as pa
 
+from raysim.core.errors import ConfigError
+from raysim.core.registry import Registry
 from raysim.data.shards import DatasetInfo
-from raysim.errors import ConfigError
 
 SPLIT_SEED = 20240611
 TEST_FRACTION = 0.2
@@ -34,12 +35,14 @@ class Source:
 def rows_table(images: np.ndarray, labels: np.ndarray, domains: np.ndarray, is_test: np.ndarray) -> pa.Table:
     from ray.data.extensions import ArrowTensorArray
 
-    return pa.table({
-        "image": ArrowTensorArray.from_numpy(np.ascontiguousarray(images, dtype=np.uint8)),
-        "label": pa.array(labels.astype(np.int64)),
-        "domain": pa.array(domains.astype(np.int64)),
-        "is_test": pa.array(is_test.astype(bool)),
-    })
+    return pa.table(
+        {
+            "image": ArrowTensorArray.from_numpy(np.ascontiguousarray(images, dtype=np.uint8)),
+            "label": pa.array(labels.astype(np.int64)),
+            "domain": pa.array(domains.astype(np.int64)),
+            "is_test": pa.array(is_test.astype(bool)),
+        }
+    )
 
 
 def fixed_test_split(labels: np.ndarray, domains: np.ndarray, fraction: float = TEST_FRACTION) -> np.ndarray:
@@ -49,11 +52,11 @@ def fixed_test_split(labels: np.ndarray, domains: np.ndarray, fraction: float = 
     for cell in np.unique(np.stack([domains, labels], axis=1), axis=0):
         rows = np.flatnonzero((domains == cell[0]) & (labels == cell[1]))
         rows = rows[rng.permutation(len(rows))]
-        is_test[rows[: int(round(fraction * len(rows)))]] = True
+        is_test[rows[: round(fraction * len(rows))]] = True
     return is_test
 
 
-@lru_cache(maxsize=None)
+@cache
 def sklearn_digits() -> tuple[np.ndarray, np.ndarray]:
     """scikit-learn's bundled handwritten digits (UCI optdigits test set) as uint8 [1797, 8, 8] (0-255,
     white on black) and int64 labels."""
@@ -104,8 +107,15 @@ def _read_synthetic(_cfg):
     n = SYNTHETIC_DOMAINS * SYNTHETIC_CLASSES * SYNTHETIC_PER_CELL
     ds = ray.data.range(n, override_num_blocks=2).map_batches(render, batch_size=256)
     coarse = tuple(c // 2 for c in range(SYNTHETIC_CLASSES))
-    info = DatasetInfo("synthetic", SYNTHETIC_CLASSES, SYNTHETIC_DOMAINS, (16, 16, 3),
-                       tuple(f"class{c}" for c in range(SYNTHETIC_CLASSES)), ("red", "green", "blue"), coarse)
+    info = DatasetInfo(
+        "synthetic",
+        SYNTHETIC_CLASSES,
+        SYNTHETIC_DOMAINS,
+        (16, 16, 3),
+        tuple(f"class{c}" for c in range(SYNTHETIC_CLASSES)),
+        ("red", "green", "blue"),
+        coarse,
+    )
     return ds, info
 
 
@@ -117,8 +127,10 @@ def _synthetic_prototypes() -> np.ndarray:
     return np.kron(low, np.ones((4, 4)))
 
 
-PARQUET_LAYOUT = ("a parquet file or folder with columns 'image' (PNG/JPEG bytes or a uint8 array, all one size), "
-                  "'label' (int), optional 'domain' (int) and 'split' ('train'/'test')")
+PARQUET_LAYOUT = (
+    "a parquet file or folder with columns 'image' (PNG/JPEG bytes or a uint8 array, all one size), "
+    "'label' (int), optional 'domain' (int) and 'split' ('train'/'test')"
+)
 
 
 def _read_parquet(cfg):
@@ -130,21 +142,30 @@ def _read_parquet(cfg):
     try:
         raw = ray.data.read_parquet(cfg.data_dir)
         columns = set(raw.columns())
-    except Exception as error:  # noqa: BLE001 - any reader failure is a bad data_dir
-        raise ConfigError(f"could not read parquet at {cfg.data_dir} ({type(error).__name__}); expected {PARQUET_LAYOUT}") from None
+    except Exception as error:
+        raise ConfigError(
+            f"could not read parquet at {cfg.data_dir} ({type(error).__name__}); expected {PARQUET_LAYOUT}"
+        ) from None
     if not {"image", "label"} <= columns:
         raise ConfigError(f"parquet at {cfg.data_dir} has columns {sorted(columns)}; expected {PARQUET_LAYOUT}")
 
-    sizes = set(raw.map_batches(lambda b: {"size": np.array([_size_of(v) for v in b["image"]])},
-                                batch_format="numpy").unique("size"))
+    sizes = set(
+        raw.map_batches(lambda b: {"size": np.array([_size_of(v) for v in b["image"]])}, batch_format="numpy").unique(
+            "size"
+        )
+    )
     if len(sizes) > 1 and not cfg.image_size:
-        raise ConfigError(f"parquet images at {cfg.data_dir} differ in size ({', '.join(sorted(sizes)[:3])}); "
-                          "pass --set data.image_size=N to resize them to N x N")
+        raise ConfigError(
+            f"parquet images at {cfg.data_dir} differ in size ({', '.join(sorted(sizes)[:3])}); "
+            "pass --set data.image_size=N to resize them to N x N"
+        )
 
     def decode(batch: dict) -> dict:
         images = [_decode_image(value, cfg.image_size) for value in batch["image"]]
         out = {"image": np.stack(images), "label": np.asarray(batch["label"], dtype=np.int64)}
-        out["domain"] = np.asarray(batch["domain"], dtype=np.int64) if "domain" in batch else np.zeros(len(images), np.int64)
+        out["domain"] = (
+            np.asarray(batch["domain"], dtype=np.int64) if "domain" in batch else np.zeros(len(images), np.int64)
+        )
         if "split" in batch:
             out["is_test"] = np.asarray([str(s) == "test" for s in batch["split"]])
         return out
@@ -153,8 +174,9 @@ def _read_parquet(cfg):
     arrays = _to_numpy(ds)
     if "is_test" not in arrays:
         arrays["is_test"] = fixed_test_split(arrays["label"], arrays["domain"])
-    info = DatasetInfo("parquet", int(arrays["label"].max()) + 1, int(arrays["domain"].max()) + 1,
-                       tuple(arrays["image"].shape[1:]))
+    info = DatasetInfo(
+        "parquet", int(arrays["label"].max()) + 1, int(arrays["domain"].max()) + 1, tuple(arrays["image"].shape[1:])
+    )
     table = rows_table(arrays["image"], arrays["label"], arrays["domain"], arrays["is_test"])
     return ray.data.from_arrow(table), info
 
@@ -189,13 +211,15 @@ def _size_of(value) -> str:
     return "x".join(str(d) for d in np.asarray(value).shape[:2])
 
 
-SOURCES: dict[str, Source] = {
-    "digits": Source("digits", "scikit-learn's real handwritten digits, 8x8, 10 classes, 1,797 images",
-                     _read_digits),
-    "synthetic": Source("synthetic", "deterministic 16x16 toy images, 10 classes in 5 coarse pairs x 3 colour domains",
-                        _read_synthetic),
-    "parquet": Source("parquet", "your own data: " + PARQUET_LAYOUT + " (data.data_dir)", _read_parquet),
-}
+SOURCES: Registry[Source] = Registry("dataset", load="raysim.data")  # the package adds the glyph and real sources
+for _source in (
+    Source("digits", "scikit-learn's real handwritten digits, 8x8, 10 classes, 1,797 images", _read_digits),
+    Source(
+        "synthetic", "deterministic 16x16 toy images, 10 classes in 5 coarse pairs x 3 colour domains", _read_synthetic
+    ),
+    Source("parquet", "your own data: " + PARQUET_LAYOUT + " (data.data_dir)", _read_parquet),
+):
+    SOURCES.add(_source.name, _source)
 
 
 def _to_numpy(ds) -> dict[str, np.ndarray]:

@@ -17,33 +17,53 @@ from safetensors.torch import load_file
 from timm.models import build_model_with_cfg, generate_default_cfgs, get_pretrained_cfg, register_model
 from timm.models.vision_transformer import VisionTransformer
 
-from raysim.errors import ConfigError, unknown_name
+from raysim.core.errors import ConfigError, unknown_name
+from raysim.core.registry import Registry
 
 # timm's register_model appends each registered name to __all__ (creating it if absent), so declare it.
-__all__ = ["BACKBONES", "DEFAULT_BACKBONE", "NANO_BACKBONE", "WEIGHTS_DIR", "build_backbone", "input_spec",
-           "shipped_weights", "state_mismatches", "verified_shipped_weights"]
+__all__ = [
+    "BACKBONES",
+    "DEFAULT_BACKBONE",
+    "NANO_BACKBONE",
+    "WEIGHTS_DIR",
+    "build_backbone",
+    "input_spec",
+    "shipped_weights",
+    "state_mismatches",
+    "verified_shipped_weights",
+]
 
 DEFAULT_BACKBONE = "raysim_vit_tiny_p4_32"
 NANO_BACKBONE = "raysim_vit_nano_p4_16"
 
-BACKBONES: dict[str, str] = {
+BACKBONES: Registry[str] = Registry("backbone")  # name -> one line; any other timm ViT name builds too
+for _name, _description in {
     DEFAULT_BACKBONE: "ViT-Tiny, patch 4, 32x32 input, depth 6 (raysim default; builds offline)",
     NANO_BACKBONE: "ViT-Nano, width 64, patch 4, 16x16 input, depth 4 (seconds-long smoke runs and tests)",
     "vit_base_patch16_224.augreg_in21k": "ViT-B/16 pretrained on ImageNet-21k (SGPT, FGPT, FedGCR)",
     "deit_small_patch16_224": "DeiT-S/16 pretrained on ImageNet-1k (FedV, FedVZ)",
     "vit_tiny_patch16_224": "ViT-Ti/16 pretrained on ImageNet-21k, fine-tuned on ImageNet-1k",
-}
+}.items():
+    BACKBONES.add(_name, _description)
 
 _HALF = (0.5, 0.5, 0.5)
-WEIGHTS_DIR = Path(__file__).resolve().parents[1] / "weights"  # raysim/weights: shipped files + sidecars
+WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"  # raysim/models/weights: shipped files + sidecars
 _SHOWN_KEYS = 3  # how many offending keys a mismatch error names per kind
 
 
-
 def _offline_cfg(size: int) -> dict:
-    return {"num_classes": 0, "input_size": (3, size, size), "fixed_input_size": True, "interpolation": "bilinear",
-            "crop_pct": 1.0, "mean": _HALF, "std": _HALF, "first_conv": "patch_embed.proj", "classifier": "head",
-            "license": "apache-2.0"}
+    return {
+        "num_classes": 0,
+        "input_size": (3, size, size),
+        "fixed_input_size": True,
+        "interpolation": "bilinear",
+        "crop_pct": 1.0,
+        "mean": _HALF,
+        "std": _HALF,
+        "first_conv": "patch_embed.proj",
+        "classifier": "head",
+        "license": "apache-2.0",
+    }
 
 
 # register_model reads the pretrained configs from this module-level name.
@@ -120,8 +140,10 @@ def verified_shipped_weights(name: str) -> Path | None:
     path = WEIGHTS_DIR / sidecar["file"]
     digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "missing"
     if digest != sidecar["sha256"]:
-        raise ConfigError(f"shipped weights {path} fail their SHA-256 check ({digest[:12]} != "
-                          f"{sidecar['sha256'][:12]}); reinstall raysim or regenerate them with: {sidecar['command']}")
+        raise ConfigError(
+            f"shipped weights {path} fail their SHA-256 check ({digest[:12]} != "
+            f"{sidecar['sha256'][:12]}); reinstall raysim or regenerate them with: {sidecar['command']}"
+        )
     return path
 
 
@@ -189,9 +211,7 @@ def _create(name: str, pretrained: bool) -> torch.nn.Module:
 def _read_weights(path: Path, name: str) -> dict[str, torch.Tensor]:
     """The non-head tensors of a safetensors file (never pickle)."""
     if not path.exists():
-        raise ConfigError(
-            f"weights file {path} does not exist; pass a safetensors file saved from backbone {name}"
-        )
+        raise ConfigError(f"weights file {path} does not exist; pass a safetensors file saved from backbone {name}")
     try:
         state = load_file(path)
     except (SafetensorError, OSError, ValueError) as error:

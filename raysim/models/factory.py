@@ -4,18 +4,29 @@ from __future__ import annotations
 
 import torch
 
+from raysim.core.seeding import Init, Purpose, derive_seed
 from raysim.models.backbones import build_backbone, input_spec
 from raysim.models.prompted import PromptedViT
-from raysim.seeding import derive_seed
 
 
 def build_model(config, method, num_classes: int) -> PromptedViT:
-    """The method's model, bit for bit the same in every process that builds it from the same config."""
+    """``method``'s model (its :meth:`~raysim.core.protocol.Method.parts` on the configured backbone), bit for bit
+    the same in every process that builds it from the same config."""
     seed = config.federation.seed
-    vit = build_backbone(config.model.backbone, weights=config.model.weights,
-                         pretrained=config.model.pretrained, seed=derive_seed(seed, "init", 0))
-    spec = method.prompt_spec(len(vit.blocks))
-    extras = method.extra_parameters(vit, torch.Generator().manual_seed(derive_seed(seed, "init", 3)))
-    model = PromptedViT(vit, spec, num_classes, seed=derive_seed(seed, "init", 1), extras=extras)
+    vit = build_backbone(
+        config.model.backbone,
+        weights=config.model.weights,
+        pretrained=config.model.pretrained,
+        seed=derive_seed(seed, Purpose.INIT, Init.BACKBONE),
+    )
+    parts = method.parts(vit, torch.Generator().manual_seed(derive_seed(seed, Purpose.INIT, Init.EXTRAS)))
+    model = PromptedViT(
+        vit, parts.spec, num_classes, seed=derive_seed(seed, Purpose.INIT, Init.WRAPPER), extras=parts.extras
+    )
     model.input_spec = input_spec(vit)
     return model.eval()
+
+
+def pick_device() -> torch.device:
+    """The GPU Ray assigned to this process, if any, else the CPU."""
+    return torch.device("cuda") if torch.cuda.is_available() and torch.cuda.device_count() > 0 else torch.device("cpu")

@@ -21,7 +21,7 @@ import torch
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
-from raysim.errors import ConfigError
+from raysim.core.errors import ConfigError
 from raysim.models.backbones import state_mismatches
 
 MODES = ("insert", "replace")
@@ -30,9 +30,21 @@ POOLINGS = ("backbone", "cls", "cls+prompts")
 
 # Everything of timm's VisionTransformer this module relies on (tests check each still exists).
 TIMM_INTERNALS = (
-    "patch_embed", "_pos_embed", "patch_drop", "norm_pre", "blocks", "norm", "forward_head",
-    "fc_norm", "head_drop", "head", "reset_classifier", "num_prefix_tokens", "has_class_token",
-    "embed_dim", "in_chans",
+    "patch_embed",
+    "_pos_embed",
+    "patch_drop",
+    "norm_pre",
+    "blocks",
+    "norm",
+    "forward_head",
+    "fc_norm",
+    "head_drop",
+    "head",
+    "reset_classifier",
+    "num_prefix_tokens",
+    "has_class_token",
+    "embed_dim",
+    "in_chans",
 )
 
 
@@ -90,8 +102,14 @@ class PromptedViT(nn.Module):
     Blocks run one by one, so timm's gradient checkpointing and attention masks are not used.
     """
 
-    def __init__(self, vit: VisionTransformer, spec: PromptSpec, num_classes: int, seed: int = 0,
-                 extras: dict[str, nn.Parameter] | None = None) -> None:
+    def __init__(
+        self,
+        vit: VisionTransformer,
+        spec: PromptSpec,
+        num_classes: int,
+        seed: int = 0,
+        extras: dict[str, nn.Parameter] | None = None,
+    ) -> None:
         """Wrap ``vit`` (modified in place: new head, frozen unless ``spec.train_backbone``).
 
         Args:
@@ -149,8 +167,13 @@ class PromptedViT(nn.Module):
         vit = self.vit
         return vit.norm_pre(vit.patch_drop(vit._pos_embed(vit.patch_embed(x)))), {s.name: 0 for s in self.spec.slots}
 
-    def run_blocks(self, state: tuple[torch.Tensor, dict[str, int]], start: int, stop: int,
-                   dynamic: dict[str, torch.Tensor] | None = None) -> tuple[torch.Tensor, dict[str, int]]:
+    def run_blocks(
+        self,
+        state: tuple[torch.Tensor, dict[str, int]],
+        start: int,
+        stop: int,
+        dynamic: dict[str, torch.Tensor] | None = None,
+    ) -> tuple[torch.Tensor, dict[str, int]]:
         """Blocks ``start..stop-1`` on ``state`` (from :meth:`embed` or an earlier call), prompts entering as
         scheduled; a prefix computed once can branch into several continuations (FGPT-U)."""
         x, sizes = state[0], dict(state[1])
@@ -162,12 +185,15 @@ class PromptedViT(nn.Module):
             x = self.vit.blocks[b](x)
         return x, sizes
 
-    def head_from(self, state: tuple[torch.Tensor, dict[str, int]], pool: tuple[str, ...] | None = None) -> torch.Tensor:
+    def head_from(
+        self, state: tuple[torch.Tensor, dict[str, int]], pool: tuple[str, ...] | None = None
+    ) -> torch.Tensor:
         """Logits from the output of the last block (final norm, then :meth:`forward_head`)."""
         return self.forward_head(self.vit.norm(state[0]), self._slices(state[1]), pool)
 
-    def forward_head(self, tokens: torch.Tensor, slices: dict[str, slice],
-                     pool: tuple[str, ...] | None = None) -> torch.Tensor:
+    def forward_head(
+        self, tokens: torch.Tensor, slices: dict[str, slice], pool: tuple[str, ...] | None = None
+    ) -> torch.Tensor:
         """Logits from :meth:`forward_features`' output, pooled as ``spec.head_pooling`` says, or, with
         ``pool``, as the mean of the class token and the outputs of the named slots (SGPT: CLS + group)."""
         vit = self.vit
@@ -248,7 +274,7 @@ class PromptedViT(nn.Module):
             start += sizes[other.name]
         dropped = sizes[slot.name] if slot.mode == "replace" else 0
         sizes[slot.name] += new.shape[1] - dropped
-        return torch.cat([x[:, :start], new.to(x.dtype), x[:, start + dropped:]], dim=1)
+        return torch.cat([x[:, :start], new.to(x.dtype), x[:, start + dropped :]], dim=1)
 
     def _slices(self, sizes: dict[str, int]) -> dict[str, slice]:
         """Consecutive slices after the prefix, one per slot."""
@@ -311,7 +337,9 @@ def _validate(spec: PromptSpec, vit: VisionTransformer, num_classes: int) -> Non
             raise ConfigError(f"{where}: unknown init {slot.init!r}; valid: {', '.join(INITS)}")
 
 
-def xavier_prompt(vit: VisionTransformer, shape: tuple[int, ...], generator: torch.Generator | None = None) -> torch.Tensor:
+def xavier_prompt(
+    vit: VisionTransformer, shape: tuple[int, ...], generator: torch.Generator | None = None
+) -> torch.Tensor:
     """Uniform draws in VPT's Xavier range ``+-sqrt(6 / (C * patch_h * patch_w + D))`` (Jia et al., 2022)."""
     bound = math.sqrt(6.0 / (vit.in_chans * math.prod(vit.patch_embed.patch_size) + vit.embed_dim))
     return torch.empty(shape).uniform_(-bound, bound, generator=generator)

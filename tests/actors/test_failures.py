@@ -9,19 +9,34 @@ import threading
 
 from rich.console import Console
 
-from raysim import chaos
 from raysim.config import build_config
-from raysim.metrics import TIMING_KEYS
-from raysim.runner import run
+from raysim.engine.callbacks import Callback
+from raysim.engine.driver import run
+from raysim.ops.metrics import TIMING_KEYS
+from raysim.testing import chaos
 
-BASE = {"federation": {"clients": 8, "rounds": 5, "participation": 1.0, "seed": 5, "eval_every": 1},
-        "data": {"dataset": "synthetic", "partition": "dirichlet"}, "train": {"local_epochs": 2},
-        "model": {"backbone": "raysim_vit_nano_p4_16", "pretrained": False},
-        "resources": {"workers": 2, "cpus_per_client": 0.5}}
+BASE = {
+    "federation": {"clients": 8, "rounds": 5, "participation": 1.0, "seed": 5, "eval_every": 1},
+    "data": {"dataset": "synthetic", "partition": "dirichlet"},
+    "train": {"local_epochs": 2},
+    "model": {"backbone": "raysim_vit_nano_p4_16", "pretrained": False},
+    "resources": {"workers": 2, "cpus_per_client": 0.5},
+}
 
 
-def quiet(config, on_round=None):
-    return run(config, show_progress=False, console=Console(file=io.StringIO()), on_round=on_round)
+class After(Callback):
+    """Calls ``act(round)`` after each round, in the driver."""
+
+    def __init__(self, act):
+        self.act = act
+
+    def after_round(self, round, report) -> bool:
+        self.act(round)
+        return False
+
+
+def quiet(config, act=None):
+    return run(config, show_progress=False, console=Console(file=io.StringIO()), callbacks=[After(act)] if act else [])
 
 
 def metrics_of(result):
@@ -29,8 +44,14 @@ def metrics_of(result):
 
 
 def config_for(tracking_uri, tmp_path, backend="ray", **checkpoint):
-    layers = [BASE, {"resources": {"backend": backend}, "checkpoint": {"dir": str(tmp_path / backend), **checkpoint},
-                     "tracking": {"tracking_uri": tracking_uri}}]
+    layers = [
+        BASE,
+        {
+            "resources": {"backend": backend},
+            "checkpoint": {"dir": str(tmp_path / backend), **checkpoint},
+            "tracking": {"tracking_uri": tracking_uri},
+        },
+    ]
     return build_config("fedprox", layers)
 
 
@@ -38,12 +59,12 @@ def test_worker_killed_mid_round_is_replaced_and_the_round_rerun(ray_session, tr
     clean = quiet(config_for(tracking_uri, tmp_path, backend="sequential"))
     killed, timers = [], []
 
-    def kill_soon(round, metrics, folder):  # the next round starts right after this returns; its training takes ~1 s
+    def kill_soon(round):  # the next round starts right after this returns; its training takes ~1 s
         if round in (1, 3):
             timers.append(threading.Timer(0.3, lambda: killed.append(chaos.kill_actor("ClientWorker"))))
             timers[-1].start()
 
-    survived = quiet(config_for(tracking_uri, tmp_path), on_round=kill_soon)
+    survived = quiet(config_for(tracking_uri, tmp_path), kill_soon)
     for timer in timers:
         timer.join()
     assert len(killed) == 2 and None not in killed
@@ -55,33 +76,41 @@ def test_killed_coordinator_is_recovered_from_the_last_checkpoint(ray_session, t
     clean = quiet(config_for(tracking_uri, tmp_path, backend="sequential"))
     killed = []
 
-    def kill_after_round_3(round, metrics, folder):  # checkpoints every 2 rounds: round 3 is lost and replayed
+    def kill_after_round_3(round):  # checkpoints every 2 rounds: round 3 is lost and replayed
         if round == 3 and not killed:
             killed.append(chaos.kill_actor("Coordinator"))
 
-    recovered = quiet(config_for(tracking_uri, tmp_path, every=2), on_round=kill_after_round_3)
+    recovered = quiet(config_for(tracking_uri, tmp_path, every=2), kill_after_round_3)
     assert killed and killed[0] is not None
     assert metrics_of(recovered) == metrics_of(clean)
 
 
 def test_killed_split_server_is_recovered_from_the_last_checkpoint(ray_session, tracking_uri, tmp_path):
-    """FedVZ's encoder lives in the SplitServer actor: killed mid-round, the workers' requests fail, the driver
-    restarts coordinator and server from the last checkpoint (which holds the encoder) and the run ends as if
-    nothing had happened."""
+    """FedVZ's encoder lives in the server actor (``ray::EncoderServer``): killed mid-round, the workers' requests fail,
+    the driver restarts coordinator and server from the last checkpoint (which holds the encoder) and the run ends as
+    if nothing had happened."""
+
     def split_config(backend, **checkpoint):
-        layers = [BASE, {"resources": {"backend": backend}, "checkpoint": {"dir": str(tmp_path / backend), **checkpoint},
-                         "tracking": {"tracking_uri": tracking_uri}, "fedvz": {"fedround": 2, "lr_server": 1e-2}}]
+        layers = [
+            BASE,
+            {
+                "resources": {"backend": backend},
+                "checkpoint": {"dir": str(tmp_path / backend), **checkpoint},
+                "tracking": {"tracking_uri": tracking_uri},
+                "fedvz": {"fedround": 2, "lr_server": 1e-2},
+            },
+        ]
         return build_config("fedvz", layers)
 
     clean = quiet(split_config("sequential"))
     killed, timers = [], []
 
-    def kill_soon(round, metrics, folder):
+    def kill_soon(round):
         if round == 2 and not killed:
-            timers.append(threading.Timer(0.3, lambda: killed.append(chaos.kill_actor("SplitServer"))))
+            timers.append(threading.Timer(0.3, lambda: killed.append(chaos.kill_actor("EncoderServer"))))
             timers[-1].start()
 
-    recovered = quiet(split_config("ray", every=2), on_round=kill_soon)
+    recovered = quiet(split_config("ray", every=2), kill_soon)
     for timer in timers:
         timer.join()
     assert killed and killed[0] is not None

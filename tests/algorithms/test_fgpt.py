@@ -3,36 +3,48 @@
 import pytest
 import torch
 
-from raysim import prompt_selection as sel
-from raysim import train
+from raysim.algorithms._group_prompts import cached_cosine
 from raysim.config import build_config
-from raysim.method import ClientResult, GlobalState
-from raysim.registry import get_method
-from raysim.runner import initial_state, make_simulation, prepare_shards
-from raysim.runtime import ClientRuntime
+from raysim.core import training as train
+from raysim.core.messages import Broadcast, ClientUpdate, GlobalState
+from raysim.core.registry import get_method
+from raysim.engine.client import ClientRuntime
+from raysim.testing.smoke import open_simulation, prepared
 
 pytestmark = pytest.mark.usefixtures("ray_session")  # the data source reads with Ray Data
 
-TINY = {"federation": {"clients": 6, "rounds": 2, "participation": 0.5, "seed": 2},
-        "data": {"dataset": "synthetic", "partition": "dirichlet", "alpha": 1.0},
-        "model": {"backbone": "raysim_vit_nano_p4_16", "pretrained": False},
-        "resources": {"backend": "sequential"}}
+TINY = {
+    "federation": {"clients": 6, "rounds": 2, "participation": 0.5, "seed": 2},
+    "data": {"dataset": "synthetic", "partition": "dirichlet", "alpha": 1.0},
+    "model": {"backbone": "raysim_vit_nano_p4_16", "pretrained": False},
+    "resources": {"backend": "sequential"},
+}
 GROUP = "extra.group_prompts"
 
 
 def runtime_for(method, **options):
     config = build_config(method, [TINY, {"fgpt": {"groups": 4, **options}}])
-    initial, shards = initial_state(config, prepare_shards(config))
-    return ClientRuntime(config, shards), initial, shards
+    config, initial, shards = prepared(config)
+    return ClientRuntime(config, shards.info.num_classes), initial, shards
 
 
 def test_group_prompts_are_averaged_with_selection_counts():
-    method = get_method("fgpt")(build_config("fgpt", [TINY, {"fgpt": {"groups": 2, "k": 1}}]))
+    method = get_method("fgpt").cls(build_config("fgpt", [TINY, {"fgpt": {"groups": 2, "k": 1}}]))
     state = GlobalState(params={"vit.head.bias": torch.tensor([0.0]), GROUP: torch.zeros(2, 1, 1, 1)})
-    results = [ClientResult(0, 1, {"vit.head.bias": torch.tensor([2.0]), GROUP: torch.tensor([1.0, 5.0]).reshape(2, 1, 1, 1),
-                                   "selection_counts": torch.tensor([3.0, 0.0], dtype=torch.float64)}),
-               ClientResult(1, 3, {"vit.head.bias": torch.tensor([6.0]), GROUP: torch.tensor([3.0, 7.0]).reshape(2, 1, 1, 1),
-                                   "selection_counts": torch.tensor([1.0, 0.0], dtype=torch.float64)})]
+    results = [
+        ClientUpdate(
+            0,
+            1,
+            {"vit.head.bias": torch.tensor([2.0]), GROUP: torch.tensor([1.0, 5.0]).reshape(2, 1, 1, 1)},
+            {"selection_counts": torch.tensor([3.0, 0.0], dtype=torch.float64)},
+        ),
+        ClientUpdate(
+            1,
+            3,
+            {"vit.head.bias": torch.tensor([6.0]), GROUP: torch.tensor([3.0, 7.0]).reshape(2, 1, 1, 1)},
+            {"selection_counts": torch.tensor([1.0, 0.0], dtype=torch.float64)},
+        ),
+    ]
     out = method.aggregate(1, state, results)
     assert out.params["vit.head.bias"].item() == pytest.approx((2 + 18) / 4)  # N_i / N
     # g0: beta = (3/4, 1/4) -> 1.5; g1 chosen by nobody -> plain mean 6
@@ -41,16 +53,16 @@ def test_group_prompts_are_averaged_with_selection_counts():
 
 def test_keys_are_fixed_orthogonal_never_communicated_and_never_trained():
     config = build_config("fgpt", [TINY, {"fgpt": {"groups": 4}}])
-    initial, shards = initial_state(config, prepare_shards(config))
+    config, initial, shards = prepared(config)
     keys = initial.server["fixed_keys"]
     assert "extra.fixed_keys" not in initial.params
     assert torch.allclose(keys @ keys.T, torch.eye(4), atol=1e-5)
-    simulation = make_simulation(config, shards, initial)
-    for r in (1, 2):
-        simulation.run_round(r)
-    assert torch.equal(simulation.global_state().server["fixed_keys"], keys)
+    with open_simulation(config, shards) as (simulation, _, _):
+        for r in (1, 2):
+            simulation.run_round(r)
+        assert torch.equal(simulation.global_state().server["fixed_keys"], keys)
     random = build_config("fgpt", [TINY, {"fgpt": {"groups": 4, "keys": "random"}}])
-    other = initial_state(random, prepare_shards(random))[0].server["fixed_keys"]
+    other = prepared(random)[1].server["fixed_keys"]
     assert (other @ other.T - torch.eye(4)).abs().max() > 1e-3
 
 
@@ -65,14 +77,14 @@ def test_fgpt_u_with_k1_is_fgpt_and_with_k2_is_the_mean_of_full_passes_at_lower_
     model, data = runtime.model, shards.test(0)
     rows = torch.arange(min(5, len(data))).numpy()
     x = train.model_inputs(model, data.images[rows], runtime.device)
-    fgpt = get_method("fgpt")(build_config("fgpt", [TINY, {"fgpt": {"groups": 4}}]))
-    u1 = get_method("fgpt-u")(build_config("fgpt-u", [TINY, {"fgpt": {"groups": 4, "k": 1}}]))
+    fgpt = get_method("fgpt").cls(build_config("fgpt", [TINY, {"fgpt": {"groups": 4}}]))
+    u1 = get_method("fgpt-u").cls(build_config("fgpt-u", [TINY, {"fgpt": {"groups": 4, "k": 1}}]))
     with torch.no_grad():
         torch.nn.init.normal_(model.extra["group_prompts"])  # distinct groups, so the ensemble matters
-        assert torch.equal(u1.forward(model, x, data, rows), fgpt.forward(model, x, data, rows))
-        top = sel.cached_cosine(data, rows, model.extra["fixed_keys"]).topk(2, dim=1).indices
+        assert torch.equal(u1.predict(model, x, data, rows), fgpt.predict(model, x, data, rows))
+        top = cached_cosine(data, rows, model.extra["fixed_keys"]).topk(2, dim=1).indices
         calls, handles = count_blocks(model)
-        ensemble = runtime.method.forward(model, x, data, rows)
+        ensemble = runtime.method.predict(model, x, data, rows)
         ensemble_blocks = len(calls)
         calls.clear()
         full = [model(x, {"group": model.extra["group_prompts"][top[:, j]]}) for j in range(2)]
@@ -87,10 +99,10 @@ def test_fgpt_u_with_k1_is_fgpt_and_with_k2_is_the_mean_of_full_passes_at_lower_
 
 def test_training_selects_one_group_per_row_with_the_fixed_keys():
     runtime, initial, shards = runtime_for("fgpt")
-    (result,) = runtime.train(1, initial.params, [(0, {}, None)])
-    counts = result.update["selection_counts"]
+    (result,) = runtime.train(1, Broadcast(initial.params), [(0, {}, None)], shards)
+    counts = result.extras["selection_counts"]
     data = shards.train(0)
     keys = initial.server["fixed_keys"]
     expected = torch.bincount((torch.as_tensor(data.features["query"]) @ keys.T).argmax(dim=1), minlength=4)
     assert counts.tolist() == expected.double().tolist()
-    assert set(result.update) - {"selection_counts"} == set(initial.params)
+    assert set(result.params) == set(initial.params) and set(result.extras) == {"selection_counts"}

@@ -3,40 +3,61 @@
 import pytest
 import torch
 
-from raysim import train
 from raysim.config import build_config
-from raysim.errors import ConfigError
-from raysim.method import ClientResult, GlobalState
-from raysim.registry import get_method
-from raysim.runner import initial_state, prepare_shards
-from raysim.runtime import ClientRuntime
+from raysim.core import training as train
+from raysim.core.errors import ConfigError
+from raysim.core.messages import ClientUpdate, GlobalState
+from raysim.core.registry import get_method
+from raysim.engine.client import ClientRuntime
+from raysim.testing.smoke import prepared
 
 pytestmark = pytest.mark.usefixtures("ray_session")  # the data source reads with Ray Data
 
-TINY = {"federation": {"clients": 6, "rounds": 2, "participation": 0.5, "seed": 1},
-        "data": {"dataset": "synthetic", "partition": "dirichlet", "alpha": 1.0},
-        "model": {"backbone": "raysim_vit_nano_p4_16", "pretrained": False},
-        "resources": {"backend": "sequential"}}
+TINY = {
+    "federation": {"clients": 6, "rounds": 2, "participation": 0.5, "seed": 1},
+    "data": {"dataset": "synthetic", "partition": "dirichlet", "alpha": 1.0},
+    "model": {"backbone": "raysim_vit_nano_p4_16", "pretrained": False},
+    "resources": {"backend": "sequential"},
+}
 HEAD, SHARED, GROUP, KEYS = "vit.head.weight", "prompts.shared", "extra.group_prompts", "extra.selection_keys"
 
 
 def sgpt(**options):
-    return get_method("sgpt")(build_config("sgpt", [TINY, {"sgpt": {"groups": 2, **options}}]))
+    return get_method("sgpt").cls(build_config("sgpt", [TINY, {"sgpt": {"groups": 2, **options}}]))
 
 
 def two_clients():
     state = GlobalState(
-        params={HEAD: torch.tensor([0.0]), SHARED: torch.tensor([0.0]),
-                KEYS: torch.tensor([[1.0, 1.0], [1.0, 1.0]]), GROUP: torch.zeros(2, 1, 1, 2)},
-        server={"selection_total": torch.tensor([1.0, 0.0], dtype=torch.float64)})
-    a = ClientResult(0, 1, {HEAD: torch.tensor([1.0]), SHARED: torch.tensor([2.0]),
-                            KEYS: torch.tensor([[1.0, 0.0], [0.0, 1.0]]),
-                            GROUP: torch.tensor([1.0, 1.0, 2.0, 2.0]).reshape(2, 1, 1, 2),
-                            "selection_counts": torch.tensor([2.0, 0.0], dtype=torch.float64)})
-    b = ClientResult(1, 3, {HEAD: torch.tensor([5.0]), SHARED: torch.tensor([6.0]),
-                            KEYS: torch.tensor([[3.0, 0.0], [0.0, 3.0]]),
-                            GROUP: torch.tensor([3.0, 3.0, 6.0, 6.0]).reshape(2, 1, 1, 2),
-                            "selection_counts": torch.tensor([1.0, 3.0], dtype=torch.float64)})
+        params={
+            HEAD: torch.tensor([0.0]),
+            SHARED: torch.tensor([0.0]),
+            KEYS: torch.tensor([[1.0, 1.0], [1.0, 1.0]]),
+            GROUP: torch.zeros(2, 1, 1, 2),
+        },
+        server={"selection_total": torch.tensor([1.0, 0.0], dtype=torch.float64)},
+    )
+    a = ClientUpdate(
+        0,
+        1,
+        {
+            HEAD: torch.tensor([1.0]),
+            SHARED: torch.tensor([2.0]),
+            KEYS: torch.tensor([[1.0, 0.0], [0.0, 1.0]]),
+            GROUP: torch.tensor([1.0, 1.0, 2.0, 2.0]).reshape(2, 1, 1, 2),
+        },
+        {"selection_counts": torch.tensor([2.0, 0.0], dtype=torch.float64)},
+    )
+    b = ClientUpdate(
+        1,
+        3,
+        {
+            HEAD: torch.tensor([5.0]),
+            SHARED: torch.tensor([6.0]),
+            KEYS: torch.tensor([[3.0, 0.0], [0.0, 3.0]]),
+            GROUP: torch.tensor([3.0, 3.0, 6.0, 6.0]).reshape(2, 1, 1, 2),
+        },
+        {"selection_counts": torch.tensor([1.0, 3.0], dtype=torch.float64)},
+    )
     return state, [a, b]
 
 
@@ -55,7 +76,7 @@ def test_aggregation_by_hand_with_momentum():
 def test_aggregation_without_momentum_and_uniform_key_fallback():
     state, results = two_clients()
     for r in results:
-        r.update["selection_counts"] = torch.tensor([1.0, 0.0], dtype=torch.float64)
+        r.extras["selection_counts"] = torch.tensor([1.0, 0.0], dtype=torch.float64)
     out = sgpt(momentum=False).aggregate(1, state, results)
     # g0: (1*[1,0] + 1*[3,0]) / 2; g1 chosen by nobody: the plain mean of the clients' keys
     assert torch.allclose(out.params[KEYS], torch.tensor([[2.0, 0.0], [0.0, 2.0]]))
@@ -64,16 +85,16 @@ def test_aggregation_without_momentum_and_uniform_key_fallback():
 
 def test_clients_receive_the_cumulative_shares_only_with_the_qg_rule():
     state, _ = two_clients()
-    view, _ = sgpt().configure(1, state, [0, 1])
-    assert view["selection_share"].tolist() == [1.0, 0.0]
-    assert "selection_share" not in sgpt(key_rule="plain").configure(1, state, [0, 1])[0]
+    broadcast = sgpt().configure(1, state, [0, 1])
+    assert broadcast.extras["selection_share"].tolist() == [1.0, 0.0] and broadcast.params is state.params
+    assert "selection_share" not in sgpt(key_rule="plain").configure(1, state, [0, 1]).extras
 
 
 def trace_blocks(monkeypatch, **options):
     """Run one client's update and record, per local_train call, what required grad and what changed."""
     config = build_config("sgpt", [TINY, {"sgpt": {"groups": 3, **options}}])
-    initial, shards = initial_state(config, prepare_shards(config))
-    runtime = ClientRuntime(config, shards)
+    config, initial, shards = prepared(config)
+    runtime = ClientRuntime(config, shards.info.num_classes)
     model, calls, original = runtime.model, [], train.local_train
 
     def spy(ctx, data, objective, epochs=None):
@@ -85,9 +106,9 @@ def trace_blocks(monkeypatch, **options):
         return stats
 
     monkeypatch.setattr(train, "local_train", spy)
-    view, _ = runtime.method.configure(1, initial, [0])
-    (result,) = runtime.train(1, view, [(0, {}, None)])
-    return calls, result, len(shards.train(0))
+    broadcast = runtime.method.configure(1, initial, [0])
+    (update,) = runtime.train(1, broadcast, [(0, {}, None)], shards)
+    return calls, update, len(shards.train(0))
 
 
 HEAD_BOTH = {"vit.head.weight", "vit.head.bias"}
@@ -98,7 +119,7 @@ def test_bcd_trains_shared_then_group_with_shared_frozen(monkeypatch):
     (req1, changed1), (req2, changed2) = calls
     assert req1 == {SHARED} | HEAD_BOTH and changed1 == req1
     assert req2 == {GROUP, KEYS} | HEAD_BOTH and changed2 == req2
-    assert result.update["selection_counts"].sum() == rows  # one selection per row in Block II (E = 1)
+    assert result.extras["selection_counts"].sum() == rows  # one selection per row in Block II (E = 1)
 
 
 def test_bcd_inv_reverses_the_blocks_and_joint_trains_everything_at_once(monkeypatch):
@@ -117,23 +138,25 @@ def test_prompt_ablations_train_only_their_prompts(monkeypatch):
 
 def test_inference_selects_by_plain_cosine_and_uses_the_selected_group_prompt():
     config = build_config("sgpt", [TINY, {"sgpt": {"groups": 3}}])
-    _, shards = initial_state(config, prepare_shards(config))
-    runtime = ClientRuntime(config, shards)
+    config, _, shards = prepared(config)
+    runtime = ClientRuntime(config, shards.info.num_classes)
     model, method, data = runtime.model, runtime.method, shards.test(0)
     rows = torch.arange(min(4, len(data))).numpy()
     x = train.model_inputs(model, data.images[rows], runtime.device)
     with torch.no_grad():
-        chosen = (torch.as_tensor(data.features["query"][rows]) @ torch.nn.functional.normalize(
-            model.extra["selection_keys"], dim=1).T).argmax(dim=1)
+        chosen = (
+            torch.as_tensor(data.features["query"][rows])
+            @ torch.nn.functional.normalize(model.extra["selection_keys"], dim=1).T
+        ).argmax(dim=1)
         expected = method.logits(model, x, chosen)
-        assert torch.allclose(method.forward(model, x, data, rows), expected)
+        assert torch.allclose(method.predict(model, x, data, rows), expected)
         other = method.logits(model, x, (chosen + 1) % 3)
     assert not torch.allclose(expected, other)
 
 
 def test_initial_keys_are_orthogonal_and_shared_prompts_start_at_zero():
     config = build_config("sgpt", [TINY, {"sgpt": {"groups": 4}}])
-    initial, shards = initial_state(config, prepare_shards(config))
+    config, initial, shards = prepared(config)
     keys = initial.params[KEYS]
     assert torch.allclose(keys @ keys.T, torch.eye(4), atol=1e-5)
     assert not initial.params[SHARED].any()
@@ -142,10 +165,12 @@ def test_initial_keys_are_orthogonal_and_shared_prompts_start_at_zero():
 
 
 def test_block_sets_and_select_layer_are_checked_against_the_depth():
-    for options, message in [({"shared_blocks": [4]}, "sgpt.shared_blocks=[4] must be distinct block indices in [0, 3]"),
-                             ({"select_layer": 5}, "sgpt.select_layer=5 is past the backbone's 4 blocks")]:
+    for options, message in [
+        ({"shared_blocks": [4]}, "sgpt.shared_blocks=[4] must be distinct block indices in [0, 3]"),
+        ({"select_layer": 5}, "sgpt.select_layer=5 is past the backbone's 4 blocks"),
+    ]:
         config = build_config("sgpt", [TINY, {"sgpt": options}])
         with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
-            initial_state(config, prepare_shards(config))
+            prepared(config)
     with pytest.raises(ConfigError, match="sgpt.groups=0 must be at least 1"):
         build_config("sgpt", [TINY, {"sgpt": {"groups": 0}}])

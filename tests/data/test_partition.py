@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
+from raysim.core.errors import ConfigError
 from raysim.data.partition import PARTITIONERS, Partition, PartitionParams, partition, split_by_shares
 from raysim.data.partition_plot import partition_summary, plot_partition
-from raysim.errors import ConfigError
 
 
 def _dataset(num_domains, num_classes, per_cell, seed=0):
@@ -15,14 +15,33 @@ def _dataset(num_domains, num_classes, per_cell, seed=0):
     return cells % num_classes, cells // num_classes
 
 
-def _run(name, *, num_classes=10, num_domains=1, num_clients=10, train_per_cell=100, test_per_cell=50, seed=0,
-         coarse_of_class=None, min_train_samples=1, **params):
+def _run(
+    name,
+    *,
+    num_classes=10,
+    num_domains=1,
+    num_clients=10,
+    train_per_cell=100,
+    test_per_cell=50,
+    seed=0,
+    coarse_of_class=None,
+    min_train_samples=1,
+    **params,
+):
     train_labels, train_domains = _dataset(num_domains, num_classes, train_per_cell, seed=1)
     test_labels, test_domains = _dataset(num_domains, num_classes, test_per_cell, seed=2)
     part = partition(
-        name, train_labels=train_labels, train_domains=train_domains, test_labels=test_labels,
-        test_domains=test_domains, num_classes=num_classes, num_domains=num_domains, num_clients=num_clients,
-        params=PartitionParams(**params), seed=seed, coarse_of_class=coarse_of_class,
+        name,
+        train_labels=train_labels,
+        train_domains=train_domains,
+        test_labels=test_labels,
+        test_domains=test_domains,
+        num_classes=num_classes,
+        num_domains=num_domains,
+        num_clients=num_clients,
+        params=PartitionParams(**params),
+        seed=seed,
+        coarse_of_class=coarse_of_class,
         min_train_samples=min_train_samples,
     )
     return part, (train_labels, train_domains), (test_labels, test_domains)
@@ -46,6 +65,7 @@ def _any(name):
 
 
 # --- all partitioners ---------------------------------------------------------------------------------
+
 
 def test_registry_names_and_descriptions():
     assert set(PARTITIONERS) == {"iid", "pathological", "dirichlet", "pachinko", "domains"}
@@ -88,11 +108,20 @@ def test_train_split_does_not_depend_on_test_set():
     runs = []
     for test_per_cell in (5, 50):
         test_labels, test_domains = _dataset(1, 10, test_per_cell, seed=2)
-        runs.append(partition(
-            "dirichlet", train_labels=train_labels, train_domains=train_domains, test_labels=test_labels,
-            test_domains=test_domains, num_classes=10, num_domains=1, num_clients=5, params=PartitionParams(),
-            seed=3,
-        ))
+        runs.append(
+            partition(
+                "dirichlet",
+                train_labels=train_labels,
+                train_domains=train_domains,
+                test_labels=test_labels,
+                test_domains=test_domains,
+                num_classes=10,
+                num_domains=1,
+                num_clients=5,
+                params=PartitionParams(),
+                seed=3,
+            )
+        )
     np.testing.assert_array_equal(runs[0].train_client, runs[1].train_client)
 
 
@@ -100,8 +129,9 @@ def test_train_split_does_not_depend_on_test_set():
 def test_train_and_test_class_proportions_match(name):
     kwargs = {"num_classes": 20, "coarse_of_class": COARSE} if name == "pachinko" else {}
     num_classes = kwargs.get("num_classes", 10)
-    part, (train_labels, _), (test_labels, _) = _run(name, num_clients=5, train_per_cell=400, test_per_cell=200,
-                                                    **kwargs)
+    part, (train_labels, _), (test_labels, _) = _run(
+        name, num_clients=5, train_per_cell=400, test_per_cell=200, **kwargs
+    )
     train = _counts(part.train_client, train_labels, 5, num_classes)
     test = _counts(part.test_client, test_labels, 5, num_classes)
     # Each client gets the same fraction of every class in both sets, so counts scale by 200/400 up to
@@ -110,6 +140,7 @@ def test_train_and_test_class_proportions_match(name):
 
 
 # --- split_by_shares ----------------------------------------------------------------------------------
+
 
 def test_split_by_shares_chunk_sizes_by_hand():
     labels = np.zeros(10, dtype=np.int64)
@@ -150,8 +181,9 @@ def test_split_by_shares_never_gives_samples_to_a_zero_share():
 
 def test_split_by_shares_zero_row_leaves_samples_unassigned():
     labels = np.array([0, 0, 1, 1, 1])
-    client = split_by_shares(np.zeros(5, dtype=np.int64), labels, np.array([[[0.5, 0.5], [0.0, 0.0]]]),
-                             np.random.default_rng(0))
+    client = split_by_shares(
+        np.zeros(5, dtype=np.int64), labels, np.array([[[0.5, 0.5], [0.0, 0.0]]]), np.random.default_rng(0)
+    )
     assert sorted(client[:2].tolist()) == [0, 1] and client[2:].tolist() == [-1, -1, -1]
 
 
@@ -163,6 +195,7 @@ def test_split_by_shares_shuffles_within_cell():
 
 # --- iid ----------------------------------------------------------------------------------------------
 
+
 def test_iid_equal_shares_and_sizes():
     part, (labels, _), _ = _run("iid", num_clients=7, num_domains=2, train_per_cell=103)
     np.testing.assert_allclose(part.shares, 1 / 7)
@@ -173,6 +206,7 @@ def test_iid_equal_shares_and_sizes():
 
 
 # --- pathological -------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("s, num_clients", [(2, 10), (3, 20), (1, 10), (10, 4)])
 def test_pathological_classes_per_client_and_holders(s, num_clients):
@@ -212,6 +246,7 @@ def test_pathological_same_shares_in_every_domain():
 
 # --- dirichlet ----------------------------------------------------------------------------------------
 
+
 def test_dirichlet_large_alpha_is_close_to_uniform():
     part, _, _ = _run("dirichlet", alpha=1e4)
     np.testing.assert_allclose(part.shares, 0.1, atol=0.01)
@@ -236,6 +271,7 @@ def test_dirichlet_gives_up_after_redraws():
 
 # --- pachinko -----------------------------------------------------------------------------------------
 
+
 def test_pachinko_needs_coarse_labels():
     with pytest.raises(ConfigError, match="coarse") as err:
         _run("pachinko", num_classes=20)
@@ -246,10 +282,17 @@ def test_pachinko_needs_coarse_labels():
 
 def test_pachinko_small_beta_concentrates_clients_on_few_coarse_labels():
     def top_coarse_mass(beta):
-        part, (labels, _), _ = _run("pachinko", num_classes=20, coarse_of_class=COARSE, beta=beta,
-                                    num_clients=20, train_per_cell=500, min_train_samples=0)
+        part, (labels, _), _ = _run(
+            "pachinko",
+            num_classes=20,
+            coarse_of_class=COARSE,
+            beta=beta,
+            num_clients=20,
+            train_per_cell=500,
+            min_train_samples=0,
+        )
         counts = _counts(part.train_client, labels, 20, 20)
-        coarse = np.stack([counts[:, COARSE == k].sum(axis=1) for k in range(5)], axis=1)  # [M, 5]
+        coarse = np.stack([counts[:, k == COARSE].sum(axis=1) for k in range(5)], axis=1)  # [M, 5]
         return (coarse.max(axis=1) / np.maximum(coarse.sum(axis=1), 1)).mean()
 
     assert top_coarse_mass(0.05) > 0.6  # mostly one coarse label per client
@@ -260,11 +303,12 @@ def test_pachinko_fine_labels_within_coarse_follow_beta_fine():
     part, _, _ = _run("pachinko", num_classes=20, coarse_of_class=COARSE, beta_fine=1e4, num_clients=5)
     # With a huge beta_fine, the four fine classes of a coarse label get the same client proportions.
     for k in range(5):
-        block = part.shares[0, COARSE == k]
+        block = part.shares[0, k == COARSE]
         np.testing.assert_allclose(block, block[:1].repeat(4, axis=0), rtol=0.05, atol=1e-3)
 
 
 # --- domains ------------------------------------------------------------------------------------------
+
 
 def _clients_per_domain(num_domains, num_clients, dif):
     part, _, _ = _run("domains", num_domains=num_domains, num_clients=num_clients, dif=dif)
@@ -310,6 +354,7 @@ def test_domains_clients_see_only_their_domain():
 
 # --- errors -------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     "name, kwargs, needle",
     [
@@ -346,6 +391,7 @@ def test_unknown_name_lists_valid_partitions():
 
 
 # --- summary and plot ---------------------------------------------------------------------------------
+
 
 def test_partition_summary_matches_bincount():
     part, (labels, _), _ = _run("dirichlet", num_clients=6)

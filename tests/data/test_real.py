@@ -9,11 +9,10 @@ import pytest
 from PIL import Image
 
 from raysim.config import DataConfig
+from raysim.core.errors import ConfigError
 from raysim.data import real as real_module
-from raysim.data import sources
 from raysim.data.real import DOMAINNET_CLASSES, FOLDER_DATASETS, REAL_SOURCES
-from raysim.data.sources import Source, fixed_test_split, load_dataset
-from raysim.errors import ConfigError
+from raysim.data.sources import fixed_test_split, load_dataset
 
 PACS = next(spec for spec in FOLDER_DATASETS if spec.name == "pacs")
 DOMAINNET = next(spec for spec in FOLDER_DATASETS if spec.name == "domainnet")
@@ -21,9 +20,7 @@ DOMAINNET = next(spec for spec in FOLDER_DATASETS if spec.name == "domainnet")
 
 @pytest.fixture
 def real(ray_session, monkeypatch):
-    """Registers the real sources (as sources.py does) and loads one through ``load_dataset``."""
-    for name, (description, read) in REAL_SOURCES.items():
-        monkeypatch.setitem(sources.SOURCES, name, Source(name, description, read))
+    """Loads a real source (registered by ``raysim.data``) through ``load_dataset``."""
 
     def load(dataset, data_dir, **data):
         return load_dataset(DataConfig(dataset=dataset, data_dir=None if data_dir is None else str(data_dir), **data))
@@ -42,6 +39,7 @@ def one_line_error(load, dataset, data_dir, *fragments, **data) -> None:
 
 
 # --- CIFAR binary ---------------------------------------------------------------------------------------------
+
 
 def cifar_record(labels: tuple[int, ...], image: np.ndarray) -> bytes:
     """Label bytes, then the red, green and blue planes, each row-major 32x32 (the official format)."""
@@ -127,8 +125,14 @@ def test_cifar_image_size_resizes_bilinearly_with_ray_data(real, tmp_path):
 
 
 def test_cifar_errors_are_one_line_and_name_the_layout(real, tmp_path):
-    one_line_error(real, "cifar100", None, "needs --data-dir pointing at cifar-100-binary/", "train.bin",
-                   "https://www.cs.toronto.edu/~kriz/cifar.html")
+    one_line_error(
+        real,
+        "cifar100",
+        None,
+        "needs --data-dir pointing at cifar-100-binary/",
+        "train.bin",
+        "https://www.cs.toronto.edu/~kriz/cifar.html",
+    )
     one_line_error(real, "cifar10", tmp_path, "needs --data-dir pointing at cifar-10-batches-bin/", str(tmp_path))
     folder, _, _ = write_cifar10(tmp_path)
     folder.joinpath("data_batch_3.bin").unlink()
@@ -146,7 +150,7 @@ def test_cifar100_needs_one_coarse_label_per_fine_label(real, tmp_path):
     folder.joinpath("test.bin").write_bytes(bytes([wrong, 50]) + test[2:])
     one_line_error(real, "cifar100", folder, "fine label 50 with coarse labels", "cifar-100-binary/")
     folder.joinpath("test.bin").write_bytes(test)
-    folder.joinpath("train.bin").write_bytes(train[2 + 3072:])  # drops the only row of fine label 0
+    folder.joinpath("train.bin").write_bytes(train[2 + 3072 :])  # drops the only row of fine label 0
     one_line_error(real, "cifar100", folder, "fine label 0 never")
 
 
@@ -164,8 +168,9 @@ def write_tiny(root):
     folder = root / "tiny-imagenet-200"
     folder.mkdir()
     folder.joinpath("wnids.txt").write_text("\n".join(TINY_WNIDS) + "\n")
-    folder.joinpath("words.txt").write_text("n00000001\tentity\nn01000000\tgoldfish, Carassius auratus\n"
-                                            "n02000000\tteapot\nn03000000\tbarn owl, Tyto alba\n")
+    folder.joinpath("words.txt").write_text(
+        "n00000001\tentity\nn01000000\tgoldfish, Carassius auratus\nn02000000\tteapot\nn03000000\tbarn owl, Tyto alba\n"
+    )
     for wnid in TINY_WNIDS:
         c = sorted(TINY_WNIDS).index(wnid)
         for k in range(2):
@@ -175,7 +180,8 @@ def write_tiny(root):
     save_image(folder / "val" / "images" / "val_0.JPEG", (10, 10, 250))
     save_image(folder / "val" / "images" / "val_1.JPEG", (250, 10, 10))
     folder.joinpath("val", "val_annotations.txt").write_text(
-        f"val_0.JPEG\t{TINY_WNIDS[2]}\t0\t3\t60\t61\nval_1.JPEG\t{TINY_WNIDS[0]}\t5\t5\t40\t50\n")
+        f"val_0.JPEG\t{TINY_WNIDS[2]}\t0\t3\t60\t61\nval_1.JPEG\t{TINY_WNIDS[0]}\t5\t5\t40\t50\n"
+    )
     return folder
 
 
@@ -200,8 +206,9 @@ def test_tiny_imagenet_image_size(real, tmp_path):
 
 
 def test_tiny_imagenet_errors(real, tmp_path):
-    one_line_error(real, "tiny-imagenet", tmp_path, "needs --data-dir pointing at tiny-imagenet-200/",
-                   "tiny-imagenet-200.zip")
+    one_line_error(
+        real, "tiny-imagenet", tmp_path, "needs --data-dir pointing at tiny-imagenet-200/", "tiny-imagenet-200.zip"
+    )
     folder = write_tiny(tmp_path)
     annotations = folder / "val" / "val_annotations.txt"
     annotations.write_text(annotations.read_text() + "val_2.JPEG\tn09999999\t0\t0\t1\t1\n")
@@ -215,6 +222,7 @@ def test_tiny_imagenet_errors(real, tmp_path):
 
 
 # --- image folders --------------------------------------------------------------------------------------------
+
 
 def folder_image(d: int, c: int, k: int, size=(8, 8)) -> np.ndarray:
     """A distinct image per (domain, class, file): a gradient in blue, the ids in red and green."""
@@ -281,16 +289,25 @@ def test_domainnet_subset_split_folders_and_official_split_files(real, tmp_path)
     assert not arrays["is_test"][domain == 4].any()  # two files per cell: round(0.2 * 2) = 0 test rows
 
 
-@pytest.mark.parametrize("breakage, fragment", [
-    (lambda root: [shutil.rmtree(root / domain) for domain in PACS.domains],
-     "needs --data-dir pointing at a folder with photo/, art_painting/"),
-    (lambda root: shutil.rmtree(root / "sketch"), "sketch is missing"),
-    (lambda root: shutil.rmtree(root / "cartoon" / "horse"), "cartoon/horse is missing"),
-    (lambda root: [path.unlink() for path in (root / "art_painting" / "guitar").iterdir()],
-     "art_painting/guitar has no .jpg/.jpeg/.png images"),
-    (lambda root: (root / "photo" / "house" / "0.png").write_bytes(b"\x89PNG broken"),
-     "photo/house/0.png is not a readable image"),
-])
+@pytest.mark.parametrize(
+    "breakage, fragment",
+    [
+        (
+            lambda root: [shutil.rmtree(root / domain) for domain in PACS.domains],
+            "needs --data-dir pointing at a folder with photo/, art_painting/",
+        ),
+        (lambda root: shutil.rmtree(root / "sketch"), "sketch is missing"),
+        (lambda root: shutil.rmtree(root / "cartoon" / "horse"), "cartoon/horse is missing"),
+        (
+            lambda root: [path.unlink() for path in (root / "art_painting" / "guitar").iterdir()],
+            "art_painting/guitar has no .jpg/.jpeg/.png images",
+        ),
+        (
+            lambda root: (root / "photo" / "house" / "0.png").write_bytes(b"\x89PNG broken"),
+            "photo/house/0.png is not a readable image",
+        ),
+    ],
+)
 def test_folder_errors_are_one_line_and_name_the_layout(real, tmp_path, breakage, fragment):
     write_folders(tmp_path, PACS, per_cell=1)
     breakage(tmp_path)
@@ -298,8 +315,7 @@ def test_folder_errors_are_one_line_and_name_the_layout(real, tmp_path, breakage
 
 
 def test_folder_dataset_without_data_dir(real):
-    one_line_error(real, "office-caltech10", None, "needs --data-dir", "amazon/, caltech/, dslr/, webcam/",
-                   "back_pack")
+    one_line_error(real, "office-caltech10", None, "needs --data-dir", "amazon/, caltech/, dslr/, webcam/", "back_pack")
 
 
 def test_domainnet_split_file_that_lists_none_of_the_images(real, tmp_path):
@@ -309,7 +325,14 @@ def test_domainnet_split_file_that_lists_none_of_the_images(real, tmp_path):
 
 
 def test_every_real_source_has_a_description_with_where_to_get_it():
-    assert set(REAL_SOURCES) == {"cifar10", "cifar100", "tiny-imagenet", "office-caltech10", "domainnet", "pacs",
-                                 "digit-five"}
+    assert set(REAL_SOURCES) == {
+        "cifar10",
+        "cifar100",
+        "tiny-imagenet",
+        "office-caltech10",
+        "domainnet",
+        "pacs",
+        "digit-five",
+    }
     for description, read in REAL_SOURCES.values():
         assert "http" in description and "\n" not in description and callable(read)

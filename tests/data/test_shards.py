@@ -9,11 +9,24 @@ def test_shards_are_contiguous_per_client_and_match_the_partition():
     n = 300
     labels, domains = rng.integers(0, 5, n), np.zeros(n, dtype=np.int64)
     is_test = np.arange(n) % 4 == 0
-    arrays = {"image": np.arange(n, dtype=np.uint8)[:, None, None].repeat(2, 1).repeat(2, 2), "label": labels,
-              "domain": domains, "is_test": is_test}
-    part = partition("dirichlet", train_labels=labels[~is_test], train_domains=domains[~is_test],
-                     test_labels=labels[is_test], test_domains=domains[is_test], num_classes=5, num_domains=1,
-                     num_clients=7, params=PartitionParams(alpha=1.0), seed=1)
+    arrays = {
+        "image": np.arange(n, dtype=np.uint8)[:, None, None].repeat(2, 1).repeat(2, 2),
+        "label": labels,
+        "domain": domains,
+        "is_test": is_test,
+    }
+    part = partition(
+        "dirichlet",
+        train_labels=labels[~is_test],
+        train_domains=domains[~is_test],
+        test_labels=labels[is_test],
+        test_domains=domains[is_test],
+        num_classes=5,
+        num_domains=1,
+        num_clients=7,
+        params=PartitionParams(alpha=1.0),
+        seed=1,
+    )
     shards = build_shards(DatasetInfo("t", 5, 1, (2, 2)), arrays, part, unseen=(3,))
     train_rows, test_rows = np.flatnonzero(~is_test), np.flatnonzero(is_test)
     seen_rows = []

@@ -10,8 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from raysim.config import DataConfig
+from raysim.core.errors import ConfigError
 from raysim.data.sources import fixed_test_split, load_dataset
-from raysim.errors import ConfigError
 
 
 def test_digits_are_the_real_sklearn_digits(ray_session):
@@ -56,8 +56,14 @@ def _png(array: np.ndarray) -> bytes:
 def test_parquet_with_png_bytes_domains_and_split(ray_session, tmp_path):
     rng = np.random.default_rng(0)
     images = rng.integers(0, 256, (12, 6, 6, 3), dtype=np.uint8)
-    table = pa.table({"image": [_png(i) for i in images], "label": [i % 3 for i in range(12)],
-                      "domain": [i % 2 for i in range(12)], "split": ["test" if i < 4 else "train" for i in range(12)]})
+    table = pa.table(
+        {
+            "image": [_png(i) for i in images],
+            "label": [i % 3 for i in range(12)],
+            "domain": [i % 2 for i in range(12)],
+            "split": ["test" if i < 4 else "train" for i in range(12)],
+        }
+    )
     pq.write_table(table, tmp_path / "data.parquet")
     info, arrays = load_dataset(DataConfig(dataset="parquet", data_dir=str(tmp_path / "data.parquet")))
     assert info.num_classes == 3 and info.num_domains == 2 and info.image_shape == (6, 6, 3)
@@ -66,17 +72,22 @@ def test_parquet_with_png_bytes_domains_and_split(ray_session, tmp_path):
 
 
 def test_parquet_without_split_gets_the_fixed_split(ray_session, tmp_path):
-    table = pa.table({"image": [_png(np.full((4, 4), i, np.uint8)) for i in range(20)], "label": [i % 2 for i in range(20)]})
+    table = pa.table(
+        {"image": [_png(np.full((4, 4), i, np.uint8)) for i in range(20)], "label": [i % 2 for i in range(20)]}
+    )
     pq.write_table(table, tmp_path / "d.parquet")
     _, arrays = load_dataset(DataConfig(dataset="parquet", data_dir=str(tmp_path)))
     assert arrays["is_test"].sum() == 4 and arrays["image"].shape == (20, 4, 4)
 
 
-@pytest.mark.parametrize("make, fragment", [
-    (lambda p: None, "needs data.data_dir"),
-    (lambda p: pq.write_table(pa.table({"pixels": [b"x"], "y": [1]}), p / "x.parquet"), "expected a parquet"),
-    (lambda p: (p / "x.parquet").write_text("not parquet"), "could not read parquet"),
-])
+@pytest.mark.parametrize(
+    "make, fragment",
+    [
+        (lambda p: None, "needs data.data_dir"),
+        (lambda p: pq.write_table(pa.table({"pixels": [b"x"], "y": [1]}), p / "x.parquet"), "expected a parquet"),
+        (lambda p: (p / "x.parquet").write_text("not parquet"), "could not read parquet"),
+    ],
+)
 def test_bad_parquet_dirs_give_one_line_errors(ray_session, tmp_path, make, fragment):
     make(tmp_path)
     data_dir = str(tmp_path) if any(tmp_path.iterdir()) else str(tmp_path / "missing")
@@ -87,8 +98,10 @@ def test_bad_parquet_dirs_give_one_line_errors(ray_session, tmp_path, make, frag
 
 def test_parquet_of_mixed_sizes_needs_image_size_and_then_resizes(ray_session, tmp_path):
     sizes = [4, 4, 6, 6, 6]
-    pq.write_table(pa.table({"image": [_png(np.full((n, n, 3), 9 * n, np.uint8)) for n in sizes],
-                             "label": [0, 1, 0, 1, 0]}), tmp_path / "m.parquet")
+    pq.write_table(
+        pa.table({"image": [_png(np.full((n, n, 3), 9 * n, np.uint8)) for n in sizes], "label": [0, 1, 0, 1, 0]}),
+        tmp_path / "m.parquet",
+    )
     with pytest.raises(ConfigError) as info:
         load_dataset(DataConfig(dataset="parquet", data_dir=str(tmp_path)))
     assert "differ in size" in str(info.value) and "data.image_size" in str(info.value)

@@ -3,14 +3,15 @@
 Usage: python multinode_script.py LAYERS_JSON
 
 The cluster (``ray.cluster_utils.Cluster``, all on this machine, on the node address Ray picks as for any local
-``ray.init``): a head raylet with no CPUs (it holds the driver and the zero-CPU Coordinator) and two worker
-raylets with 1 logical CPU each, so a pool of two 1-CPU ClientWorkers can only be placed one per worker node. The config is ``build_config("fedvpt", LAYERS)``
-on the Ray backend. It runs every round and prints ``RESULT {json}`` with the per-round metrics, what Ray
-assigned to each worker (node id and resources) and the cluster's node ids, then shuts the cluster down.
+``ray.init``): a head raylet with no CPUs (it holds the driver and the zero-CPU Coordinator) and two worker raylets with
+1 logical CPU each, so a pool of two 1-CPU ClientWorkers can only be placed one per worker node. The config is
+``build_config("fedvpt", LAYERS)`` on the Ray backend. It runs every round and prints ``RESULT {json}`` with the
+per-round metrics, what Ray assigned to each worker (node id and resources) and the cluster's node ids, then shuts the
+cluster down.
 
-It must run in its own process: the test session already holds a Ray session (tests/conftest.py). Run it
-with RAY_TMPDIR set to a private (short) folder, so that the cluster's address file never redirects another
-process's ``ray.init()`` on this machine to this cluster.
+It must run in its own process: the test session already holds a Ray session (tests/conftest.py). Run it with RAY_TMPDIR
+set to a private (short) folder, so that the cluster's address file never redirects another process's ``ray.init()`` on
+this machine to this cluster.
 """
 
 from __future__ import annotations
@@ -33,23 +34,24 @@ def start_cluster(attempts: int = 2):
     """The head (no CPUs) and two 1-CPU worker raylets; one more try if a raylet fails to start.
 
     A raylet waits a fixed time (~15-20 s; RAY_agent_register_timeout_ms does not change it in Ray 2.60) for its
-    dashboard agent to write its port files, and exits when a very busy machine makes the agent slower than that; Node then raises "timed out during
-    startup". The head runs only what the test needs (no dashboard modules, autoscaler monitor or log
-    forwarding), so that fewer Python processes compete with the agents.
+    dashboard agent to write its port files, and exits when a very busy machine makes the agent slower than that;
+    Node then raises "timed out during startup". The head runs only what the test needs (no dashboard modules,
+    autoscaler monitor or log forwarding), so that fewer Python processes compete with the agents.
     """
     from ray.cluster_utils import Cluster
 
     for attempt in range(1, attempts + 1):
         cluster = Cluster()
         try:
-            cluster.add_node(num_cpus=0, num_gpus=0, include_dashboard=False, no_monitor=True,
-                             include_log_monitor=False)
+            cluster.add_node(
+                num_cpus=0, num_gpus=0, include_dashboard=False, no_monitor=True, include_log_monitor=False
+            )
             phase("head node up")
             workers = [cluster.add_node(num_cpus=1, num_gpus=0) for _ in range(2)]
             cluster.wait_for_nodes()
             phase("worker nodes up")
             return cluster, workers
-        except Exception as error:  # noqa: BLE001 - Ray raises a bare Exception for a node that did not start
+        except Exception as error:
             phase(f"cluster start failed (attempt {attempt}/{attempts}): {error}")
             cluster.shutdown()
             if attempt == attempts:
@@ -60,7 +62,7 @@ def main(layers_json: str) -> None:
     import ray
 
     from raysim.config import build_config
-    from raysim.runner import initial_state, make_simulation, prepare_shards
+    from raysim.testing.smoke import open_simulation
 
     config = build_config("fedvpt", json.loads(layers_json))
     cluster, workers = start_cluster()
@@ -69,19 +71,19 @@ def main(layers_json: str) -> None:
         ray.data.DataContext.get_current().enable_progress_bars = False
         logging.getLogger("ray.data").setLevel(logging.ERROR)
 
-        initial, shards = initial_state(config, prepare_shards(config))
-        phase("shards and initial state ready")
-        simulation = make_simulation(config, shards, initial)
-        phase("worker pool up")
-        try:
+        with open_simulation(config) as (simulation, _, _):
+            phase("shards, initial state and worker pool ready")
             history = [simulation.run_round(r).metrics for r in range(1, config.federation.rounds + 1)]
             assigned = simulation.worker_resources()
-        finally:
-            simulation.shutdown()
         phase(f"{config.federation.rounds} rounds done")
         alive = [{"node_id": n["NodeID"], "resources": n["Resources"]} for n in ray.nodes() if n["Alive"]]
-        result = {"history": history, "workers": assigned, "head": cluster.head_node.node_id,
-                  "worker_nodes": [w.node_id for w in workers], "nodes": alive}
+        result = {
+            "history": history,
+            "workers": assigned,
+            "head": cluster.head_node.node_id,
+            "worker_nodes": [w.node_id for w in workers],
+            "nodes": alive,
+        }
         print(MARKER + json.dumps(result), flush=True)
     finally:
         ray.shutdown()

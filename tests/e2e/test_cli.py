@@ -28,8 +28,21 @@ def runs_in(uri):
 
 @pytest.mark.parametrize("backend", ["sequential", "ray"])
 def test_run_is_tracked_in_mlflow(ray_session, tracking_uri, backend):
-    result = invoke("run", "fedvpt", *QUICK, "--backend", backend, "--workers", "2", "--cpus-per-client", "0.5",
-                    "--tracking-uri", tracking_uri, "--experiment", "e2e")
+    result = invoke(
+        "run",
+        "fedvpt",
+        *QUICK,
+        "--backend",
+        backend,
+        "--workers",
+        "2",
+        "--cpus-per-client",
+        "0.5",
+        "--tracking-uri",
+        tracking_uri,
+        "--experiment",
+        "e2e",
+    )
     assert result.exit_code == 0, result.output
     assert "global_acc" in result.output and "mean (last 10)" in result.output
     (run,) = runs_in(tracking_uri)
@@ -39,12 +52,27 @@ def test_run_is_tracked_in_mlflow(ray_session, tracking_uri, backend):
     assert run.data.tags["method"] == "fedvpt" and run.data.tags["dataset"] == "synthetic"
     history = client.get_metric_history(run.info.run_id, "global_acc")
     assert [m.step for m in history] == [1, 2, 3]
-    for key in ("local_acc", "worst_local_acc", "sigma_client", "bytes_down", "bytes_up", "round_time_s",
-                "train_samples_per_s", "summary.global_acc.mean"):
+    for key in (
+        "local_acc",
+        "worst_local_acc",
+        "sigma_client",
+        "bytes_down",
+        "bytes_up",
+        "round_time_s",
+        "train_samples_per_s",
+        "summary.global_acc.mean",
+    ):
         assert key in run.data.metrics, key
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
-    assert {"config.yaml", "summary.json", "accuracy_curves.png", "client_accuracy.png", "partition.png",
-            "partition_summary.json", "global_state.safetensors"} <= artifacts
+    assert {
+        "config.yaml",
+        "summary.json",
+        "accuracy_curves.png",
+        "client_accuracy.png",
+        "partition.png",
+        "partition_summary.json",
+        "global_state.safetensors",
+    } <= artifacts
 
 
 def _mismatched_weights(tmp_path):
@@ -60,8 +88,10 @@ BAD_INPUTS = [
     (["run", "fedsgd"], "unknown method 'fedsgd'; valid methods: afl, ditto, fedavg"),
     (["run", "fedvpt", "--dataset", "mnist"], "valid datasets: cifar10, cifar100, digit-five, digits,"),
     (["run", "fedvpt", "--partition", "zipf"], "valid partitions: dirichlet"),
-    (["run", "fedvpt", "--dataset", "digits", "--partition", "pathological", "--set", "data.s=12"],
-     "s=12 is larger than the number of classes (10)"),
+    (
+        ["run", "fedvpt", "--dataset", "digits", "--partition", "pathological", "--set", "data.s=12"],
+        "s=12 is larger than the number of classes (10)",
+    ),
     (["run", "fedvpt", "--partition", "dirichlet", "--set", "data.alpha=0"], "data.alpha=0.0 must be > 0"),
     (["run", "fedvpt", "--participation", "1.5"], "participation=1.5 must be in (0, 1]"),
     (["run", "fedvpt", "--participation", "0"], "participation=0.0 must be in (0, 1]"),
@@ -74,28 +104,47 @@ BAD_INPUTS = [
     (["run", "fedvpt", "--preset", "nope"], "valid presets"),
     (["ls", "things"], "'things' is not one of"),
     (["run", "sgpt", *SYN, "sgpt.groups=0"], "sgpt.groups=0 must be at least 1"),
-    (["run", "sgpt", *SYN, "sgpt.group_blocks=[2,6]"],
-     "sgpt.group_blocks=[2, 6] must be distinct block indices in [0, 5] (the backbone has 6 blocks)"),
+    (
+        ["run", "sgpt", *SYN, "sgpt.group_blocks=[2,6]"],
+        "sgpt.group_blocks=[2, 6] must be distinct block indices in [0, 5] (the backbone has 6 blocks)",
+    ),
     (["run", "sgpt", *SYN, "sgpt.select_layer=7"], "sgpt.select_layer=7 is past the backbone's 6 blocks"),
     (["run", "sgpt", *SYN, "sgpt.bcd=random"], "sgpt.bcd='random' is not one of joint, bcd, bcd-inv"),
     (["run", "sgpt", *SYN, "sgpt.groups=500"], "500 orthogonal keys need groups <= the backbone width 192"),
     (["run", "fgpt-u", *SYN, "fgpt.k=11"], "fgpt.k=11 must be in 1..groups=10"),
     (["run", "fgpt", *SYN, "fgpt.group_block=6"], "fgpt.group_block=6 is outside the backbone's blocks 0..5"),
     (["run", "fedgcr", *SYN, "fedgcr.clusters=0"], "fedgcr.clusters=0 must be at least 1"),
-    (["run", "fedgcr", "--dataset", "synthetic", "--partition", "domains", "--clients", "20", "--participation", "0.2"],
-     "fedgcr.clusters=5 (T') is more than the 4 clients taking part each round"),
+    (
+        [
+            "run",
+            "fedgcr",
+            "--dataset",
+            "synthetic",
+            "--partition",
+            "domains",
+            "--clients",
+            "20",
+            "--participation",
+            "0.2",
+        ],
+        "fedgcr.clusters=5 (T') is more than the 4 clients taking part each round",
+    ),
     (["run", "fedgcr", *SYN, "fedgcr.q=-1"], "fedgcr.q=-1.0 must be >= 0"),
     (["run", "fedgr", *SYN, "fedgcr.delta=1.5"], "fedgcr.delta=1.5 must be in [0, 1]"),
     (["run", "fedgcr", *SYN, "fedgcr.gamma=-0.1"], "fedgcr.gamma=-0.1 must be in [0, 1]"),
-    (["run", "fedgcr", "--dataset", "synthetic", "--partition", "iid"],
-     "fedgcr reports sigma_type and cluster_acc per client type, and the partition 'iid' gives clients no type"),
+    (
+        ["run", "fedgcr", "--dataset", "synthetic", "--partition", "iid"],
+        "fedgcr reports sigma_type and cluster_acc per client type, and the partition 'iid' gives clients no type",
+    ),
     (["run", "qffl", *SYN, "qffl.q=-0.5"], "qffl.q=-0.5 must be >= 0"),
     (["run", "fedvz", *SYN, "fedvz.eps=0"], "fedvz.eps=0.0 must be > 0 (the SPSA perturbation scale"),
     (["run", "fedvz", *SYN, "fedvz.eps=-1e-4"], "fedvz.eps=-0.0001 must be > 0"),
     (["run", "fedv", *SYN, "fedv.fedround=0"], "fedv.fedround=0 must be at least 1"),
-    (["run", "fedv", *SYN, "fedv.head_blocks=4", "--set", "fedv.tail_blocks=2"],
-     "fedv.head_blocks=4 + tail_blocks=2 leave the server none of the backbone's 6 blocks; keep head_blocks + "
-     "tail_blocks <= 5"),
+    (
+        ["run", "fedv", *SYN, "fedv.head_blocks=4", "--set", "fedv.tail_blocks=2"],
+        "fedv.head_blocks=4 + tail_blocks=2 leave the server none of the backbone's 6 blocks; keep head_blocks + "
+        "tail_blocks <= 5",
+    ),
     (["run", "fedvz", *SYN, "fedvz.tail_blocks=-1"], "must be >= 0 (blocks kept on the client)"),
     (["run", "festa", *SYN, "festa.lr_decay=0"], "festa.lr_decay=0.0 must be in (0, 1]"),
     (["run", "ditto", *SYN, "ditto.lam=-1"], "ditto.lam=-1.0 must be >= 0"),
@@ -103,16 +152,28 @@ BAD_INPUTS = [
     (["run", "sgpt", "--precision", "fp16"], "'fp16' is not one of 'auto', 'fp32', 'bf16'"),
     # config files, overrides, data folders, weights, stores (FILE:... are written by the test)
     (["run", "fedvpt", "--preset", "FILE:bad.yaml:federation: {rounds: ["], "preset FILE:bad.yaml is not valid YAML"),
-    (["run", "fedvpt", "--preset", "FILE:key.yaml:federation: {roundz: 3}"], "unknown key federation.roundz; valid keys"),
+    (
+        ["run", "fedvpt", "--preset", "FILE:key.yaml:federation: {roundz: 3}"],
+        "unknown key federation.roundz; valid keys",
+    ),
     (["run", "fedvpt", "--preset", "FILE:sec.yaml:feds: {rounds: 3}"], "unknown section 'feds' for method fedvpt"),
-    (["run", "fedvpt", "--preset", "FILE:type.yaml:federation: {rounds: many}"], "federation.rounds='many' has the wrong type"),
+    (
+        ["run", "fedvpt", "--preset", "FILE:type.yaml:federation: {rounds: many}"],
+        "federation.rounds='many' has the wrong type",
+    ),
     (["run", "fedvpt", "--preset", "FILE:list.yaml:- 1"], "must map section names to mappings"),
     (["run", "fedvpt", "--preset", "/nope/p.yaml"], "preset file /nope/p.yaml does not exist"),
     (["run", "fedvpt", "--set", "federation.roundz=3"], "unknown key federation.roundz"),
     (["run", "fedvpt", "--set", "checkpoint.every=-1"], "checkpoint.every=-1 must be >= 0"),
     (["run", "fedvpt", "--set", "checkpoint.keep=-2"], "checkpoint.keep=-2 must be >= 0"),
-    (["run", "fedvpt", "--dataset", "cifar10", "--data-dir", "/nope"], "needs --data-dir pointing at cifar-10-batches-bin/"),
-    (["run", "fedvpt", "--dataset", "pacs", "--data-dir", "EMPTY"], "dataset 'pacs' needs --data-dir pointing at a folder"),
+    (
+        ["run", "fedvpt", "--dataset", "cifar10", "--data-dir", "/nope"],
+        "needs --data-dir pointing at cifar-10-batches-bin/",
+    ),
+    (
+        ["run", "fedvpt", "--dataset", "pacs", "--data-dir", "EMPTY"],
+        "dataset 'pacs' needs --data-dir pointing at a folder",
+    ),
     (["run", "fedvpt", "--dataset", "parquet", "--data-dir", "EMPTY"], "could not read parquet at"),
     (["run", "fedvpt", "--weights", "FILE:w.safetensors:garbage"], "is not a readable safetensors file"),
     (["run", "fedvpt", "--tracking-uri", "http://127.0.0.1:9"], "MLflow server http://127.0.0.1:9 does not answer"),
@@ -153,13 +214,31 @@ def test_bad_input_is_one_line_exit_2_and_leaves_no_run(ray_session, tmp_path, t
 
 def test_real_console_script_help_ls_and_one_line_errors(tmp_path):
     def raysim(*args):
-        return subprocess.run([sys.executable, "-m", "raysim.cli", *args], capture_output=True, text=True,
-                              cwd=tmp_path, timeout=120)
+        return subprocess.run(
+            [sys.executable, "-m", "raysim.cli", *args], capture_output=True, text=True, cwd=tmp_path, timeout=120
+        )
 
     help_text = raysim("run", "--help").stdout
-    for flag in ("--clients", "--rounds", "--participation", "--local-epochs", "--dataset", "--partition",
-                 "--backbone", "--weights", "--workers", "--gpus-per-client", "--cpus-per-client", "--seed",
-                 "--eval-every", "--preset", "--set", "--tracking-uri", "--experiment", "--address"):
+    for flag in (
+        "--clients",
+        "--rounds",
+        "--participation",
+        "--local-epochs",
+        "--dataset",
+        "--partition",
+        "--backbone",
+        "--weights",
+        "--workers",
+        "--gpus-per-client",
+        "--cpus-per-client",
+        "--seed",
+        "--eval-every",
+        "--preset",
+        "--set",
+        "--tracking-uri",
+        "--experiment",
+        "--address",
+    ):
         assert flag in help_text, flag
     listing = raysim("ls").stdout
     for name in ("fedavg", "fedvpt", "fedvpt-d", "head-tune", "fedprox", "digits", "pathological", "quick"):
@@ -204,25 +283,40 @@ RESUME_INPUTS = [
     (["run", "--resume", "RUN", "--rounds", "5", "--preset", "quick"], "--preset cannot change a resumed run"),
     (["run", "--resume", "CORRUPT", "--rounds", "5"], "does not match the SHA-256 in its manifest"),
     (["run", "--resume", "OTHER_RUN", "--rounds", "5"], "MLflow run 0123abcd of the checkpoint is not in the store"),
-    (["run", "--resume", "NO_STORE", "--rounds", "5"], "the MLflow store sqlite:////nope/mlflow.db of the checkpoint does not exist"),
-    (["run", "--resume", "0123abcd", "--tracking-uri", "STORE"], "is neither a checkpoint folder nor a run with checkpoints in"),
+    (
+        ["run", "--resume", "NO_STORE", "--rounds", "5"],
+        "the MLflow store sqlite:////nope/mlflow.db of the checkpoint does not exist",
+    ),
+    (
+        ["run", "--resume", "0123abcd", "--tracking-uri", "STORE"],
+        "is neither a checkpoint folder nor a run with checkpoints in",
+    ),
 ]
 
 
 @pytest.mark.parametrize("args, fragment", RESUME_INPUTS, ids=[" ".join(a) for a, _ in RESUME_INPUTS])
 def test_bad_resume_target_is_one_line_exit_2_and_changes_nothing(finished_run, tmp_path, args, fragment):
     uri, run_id, run_folder = finished_run
-    targets = {"RUN": str(run_folder), "STORE": uri,
-               "CORRUPT": lambda: _copy_with(run_folder, tmp_path, corrupt=True),
-               "OTHER_RUN": lambda: _copy_with(run_folder, tmp_path, run_id="0123abcd"),
-               "NO_STORE": lambda: _copy_with(run_folder, tmp_path, tracking_uri="sqlite:////nope/mlflow.db")}
+    targets = {
+        "RUN": str(run_folder),
+        "STORE": uri,
+        "CORRUPT": lambda: _copy_with(run_folder, tmp_path, corrupt=True),
+        "OTHER_RUN": lambda: _copy_with(run_folder, tmp_path, run_id="0123abcd"),
+        "NO_STORE": lambda: _copy_with(run_folder, tmp_path, tracking_uri="sqlite:////nope/mlflow.db"),
+    }
     args = [(targets[a]() if callable(targets[a]) else targets[a]) if a in targets else a for a in args]
     client = MlflowClient(tracking_uri=uri)
-    before = ([p.name for p in run_folder.iterdir()], client.get_run(run_id).info.status,
-              len(client.get_metric_history(run_id, "global_acc")))
+    before = (
+        [p.name for p in run_folder.iterdir()],
+        client.get_run(run_id).info.status,
+        len(client.get_metric_history(run_id, "global_acc")),
+    )
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 2, result.output
     lines = [line for line in result.stderr.strip().splitlines() if not RAY_FORWARDED.search(line)]
     assert len(lines) == 1 and lines[0].startswith("raysim: error: ") and fragment in lines[0], result.stderr
-    assert before == ([p.name for p in run_folder.iterdir()], client.get_run(run_id).info.status,
-                      len(client.get_metric_history(run_id, "global_acc")))
+    assert before == (
+        [p.name for p in run_folder.iterdir()],
+        client.get_run(run_id).info.status,
+        len(client.get_metric_history(run_id, "global_acc")),
+    )

@@ -12,16 +12,21 @@ import time
 
 from mlflow.tracking import MlflowClient
 
-from raysim import checkpoint as ckpt
+from raysim.tracking import checkpoint as ckpt
 
 RUN = ["run", "fedvpt", "--preset", "quick", "--rounds", "40", "--set", "fedvpt.prompt_length=2"]
 
 
 def start(tmp_path, *args):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, "-m", "raysim.cli", *RUN, "--tracking-uri",
-                             f"sqlite:///{tmp_path}/mlflow.db", *args], cwd=tmp_path, env=env,
-                            stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "raysim.cli", *RUN, "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db", *args],
+        cwd=tmp_path,
+        env=env,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
 
 
 def wait_for_round(process, round: int, timeout_s: float = 180, first: str | None = None) -> list[str]:
@@ -30,11 +35,11 @@ def wait_for_round(process, round: int, timeout_s: float = 180, first: str | Non
     lines, deadline = [], time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         line = process.stderr.readline()
-        assert line, "the run ended before round %d: %s" % (round, "".join(lines))
+        assert line, f"the run ended before round {round}: {''.join(lines)}"
         lines.append(line)
         if line.startswith(first or f"round {round}/40"):
             return lines
-    raise AssertionError("no round %d within %d s" % (round, timeout_s))
+    raise AssertionError(f"no round {round} within {timeout_s} s")
 
 
 def the_run(tmp_path):
@@ -51,7 +56,9 @@ def test_first_ctrl_c_checkpoints_and_the_printed_command_resumes(tmp_path):
     _, err = process.communicate(timeout=120)
     assert process.returncode == 130, err
     last = err.strip().splitlines()[-1]
-    match = re.fullmatch(r"raysim: stopped after round (\d+) of 40; checkpoint (\S+); resume with: (raysim run .+)", last)
+    match = re.fullmatch(
+        r"raysim: stopped after round (\d+) of 40; checkpoint (\S+); resume with: (raysim run .+)", last
+    )
     assert match, err
     stopped, folder, command = int(match[1]), match[2], match[3]
     assert "Traceback" not in err
@@ -60,9 +67,23 @@ def test_first_ctrl_c_checkpoints_and_the_printed_command_resumes(tmp_path):
     assert [m.step for m in client.get_metric_history(run.info.run_id, "global_acc")] == list(range(1, stopped + 1))
     assert ckpt.load(folder).round == stopped and ckpt.load(folder).run_id == run.info.run_id
 
-    resumed = subprocess.run([sys.executable, "-m", "raysim.cli", *command.split()[1:], "--rounds", str(stopped + 1),
-                              "--backend", "sequential", "--no-progress"], cwd=tmp_path, capture_output=True, text=True,
-                             timeout=180)
+    resumed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "raysim.cli",
+            *command.split()[1:],
+            "--rounds",
+            str(stopped + 1),
+            "--backend",
+            "sequential",
+            "--no-progress",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert resumed.returncode == 0, resumed.stderr
     client, run = the_run(tmp_path)
     assert run.info.status == "FINISHED"

@@ -59,21 +59,38 @@ def mlflow_server(tmp_path):
     tmp_path/artifacts); yields (url, process, artifacts folder), and stops the server's process group."""
     port = free_port()
     artifacts = tmp_path / "artifacts"
-    command = [sys.executable, "-m", "mlflow", "server", "--host", HOST, "--port", str(port), "--workers", "1",
-               "--backend-store-uri", f"sqlite:///{tmp_path / 'mlflow.db'}",
-               "--serve-artifacts", "--artifacts-destination", str(artifacts)]
+    command = [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "server",
+        "--host",
+        HOST,
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+        "--backend-store-uri",
+        f"sqlite:///{tmp_path / 'mlflow.db'}",
+        "--serve-artifacts",
+        "--artifacts-destination",
+        str(artifacts),
+    ]
     # No job runner (a second Python process, for MLflow's GenAI jobs): it doubles the start-up time on 2 cores.
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    log = open(tmp_path / "server.log", "w")
-    process = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT,
-                               start_new_session=True)
+    log = open(tmp_path / "server.log", "w")  # noqa: SIM115 - the server writes to it until the fixture ends
+    process = subprocess.Popen(
+        command, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
     url = f"http://{HOST}:{port}"
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
         while not healthy(url):
             assert process.poll() is None, "mlflow server exited:\n" + (tmp_path / "server.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, (f"mlflow server not healthy within {START_TIMEOUT_S} s:\n"
-                                                 + (tmp_path / "server.log").read_text()[-3000:])
+            assert time.monotonic() < deadline, (
+                f"mlflow server not healthy within {START_TIMEOUT_S} s:\n"
+                + (tmp_path / "server.log").read_text()[-3000:]
+            )
             time.sleep(0.5)
         yield url, process, artifacts
     finally:
@@ -91,7 +108,7 @@ def listening_sockets(port: int) -> dict[int, str]:
             if fields[3] != "0A" or int(local_port, 16) != port:  # 0A = LISTEN
                 continue
             raw = bytes.fromhex(address)
-            raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))  # host-order 32-bit words
+            raw = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))  # host-order 32-bit words
             found[int(fields[9])] = socket.inet_ntop(family, raw)
     return found
 
@@ -106,7 +123,7 @@ def session_socket_inodes(session: int) -> set[int]:
             for fd in (proc / "fd").iterdir():
                 target = os.readlink(fd)
                 if target.startswith("socket:["):
-                    inodes.add(int(target[len("socket:["):-1]))
+                    inodes.add(int(target[len("socket:[") : -1]))
         except (OSError, ValueError, IndexError):
             continue  # a process that ended meanwhile
     return inodes
@@ -121,10 +138,27 @@ def test_run_is_tracked_through_an_mlflow_server(ray_session, mlflow_server, tmp
 
     monkeypatch.chdir(tmp_path)  # an http store keeps checkpoints under ./raysim-runs unless told otherwise
     checkpoints = tmp_path / "checkpoints"
-    result = CliRunner().invoke(main, ["run", "fedvpt", "--preset", "quick", "--no-progress", "--backend",
-                                       "sequential", "--set", "fedvpt.prompt_length=2", "--set",
-                                       f"checkpoint.dir={checkpoints}", "--tracking-uri", url,
-                                       "--experiment", "server-e2e"], catch_exceptions=False)
+    result = CliRunner().invoke(
+        main,
+        [
+            "run",
+            "fedvpt",
+            "--preset",
+            "quick",
+            "--no-progress",
+            "--backend",
+            "sequential",
+            "--set",
+            "fedvpt.prompt_length=2",
+            "--set",
+            f"checkpoint.dir={checkpoints}",
+            "--tracking-uri",
+            url,
+            "--experiment",
+            "server-e2e",
+        ],
+        catch_exceptions=False,
+    )
     assert result.exit_code == 0, result.output
     assert "global_acc" in result.output
 
@@ -151,8 +185,15 @@ def test_run_is_tracked_through_an_mlflow_server(ray_session, mlflow_server, tmp
 
     # artifacts: listed and downloaded through the server, stored in its artifacts destination
     names = {a.path for a in client.list_artifacts(run_id)}
-    assert {"config.yaml", "summary.json", "partition_summary.json", "partition.png", "accuracy_curves.png",
-            "client_accuracy.png", "global_state.safetensors"} <= names, names
+    assert {
+        "config.yaml",
+        "summary.json",
+        "partition_summary.json",
+        "partition.png",
+        "accuracy_curves.png",
+        "client_accuracy.png",
+        "global_state.safetensors",
+    } <= names, names
     local = Path(client.download_artifacts(run_id, "summary.json", str(tmp_path / "download")))
     summary = json.loads(local.read_text())
     assert summary["run_id"] == run_id and summary["final"]["global_acc"] == pytest.approx(history[-1].value)

@@ -20,13 +20,18 @@ from pathlib import Path
 import pytest
 
 from raysim.config import build_config
-from raysim.metrics import TIMING_KEYS
+from raysim.ops.metrics import TIMING_KEYS
+from raysim.testing.smoke import run_rounds
 
 SCRIPT = Path(__file__).with_name("multinode_script.py")
-LAYERS = [{"federation": {"clients": 8, "rounds": 2, "participation": 0.5, "seed": 1, "eval_every": 1},
-           "data": {"dataset": "synthetic", "partition": "iid"},
-           "model": {"backbone": "raysim_vit_nano_p4_16", "pretrained": False},
-           "resources": {"workers": 2, "cpus_per_client": 1}}]
+LAYERS = [
+    {
+        "federation": {"clients": 8, "rounds": 2, "participation": 0.5, "seed": 1, "eval_every": 1},
+        "data": {"dataset": "synthetic", "partition": "iid"},
+        "model": {"backbone": "raysim_vit_nano_p4_16", "pretrained": False},
+        "resources": {"workers": 2, "cpus_per_client": 1},
+    }
+]
 TIMEOUT_S = 240
 
 
@@ -37,8 +42,14 @@ def run_on_cluster() -> dict:
     ray_tmp = tempfile.mkdtemp(prefix="rs-", dir="/tmp")
     env = {**os.environ, "RAY_TMPDIR": ray_tmp, "PYTHONUNBUFFERED": "1"}  # RAYSIM_CACHE is passed through
     env.pop("RAY_ADDRESS", None)
-    process = subprocess.Popen([sys.executable, str(SCRIPT), json.dumps(LAYERS)], env=env, text=True,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    process = subprocess.Popen(
+        [sys.executable, str(SCRIPT), json.dumps(LAYERS)],
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     try:
         out, err = process.communicate(timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -50,21 +61,14 @@ def run_on_cluster() -> dict:
     assert process.returncode == 0, err[-4000:]
     lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
     assert len(lines) == 1, out[-2000:] + err[-2000:]
-    result = json.loads(lines[0][len("RESULT "):])
+    result = json.loads(lines[0][len("RESULT ") :])
     result["log"] = err
     return result
 
 
 def sequential_history() -> list[dict]:
-    from raysim.runner import initial_state, make_simulation, prepare_shards
-
     config = build_config("fedvpt", [*LAYERS, {"resources": {"backend": "sequential"}}])
-    initial, shards = initial_state(config, prepare_shards(config))
-    simulation = make_simulation(config, shards, initial)
-    try:
-        return [simulation.run_round(r).metrics for r in range(1, config.federation.rounds + 1)]
-    finally:
-        simulation.shutdown()
+    return [report.metrics for report in run_rounds(config)[1]]
 
 
 def test_pool_spreads_over_nodes_and_matches_the_single_node_run(ray_session):

@@ -11,8 +11,10 @@ from mlflow.tracking import MlflowClient
 
 from raysim.cli import main
 
-SPACE = "fixed: {federation.rounds: 3}\nspace:\n  fedvpt.prompt_length: {choice: [1, 2]}\n" \
-        "  train.lr: {loguniform: [1.0e-3, 1.0e-2]}\n"
+SPACE = (
+    "fixed: {federation.rounds: 3}\nspace:\n  fedvpt.prompt_length: {choice: [1, 2]}\n"
+    "  train.lr: {loguniform: [1.0e-3, 1.0e-2]}\n"
+)
 SMALL = ["--preset", "quick", "--workers", "1", "--cpus-per-client", "0.5"]
 
 
@@ -25,8 +27,9 @@ def space(tmp_path):
 
 def test_sweep_logs_each_trial_and_its_best_command_reproduces_it(ray_session, tmp_path, space):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    result = CliRunner().invoke(main, ["tune", "fedvpt", "--space", space, "--num-samples", "2", "--name", "s1",
-                                       "--tracking-uri", uri, *SMALL])
+    result = CliRunner().invoke(
+        main, ["tune", "fedvpt", "--space", space, "--num-samples", "2", "--name", "s1", "--tracking-uri", uri, *SMALL]
+    )
     assert result.exit_code == 0, result.output + result.stderr
     best = re.search(r"best trial: global_acc (\S+) with .* \(MLflow run (\w+);", result.stdout)
     command = re.search(r"reproduce it: raysim run fedvpt --preset (\S+)", result.stdout)
@@ -56,7 +59,10 @@ BAD = [
     (["--max-concurrent", "3"], "--max-concurrent 3 trials need 3 x 1.5 CPU, and the cluster hosts 1"),
     (["--space", "SPACE:space:\n  fedvpt.prompt_lenght: {choice: [1]}\n"], "space key 'fedvpt.prompt_lenght'"),
     (["--space", "SPACE:space:\n  train.lr: {uniform: [0.1, 0.01]}\n"], "uniform bounds [0.1, 0.01] need low < high"),
-    (["--space", "SPACE:space:\n  data.alpha: {choice: [0.1, 1]}\n"], "space key 'data.alpha' changes the clients' data"),
+    (
+        ["--space", "SPACE:space:\n  data.alpha: {choice: [0.1, 1]}\n"],
+        "space key 'data.alpha' changes the clients' data",
+    ),
     (["--space", "/nope/space.yaml"], "search space file /nope/space.yaml does not exist"),
     (["--resume", "/nope/sweep"], "--resume '/nope/sweep' is not a raysim sweep folder"),
     (["--resume", "/nope/sweep", "--rounds", "3"], "--resume finishes the sweep as it was planned; drop --rounds"),
@@ -66,7 +72,7 @@ BAD = [
 @pytest.mark.parametrize("extra, fragment", BAD, ids=[b[1][:40] for b in BAD])
 def test_bad_sweep_input_is_one_line_exit_2_before_any_trial(ray_session, tmp_path, space, extra, fragment):
     if extra[0] == "--space" and extra[1].startswith("SPACE:"):
-        (tmp_path / "bad.yaml").write_text(extra[1][len("SPACE:"):])
+        (tmp_path / "bad.yaml").write_text(extra[1][len("SPACE:") :])
         extra = ["--space", str(tmp_path / "bad.yaml")]
     if extra[0] == "--resume":
         result = CliRunner().invoke(main, ["tune", *extra])

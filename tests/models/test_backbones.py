@@ -6,7 +6,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from raysim.errors import ConfigError
+from raysim.core.errors import ConfigError
 from raysim.models import backbones
 from raysim.models.backbones import BACKBONES, DEFAULT_BACKBONE, build_backbone, input_spec
 from raysim.models.preprocess import to_model_input

@@ -18,8 +18,9 @@ def run_python(code):
 @pytest.fixture(scope="module")
 def imported():
     """A fresh interpreter that imports raysim.models, then timm and torchvision, and reports the shim."""
-    return run_python("import raysim.models, timm, torchvision; from raysim._compat import shim_applied; "
-                      "print(shim_applied())")
+    return run_python(
+        "import raysim.models, timm, torchvision; from raysim.models._compat import shim_applied; print(shim_applied())"
+    )
 
 
 def test_raysim_models_then_timm_and_torchvision_import(imported):

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from raysim.errors import ConfigError
+from raysim.core.errors import ConfigError
 from raysim.models.backbones import DEFAULT_BACKBONE, build_backbone
 from raysim.models.prompted import TIMM_INTERNALS, PromptedViT, PromptSlot, PromptSpec
 
@@ -71,7 +71,7 @@ def reference_features(vit, x, entries):
     prefix = vit.num_prefix_tokens
     for index, block in enumerate(vit.blocks):
         for new, replaced in entries.get(index, []):
-            tokens = torch.cat([tokens[:, :prefix], new, tokens[:, prefix + replaced:]], dim=1)
+            tokens = torch.cat([tokens[:, :prefix], new, tokens[:, prefix + replaced :]], dim=1)
         tokens = block(tokens)
     return vit.norm(tokens)
 
@@ -121,7 +121,7 @@ def test_zero_prompts_still_change_outputs_through_attention():
 def test_backbone_pooling_ignores_prompt_tokens_in_avg_pool():
     model = wrap(small_vit(global_pool="avg"), PromptSlot("shallow", blocks=(0,), length=4))
     tokens, slices = model.forward_features(images(model.vit))
-    patches = tokens[:, slices["shallow"].stop:]
+    patches = tokens[:, slices["shallow"].stop :]
     vit = model.vit
     assert torch.allclose(model.forward_head(tokens, slices), vit.head(vit.fc_norm(patches.mean(1))), atol=1e-6)
 
@@ -264,8 +264,12 @@ def test_cls_pooling_needs_a_class_token():
 
 
 def test_blocks_run_in_pieces_equal_the_full_forward():
-    model = wrap(small_vit(), PromptSlot("shared", blocks=(0,), length=2, init="normal"),
-                 PromptSlot("group", blocks=(2,), dynamic=True), head_pooling="cls+prompts")
+    model = wrap(
+        small_vit(),
+        PromptSlot("shared", blocks=(0,), length=2, init="normal"),
+        PromptSlot("group", blocks=(2,), dynamic=True),
+        head_pooling="cls+prompts",
+    )
     x = images(model.vit)
     group = {"group": torch.randn(2, 1, 1, 32, generator=torch.Generator().manual_seed(1))}
     prefix = model.run_blocks(model.embed(x), 0, 2)
@@ -276,20 +280,29 @@ def test_blocks_run_in_pieces_equal_the_full_forward():
 
 
 def test_head_pooling_over_named_slots():
-    model = wrap(small_vit(), PromptSlot("shared", blocks=(0,), init="normal"),
-                 PromptSlot("group", blocks=(1,), dynamic=True), head_pooling="cls")
+    model = wrap(
+        small_vit(),
+        PromptSlot("shared", blocks=(0,), init="normal"),
+        PromptSlot("group", blocks=(1,), dynamic=True),
+        head_pooling="cls",
+    )
     x = images(model.vit)
     group = {"group": torch.randn(2, 1, 1, 32, generator=torch.Generator().manual_seed(1))}
     tokens, slices = model.forward_features(x, group)
     pooled = torch.cat([tokens[:, :1], tokens[:, slices["group"]]], dim=1).mean(dim=1)
-    assert torch.allclose(model.head_from(model.run_blocks(model.embed(x), 0, 4, group), pool=("group",)),
-                          model.vit.head(pooled), atol=1e-6)
+    assert torch.allclose(
+        model.head_from(model.run_blocks(model.embed(x), 0, 4, group), pool=("group",)),
+        model.vit.head(pooled),
+        atol=1e-6,
+    )
     assert torch.allclose(model.forward_head(tokens, slices, pool=()), model.vit.head(tokens[:, 0]), atol=1e-6)
 
 
 def test_extras_are_registered_and_trainable_only_with_grad():
-    extras = {"bank": torch.nn.Parameter(torch.ones(3, 32)),
-              "fixed": torch.nn.Parameter(torch.zeros(3, 32), requires_grad=False)}
+    extras = {
+        "bank": torch.nn.Parameter(torch.ones(3, 32)),
+        "fixed": torch.nn.Parameter(torch.zeros(3, 32), requires_grad=False),
+    }
     model = PromptedViT(small_vit(), PromptSpec(), CLASSES, extras=extras)
     assert "extra.bank" in model.trainable_names() and "extra.fixed" not in model.trainable_names()
     assert torch.equal(model.trainable_state()["extra.bank"], torch.ones(3, 32))
@@ -301,6 +314,5 @@ def test_training_only_freezes_the_others_and_restores():
     with model.training_only({"prompts.shared"}):
         assert [n for n in model.trainable_names() if params[n].requires_grad] == ["prompts.shared"]
     assert all(params[n].requires_grad for n in model.trainable_names())
-    with pytest.raises(ValueError, match="not trainable"):
-        with model.training_only({"vit.cls_token"}):
-            pass
+    with pytest.raises(ValueError, match="not trainable"), model.training_only({"vit.cls_token"}):
+        pass

@@ -1,0 +1,34 @@
+"""The one proxy: calls an actor's methods and waits for them, so a handle reads like the object it stands for;
+a lost actor surfaces as :class:`~raysim.core.errors.SimulationLost`, which the driver answers by restarting the
+rounds from the last checkpoint."""
+
+from __future__ import annotations
+
+import ray
+from ray.exceptions import RayActorError, RayTaskError
+
+from raysim.core.errors import SimulationLost
+
+
+class ActorProxy:
+    """Every public method of the actor, as a blocking call."""
+
+    def __init__(self, handle, what: str):
+        self.handle, self.what = handle, what
+
+    def __getattr__(self, name: str):
+        if name.startswith("_") or name in ("handle", "what"):
+            raise AttributeError(name)
+        return lambda *args: self.call(name, *args)
+
+    def call(self, name: str, *args):
+        try:
+            return ray.get(getattr(self.handle, name).remote(*args))
+        except RayActorError as error:
+            raise SimulationLost(f"{self.what} died ({type(error).__name__})") from None
+        except RayTaskError as error:
+            if isinstance(error.cause, (RayActorError, SimulationLost)):
+                raise SimulationLost(
+                    f"{self.what} lost a worker or service beyond Ray's retries ({type(error.cause).__name__})"
+                ) from None
+            raise

@@ -1,0 +1,27 @@
+"""Run configuration: sections declared once (:mod:`.sections`), whole configs, presets and overrides (:mod:`.build`).
+
+Imports: core, data (the names of sources and partitioners). Never the engine.
+"""
+
+from raysim.config.build import (  # noqa: F401
+    Config,
+    build_config,
+    dump_yaml,
+    load_preset,
+    parse_override,
+    preset_for_method,
+    presets,
+)
+from raysim.config.sections import (  # noqa: F401
+    DEFAULT_TRACKING_DIR,
+    PRECISIONS,
+    SECTIONS,
+    CheckpointConfig,
+    DataConfig,
+    FederationConfig,
+    ModelConfig,
+    ResourceConfig,
+    TrackingConfig,
+    TrainConfig,
+    beside_store,
+)

@@ -1,0 +1,206 @@
+"""A whole run configuration: the sections, the method's options, YAML presets and ``key=value`` overrides.
+
+Layers merge as defaults < preset < CLI flags < ``--set``; each section validates itself and :class:`Config` checks
+what spans sections, so a config that exists is a valid one. Method options live in a section named after the
+method's ``options_key`` (``fedprox.mu=0.1``) and are validated by the method's own options dataclass.
+``build_config`` is pure: ``train.precision=auto`` stays ``auto`` until the driver resolves it on its machine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from raysim.config.sections import (
+    SECTIONS,
+    CheckpointConfig,
+    DataConfig,
+    FederationConfig,
+    ModelConfig,
+    ResourceConfig,
+    TrackingConfig,
+    TrainConfig,
+)
+from raysim.core.errors import ConfigError, unknown_name
+from raysim.core.registry import METHODS, NoOptions, get_method
+
+
+@dataclass(frozen=True)
+class Config:
+    """A whole, validated run configuration."""
+
+    method: str
+    federation: FederationConfig = field(default_factory=FederationConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    resources: ResourceConfig = field(default_factory=ResourceConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    options: Any = field(default_factory=NoOptions)
+
+    def __post_init__(self):
+        workers = self.resources.workers
+        if workers > self.federation.clients:
+            raise ConfigError(
+                f"workers={workers} is more than the {self.federation.clients} clients; use --workers "
+                f"{min(self.federation.clients, 2)} or fewer"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Nested plain dict (YAML-able), method options under the method's options key."""
+        out: dict[str, Any] = {"method": self.method}
+        for name in SECTIONS:
+            out[name] = dataclasses.asdict(getattr(self, name))
+        if fields(self.options):
+            out[get_method(self.method).options_key] = dataclasses.asdict(self.options)
+        return out
+
+    def flat(self) -> dict[str, Any]:
+        """``section.key -> value``, as logged to MLflow params."""
+        flat: dict[str, Any] = {}
+        for section, values in self.to_dict().items():
+            if isinstance(values, dict):
+                flat.update({f"{section}.{key}": value for key, value in values.items()})
+            else:
+                flat[section] = values
+        return flat
+
+
+def presets() -> dict[str, str]:
+    """Preset name -> first comment line (its description)."""
+    out = {}
+    for entry in sorted(resources.files("raysim.config.presets").iterdir(), key=lambda p: p.name):
+        if entry.name.endswith(".yaml"):
+            first = entry.read_text().splitlines()[0] if entry.read_text() else ""
+            out[entry.name[: -len(".yaml")]] = first.lstrip("# ").strip()
+    return out
+
+
+def load_preset(name_or_path: str) -> dict[str, Any]:
+    """A preset by name (``raysim ls presets``) or a YAML file path, as a nested dict."""
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        if not path.is_file():
+            raise ConfigError(f"preset file {name_or_path} does not exist")
+        text = path.read_text()
+    elif name_or_path in presets():
+        text = resources.files("raysim.config.presets").joinpath(f"{name_or_path}.yaml").read_text()
+    else:
+        raise unknown_name("preset", name_or_path, presets())
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as error:
+        raise ConfigError(f"preset {name_or_path} is not valid YAML: {str(error).splitlines()[0]}") from None
+    if not isinstance(data, dict) or not all(isinstance(v, dict) or k == "method" for k, v in data.items()):
+        raise ConfigError(
+            f"preset {name_or_path} must map section names to mappings, e.g. 'federation: {{rounds: 10}}'"
+        )
+    return data
+
+
+def preset_for_method(preset: Mapping[str, Any], method: str) -> dict[str, Any]:
+    """A preset's layer for ``method``: option sections of other registered methods are dropped, so one
+    preset (a paper's setting) can carry the options of every method it is run with."""
+    own = get_method(method).options_key
+    others = {info.options_key for _, info in METHODS.items()} - {own}
+    return {key: value for key, value in preset.items() if key not in others}
+
+
+def parse_override(text: str) -> tuple[str, str, Any]:
+    """``section.key=value`` -> (section, key, YAML-parsed value)."""
+    if "=" not in text or "." not in text.split("=", 1)[0]:
+        raise ConfigError(f"override {text!r} must look like section.key=value, e.g. federation.rounds=10")
+    dotted, raw = text.split("=", 1)
+    section, key = dotted.strip().split(".", 1)
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError:
+        value = raw
+    return section, key, value
+
+
+def _is_float(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return text.strip().lower() not in ("nan", "inf", "-inf", "+inf", "infinity", "-infinity")
+
+
+def _coerce(cls, key: str, value: Any, where: str) -> Any:
+    hint = typing.get_type_hints(cls)[key]
+    allowed = typing.get_args(hint) or (hint,)
+    if value is None and type(None) in allowed:
+        return None
+    for typ in allowed:
+        if typ is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if typ is float and isinstance(value, str) and _is_float(value):  # YAML 1.1 reads 1e-4 as a string
+            return float(value)
+        if typ is int and isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if typ is bool and isinstance(value, bool):
+            return value
+        if typ is str and value is not None and not isinstance(value, (dict, list)):
+            return str(value)
+        if typ is tuple and isinstance(value, (list, tuple)):
+            return tuple(value)
+    names = "/".join(getattr(t, "__name__", str(t)) for t in allowed)
+    raise ConfigError(f"{where}={value!r} has the wrong type; expected {names}")
+
+
+def _build_section(cls, name: str, values: Mapping[str, Any]):
+    valid = {f.name for f in fields(cls)}
+    for key in values:
+        if key not in valid:
+            raise ConfigError(f"unknown key {name}.{key}; valid keys in {name}: {', '.join(sorted(valid))}")
+    kwargs = {key: _coerce(cls, key, value, f"{name}.{key}") for key, value in values.items()}
+    try:
+        return cls(**kwargs)
+    except TypeError as error:
+        raise ConfigError(f"section {name}: {error}") from None
+    except ConfigError as error:  # "eps=0 must be > 0" -> "fedvz.eps=0 must be > 0": the key as the user writes it
+        message = str(error)
+        if message.split("=", 1)[0] in valid:
+            raise ConfigError(f"{name}.{message}") from None
+        raise
+
+
+def build_config(method: str, layers: list[Mapping[str, Any]]) -> Config:
+    """Merge layers (defaults < preset < CLI flags < --set) into a validated :class:`Config`."""
+    info = get_method(method)
+    sections: dict[str, dict[str, Any]] = {name: {} for name in SECTIONS}
+    options: dict[str, Any] = {}
+    for layer in layers:
+        for section, values in layer.items():
+            if section == "method":
+                continue
+            if section in SECTIONS:
+                sections[section].update(values)
+            elif section == info.options_key:
+                options.update(values)
+            else:
+                valid = sorted(SECTIONS) + ([info.options_key] if fields(info.options) else [])
+                raise ConfigError(
+                    f"unknown section {section!r} for method {method}; valid sections: {', '.join(valid)}"
+                )
+    built = {name: _build_section(cls, name, sections[name]) for name, cls in SECTIONS.items()}
+    built["options"] = _build_section(info.options, info.options_key, options)
+    if built["train"].precision == "bf16" and not info.bf16:
+        raise ConfigError(
+            f"{method} needs float32 client compute ({info.fp32_reason}); use train.precision=fp32 or auto"
+        )
+    return Config(method=method, **built)
+
+
+def dump_yaml(config: Config) -> str:
+    """The resolved config as YAML (saved with every run)."""
+    return yaml.safe_dump(config.to_dict(), sort_keys=False)

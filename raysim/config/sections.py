@@ -1,0 +1,265 @@
+"""The config sections: frozen dataclasses split by concern, each key declared once with :func:`setting`.
+
+A key's metadata carries its help, its CLI flag (the CLI generates its options from it) and its checks (run in
+``__post_init__``), so the dataclass, the CLI and the validation cannot drift. Errors are
+:class:`~raysim.core.errors.ConfigError` with one line naming the key as the user writes it and how to fix it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import MISSING, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from raysim.core.errors import ConfigError, unknown_name
+from raysim.data.partition import PARTITIONERS
+from raysim.data.sources import SOURCES
+
+DEFAULT_TRACKING_DIR = "raysim-runs"
+PRECISIONS = ("auto", "fp32", "bf16")  # client compute; auto is resolved by the driver (raysim.engine.precision)
+BAD_UPDATE_POLICIES = ("reject", "fail")
+
+Check = tuple[Callable[[Any], bool], str]  # (predicate on the value, what it must be)
+
+
+def setting(
+    default: Any, help: str, *, flag: str | None = None, choices: tuple = (), checks: tuple[Check, ...] = ()
+) -> Any:
+    """A config key: its default, one line of help, its ``raysim run`` flag (``--clients``) if it has one, the
+    values it may take and the checks it must pass (``(predicate, "must be at least 1")``)."""
+    return field(default=default, metadata={"help": help, "flag": flag, "choices": choices, "checks": checks})
+
+
+def at_least(low: float) -> Check:
+    return (lambda v: v >= low, f"must be at least {low:g}")
+
+
+NON_NEGATIVE: Check = (lambda v: v >= 0, "must be >= 0")
+POSITIVE: Check = (lambda v: v > 0, "must be > 0")
+
+
+def validate(section) -> None:
+    """Run every field's choices and checks; the first failure raises a one-line ConfigError."""
+    for spec in fields(section):
+        value = getattr(section, spec.name)
+        if value is None:
+            continue
+        choices = spec.metadata.get("choices", ())
+        if choices and value not in choices:
+            raise ConfigError(f"{spec.name}={value!r} is not one of {', '.join(map(str, choices))}")
+        for predicate, requirement in spec.metadata.get("checks", ()):
+            if not predicate(value):
+                raise ConfigError(f"{spec.name}={value} {requirement}")
+
+
+def flagged_fields(cls) -> list:
+    """The fields of a section that have a CLI flag."""
+    return [spec for spec in fields(cls) if spec.metadata.get("flag")]
+
+
+def default_of(spec) -> Any:
+    return None if spec.default is MISSING else spec.default
+
+
+@dataclass(frozen=True)
+class FederationConfig:
+    """Who trains when: M clients, participation ratio, rounds, evaluation cadence, seed, and what happens to a
+    client update with NaN/Inf or the wrong shapes."""
+
+    clients: int = setting(100, "Number of clients M.", flag="--clients", checks=(at_least(1),))
+    rounds: int = setting(30, "Communication rounds T.", flag="--rounds", checks=(at_least(1),))
+    participation: float = setting(
+        0.1,
+        "Share of clients sampled per round, in (0, 1].",
+        flag="--participation",
+        checks=((lambda v: 0 < v <= 1, "must be in (0, 1], e.g. 0.1 for 10% of clients per round"),),
+    )
+    eval_every: int = setting(
+        2, "Evaluate every k rounds (always after the last).", flag="--eval-every", checks=(at_least(1),)
+    )
+    unseen_fraction: float = setting(
+        0.0,
+        "Share of clients held out: they never train, evaluated with the global model (unseen_acc).",
+        checks=((lambda v: 0 <= v < 1, "must be in [0, 1)"),),
+    )
+    seed: int = setting(0, "The run seed; every random draw derives from it.", flag="--seed")
+    bad_updates: str = setting(
+        "reject",
+        "An update with NaN/Inf or the wrong shapes: reject it and aggregate the rest, or fail the run.",
+        choices=BAD_UPDATE_POLICIES,
+    )
+
+    def __post_init__(self):
+        validate(self)
+
+    @property
+    def clients_per_round(self) -> int:
+        """m = round(participation * trainable clients), at least 1."""
+        return max(1, round(self.participation * self.trainable_clients))
+
+    @property
+    def unseen_clients(self) -> int:
+        """Number of held-out clients that never train (at least 1 when the fraction is positive)."""
+        return max(1, round(self.unseen_fraction * self.clients)) if self.unseen_fraction > 0 else 0
+
+    @property
+    def trainable_clients(self) -> int:
+        return self.clients - self.unseen_clients
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Local training on a client: epochs, batch size, the client optimiser, and the precision of client compute."""
+
+    local_epochs: int = setting(1, "Local epochs E per round.", flag="--local-epochs", checks=(at_least(1),))
+    batch_size: int = setting(16, "Local batch size.", checks=(at_least(1),))
+    optimizer: str = setting("adamw", "The client optimiser.", choices=("sgd", "adamw"))
+    lr: float = setting(3e-3, "The client learning rate.", checks=(POSITIVE,))
+    momentum: float = setting(0.9, "SGD momentum.", checks=((lambda v: 0 <= v < 1, "must be in [0, 1)"),))
+    weight_decay: float = setting(1e-5, "Weight decay of the client optimiser.", checks=(NON_NEGATIVE,))
+    precision: str = setting(
+        "auto",
+        "Client compute: bf16 autocast or fp32; auto picks fp32 unless bf16 is known to cost nothing here.",
+        flag="--precision",
+        choices=PRECISIONS,
+    )
+
+    def __post_init__(self):
+        validate(self)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The frozen backbone: a timm name, and where its weights come from.
+
+    ``pretrained`` loads the weights that ship with raysim (the offline default, checked by SHA-256) or, for timm's
+    names, the hub's; ``weights`` (a local safetensors file) takes precedence over both.
+    """
+
+    backbone: str = setting("raysim_vit_tiny_p4_32", "timm ViT name (raysim ls backbones).", flag="--backbone")
+    weights: str | None = setting(None, "Backbone weights, a local safetensors file.", flag="--weights")
+    pretrained: bool = setting(True, "Load pretrained weights (shipped, or the hub's for timm names).")
+
+    def __post_init__(self):
+        if self.weights is not None and not Path(self.weights).is_file():
+            raise ConfigError(
+                f"weights file {self.weights} does not exist; pass a safetensors file saved from "
+                f"backbone {self.backbone}"
+            )
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """The data source and how it is partitioned over clients (see ``raysim ls datasets|partitions``)."""
+
+    dataset: str = setting("glyphs62", "Data source (raysim ls datasets).", flag="--dataset")
+    partition: str = setting("dirichlet", "How data is split over clients (raysim ls partitions).", flag="--partition")
+    data_dir: str | None = setting(None, "Folder or file for datasets read from disk.", flag="--data-dir")
+    image_size: int | None = setting(None, "Resize images to N x N (null: the source's size).", checks=(at_least(4),))
+    s: int = setting(2, "Pathological: classes per client.", checks=(at_least(1),))
+    alpha: float = setting(0.5, "Dirichlet concentration over labels.", checks=(POSITIVE,))
+    beta: float = setting(0.5, "Pachinko: Dirichlet concentration over coarse labels.", checks=(POSITIVE,))
+    beta_fine: float = setting(10.0, "Pachinko: Dirichlet concentration over fine labels.", checks=(POSITIVE,))
+    dif: float = setting(1.0, "Domains: the domain imbalance factor (1 is balanced).", checks=(at_least(1),))
+    min_train_samples: int = setting(1, "Fewest training rows a client may hold.", checks=(at_least(1),))
+
+    def __post_init__(self):
+        if self.dataset not in SOURCES:
+            raise unknown_name("dataset", self.dataset, SOURCES)
+        if self.partition not in PARTITIONERS:
+            raise unknown_name("partition", self.partition, PARTITIONERS)
+        validate(self)
+
+
+@dataclass(frozen=True)
+class ResourceConfig:
+    """Where client work runs: backend, worker pool size and per-worker resources, Ray address; for split
+    learning (FedV/FedVZ) the server's resources (it mostly serves while clients wait: 0 CPU)."""
+
+    backend: str = setting("ray", "Where clients run.", flag="--backend", choices=("ray", "sequential"))
+    workers: int = setting(
+        0, "Size of the client worker pool (0: one per free CPU).", flag="--workers", checks=(NON_NEGATIVE,)
+    )
+    cpus_per_client: float = setting(
+        1.0, "CPUs each worker reserves (fractions allowed).", flag="--cpus-per-client", checks=(NON_NEGATIVE,)
+    )
+    gpus_per_client: float = setting(
+        0.0,
+        "GPUs each worker reserves (fractions allowed, e.g. 0.25).",
+        flag="--gpus-per-client",
+        checks=(NON_NEGATIVE,),
+    )
+    address: str | None = setting(
+        None, "Ray cluster to join ('auto', 'HOST:PORT' or 'ray://HOST:10001').", flag="--address"
+    )
+    dashboard: bool = setting(False, "Start Ray's dashboard with a local Ray (on dashboard_host).", flag="--dashboard")
+    dashboard_host: str = setting("127.0.0.1", "Where a local Ray's dashboard listens (with --dashboard).")
+    server_cpus: float = setting(0.0, "CPUs of split learning's server.", checks=(NON_NEGATIVE,))
+    server_gpus: float = setting(0.0, "GPUs of split learning's server.", checks=(NON_NEGATIVE,))
+
+    def __post_init__(self):
+        validate(self)
+
+    @property
+    def torch_threads(self) -> int:
+        """Threads each client worker gives torch; the same on every backend, so numbers match."""
+        return max(1, int(self.cpus_per_client))
+
+
+@dataclass(frozen=True)
+class TrackingConfig:
+    """The MLflow store, experiment and run name."""
+
+    tracking_uri: str | None = setting(
+        None, "MLflow store (default sqlite:///./raysim-runs/mlflow.db).", flag="--tracking-uri"
+    )
+    experiment: str = setting("raysim", "MLflow experiment name.", flag="--experiment")
+    run_name: str | None = setting(
+        None, "MLflow run name (default: method, data, clients, seed and a config hash).", flag="--run-name"
+    )
+
+    @property
+    def resolved_uri(self) -> str:
+        """The given URI, or a SQLite file under ./raysim-runs."""
+        if self.tracking_uri:
+            return self.tracking_uri
+        return f"sqlite:///{(Path.cwd() / DEFAULT_TRACKING_DIR / 'mlflow.db').as_posix()}"
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    """Checkpoints for exact resume (``raysim run --resume``): every ``every`` rounds (0: only when the run stops
+    early or finishes), the ``keep`` newest kept (0: all), under ``dir`` (default: ``checkpoints/`` beside the
+    SQLite store, else ``./raysim-runs/checkpoints``), one folder per MLflow run."""
+
+    every: int = setting(1, "Write a checkpoint every k rounds (0: only when the run stops).", checks=(NON_NEGATIVE,))
+    keep: int = setting(2, "Keep the k newest checkpoints (0: all).", checks=(NON_NEGATIVE,))
+    dir: str | None = setting(None, "Where checkpoints go (default: beside the SQLite store).")
+
+    def __post_init__(self):
+        validate(self)
+
+    def root(self, tracking_uri: str) -> Path:
+        """The folder that holds one sub-folder of checkpoints per run."""
+        if self.dir:
+            return Path(self.dir).expanduser().resolve()
+        return beside_store(tracking_uri) / "checkpoints"
+
+
+def beside_store(tracking_uri: str) -> Path:
+    """Where raysim keeps a run's files besides MLflow's: the SQLite store's folder, else ./raysim-runs."""
+    if tracking_uri.startswith("sqlite:///"):
+        return Path(tracking_uri[len("sqlite:///") :]).resolve().parent
+    return Path.cwd() / DEFAULT_TRACKING_DIR
+
+
+SECTIONS = {
+    "federation": FederationConfig,
+    "train": TrainConfig,
+    "model": ModelConfig,
+    "data": DataConfig,
+    "resources": ResourceConfig,
+    "tracking": TrackingConfig,
+    "checkpoint": CheckpointConfig,
+}

@@ -1,0 +1,61 @@
+"""What crosses between the server and a client, typed (Flower's ``RecordDict`` keeps arrays, metrics and configs
+apart the same way): parameters and named extras are separate channels, so byte accounting and screening cover
+every channel by default and no key is magic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from raysim.ops.aggregate import tensor_bytes
+
+Tensors = dict[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class GlobalState:
+    """The server's state: the communicated global tensors (``params``) and server-only tensors (momentum buffers,
+    selection totals, cluster state, split learning's encoder ``encoder.*``). Tensors only, so checkpoints are exact.
+    """
+
+    params: Tensors
+    server: Tensors = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Broadcast:
+    """What goes down in a round: ``params`` and ``extras`` to every sampled client (one object, shared), and small
+    per-client ``instructions`` (FedGCR's cluster id), which reach a client as ``ClientContext.instructions``.
+
+    ``extras`` are named tensors a client reads but does not train (SGPT's selection shares q_g, FedGCR's centres).
+    """
+
+    params: Tensors
+    extras: Tensors = field(default_factory=dict)
+    instructions: dict[int, Tensors] = field(default_factory=dict)
+
+    def bytes_down(self, sampled: list[int]) -> float:
+        """The round's bytes down: params and extras to every sampled client, plus each one's instructions."""
+        shared = tensor_bytes(self.params) + tensor_bytes(self.extras)
+        return float(len(sampled) * shared + sum(tensor_bytes(self.instructions.get(c, {})) for c in sampled))
+
+
+@dataclass
+class ClientUpdate:
+    """What comes back from a client: its trained ``params``, named ``extras`` (statistics a method defines, e.g.
+    SGPT's selection counts N_g^i, FedGCR's representation h_tilde), its sample count, scalar ``metrics`` (loss,
+    steps, timings) and its new persistent ``state`` (kept for the client's next participation, never aggregated).
+    """
+
+    client_id: int
+    num_samples: int
+    params: Tensors
+    extras: Tensors = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+    state: Tensors | None = None
+
+    @property
+    def bytes_up(self) -> int:
+        return tensor_bytes(self.params) + tensor_bytes(self.extras)

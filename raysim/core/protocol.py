@@ -1,0 +1,178 @@
+"""The method protocol: six core hooks every method has, and small optional capabilities the engine checks by type.
+
+A method is a class registered by name (:func:`raysim.core.registry.register`), in one file of ``algorithms/``;
+the round loop lives in :mod:`raysim.engine.simulation` and is never written in a method. A method never imports
+``ray`` or the engine. :class:`raysim.algorithms.fedavg.FedAvg` implements the core hooks (FedAvg over the
+trainable tensors) and is what most methods extend.
+
+Core hooks:
+    ``parts(vit, generator)``  the model's trainable parts: prompt slots, what trains, the method's own tensors.
+    ``init_global(model, generator)``  the initial :class:`GlobalState`.
+    ``configure(round, state, client_ids)``  the round's :class:`Broadcast` to the sampled clients.
+    ``client_update(ctx, broadcast, client_state, data)``  local training in a worker -> :class:`ClientUpdate`.
+    ``aggregate(round, state, updates)``  the server's step (pure tensor functions of :mod:`raysim.ops`).
+    ``predict(model, x, data, rows)``  inference logits.
+
+Capabilities (mix in the ones a method needs): :class:`CachesRowFeatures`, :class:`SendsExtras`,
+:class:`Personalised`, :class:`SplitLearning`, :class:`Diagnostics`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+import torch
+
+from raysim.core.messages import Broadcast, ClientUpdate, GlobalState, Tensors
+
+if TYPE_CHECKING:
+    from raysim.core.registry import MethodInfo
+    from raysim.data.shards import ClientData, ShardStore
+    from raysim.models.prompted import PromptedViT, PromptSpec
+
+
+@dataclass(frozen=True)
+class ModelParts:
+    """What a method trains on the frozen backbone: the prompt wrapper's spec, and tensors of its own on the model
+    (``extra.<name>``; those requiring grad are trained and communicated, e.g. SGPT's keys and group prompts)."""
+
+    spec: PromptSpec
+    extras: dict[str, torch.nn.Parameter] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ClientContext:
+    """Everything a client hook may use besides its data: the worker's model, its seed, the config, and the
+    per-client instructions of the round's :class:`Broadcast`."""
+
+    round: int
+    client_id: int
+    seed: int
+    model: PromptedViT
+    device: torch.device
+    config: Any
+    instructions: Tensors = field(default_factory=dict)
+
+    def generator(self) -> torch.Generator:
+        """A fresh generator seeded for this (round, client): the same draws on any worker or backend."""
+        return torch.Generator().manual_seed(self.seed)
+
+
+class Method:
+    """The core hooks. ``self.config`` is the run's resolved config; ``self.options`` its section of this method."""
+
+    info: ClassVar[MethodInfo]  # set by ``register``
+
+    def __init__(self, config):
+        self.config = config
+        self.options = config.options
+
+    def parts(self, vit: torch.nn.Module, generator: torch.Generator) -> ModelParts:
+        """The trainable parts on ``vit`` (a timm VisionTransformer); ``generator`` draws the method's own tensors."""
+        raise NotImplementedError
+
+    def init_global(self, model: PromptedViT, generator: torch.Generator) -> GlobalState:
+        """The initial global state, from the model every worker builds from the run seed."""
+        raise NotImplementedError
+
+    def configure(self, round: int, state: GlobalState, client_ids: list[int]) -> Broadcast:
+        """What the sampled clients receive this round."""
+        raise NotImplementedError
+
+    def client_update(
+        self, ctx: ClientContext, broadcast: Broadcast, client_state: Tensors | None, data: ClientData
+    ) -> ClientUpdate:
+        """Local training from the broadcast; ``client_state`` is what this client kept last time (or None)."""
+        raise NotImplementedError
+
+    def aggregate(self, round: int, state: GlobalState, updates: list[ClientUpdate]) -> GlobalState:
+        """The server's step from the round's screened updates (called only when some client had data)."""
+        raise NotImplementedError
+
+    def predict(self, model: PromptedViT, x: torch.Tensor, data: ClientData, rows: np.ndarray) -> torch.Tensor:
+        """Inference logits for ``x`` (rows ``rows`` of ``data``), with the evaluated tensors loaded."""
+        return model(x)
+
+
+class CachesRowFeatures:
+    """Per-row values computed once per run from the frozen model and cached with the shards (SGPT's query)."""
+
+    def row_features(self, model: PromptedViT, x: torch.Tensor) -> dict[str, torch.Tensor] | None:
+        raise NotImplementedError
+
+
+class SendsExtras:
+    """A method whose updates carry named extras; screening checks each against the declared shape."""
+
+    def uplink_extras(self, state: GlobalState) -> dict[str, tuple[int, ...]]:
+        """Name -> shape of every extra an update carries (a client without data may send none)."""
+        raise NotImplementedError
+
+
+class Personalised:
+    """A client is evaluated with parameters of its own (its persistent state), not only the global ones."""
+
+    def eval_params(self, params: Tensors, client_state: Tensors | None) -> Tensors:
+        raise NotImplementedError
+
+
+ENCODER_PREFIX = "encoder."  # a split method's server blocks in ``GlobalState.server``: encoder.<block>.<name>
+
+
+def split_encoder(server_state: Tensors) -> tuple[Tensors, Tensors]:
+    """A ``GlobalState.server`` split into the server blocks' weights (``encoder.*``; empty for a method that is
+    not split) and the rest of the server state."""
+    encoder = {k: v for k, v in server_state.items() if k.startswith(ENCODER_PREFIX)}
+    return encoder, {k: v for k, v in server_state.items() if k not in encoder}
+
+
+class SplitLearning:
+    """The model is cut: the server runs blocks ``server_segment`` as a service the engine starts (FedV/FedVZ).
+
+    The engine takes the blocks out of the model every worker builds, loads them with the ``encoder.*`` tensors of
+    the global state's ``server`` part, and starts ``server_class(blocks)`` in this process (sequential backend) or
+    as a Ray actor; the method gets a handle with the same interface either way.
+    """
+
+    server_class: ClassVar[type]
+
+    def server_segment(self, depth: int) -> tuple[int, int]:
+        """The blocks ``(start, stop)`` of a ``depth``-block backbone the server runs."""
+        raise NotImplementedError
+
+    def client_stand_in(self) -> torch.nn.Module:
+        """The module that takes the server blocks' place in a client's model; the engine sets its ``server``
+        attribute (the service, or a handle on it) before each call."""
+        raise NotImplementedError
+
+    def update_server(self, round: int, server, updates: list[ClientUpdate]) -> dict[str, float]:
+        """Step the server's blocks after the clients' round; extra metrics."""
+        raise NotImplementedError
+
+    def resets_client_states(self, round: int) -> bool:
+        """True when this round's aggregate replaces every client's persistent state (FedV's fedround)."""
+        return False
+
+    def traffic(
+        self, round: int, broadcast: Broadcast, sampled: list[int], received: list[ClientUpdate]
+    ) -> tuple[float, float]:
+        """Bytes (down, up) of the round, counting what crossed the cut."""
+        raise NotImplementedError
+
+
+class Diagnostics:
+    """Extra per-round metrics and end-of-run pictures (SGPT's selection maps, FedGCR's clusters)."""
+
+    def diagnostics(
+        self, round: int, state: GlobalState, updates: list[ClientUpdate], shards: ShardStore, evaluated: bool
+    ) -> tuple[dict[str, float], dict[str, Any]]:
+        """Metrics logged this round and records (plain JSON) kept for :meth:`artifacts`; computed where the state
+        lives, after aggregation. Evaluated rounds may read the shards' cached features (analysis only)."""
+        raise NotImplementedError
+
+    def artifacts(self, records: list[dict[str, Any]], folder: Path) -> list[Path]:
+        """Files made at the end from every round's records, logged to MLflow."""
+        return []

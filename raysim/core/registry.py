@@ -1,0 +1,130 @@
+"""Registries by name (timm's pattern): methods, data sources, partitioners and backbones all use :class:`Registry`.
+
+A registry may name the module whose import fills it (``load=``): the first lookup imports it, so listing the
+methods needs no import of them beforehand and no module imports ``raysim.algorithms`` by name.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from raysim.core.errors import unknown_name
+
+T = TypeVar("T")
+
+FAMILIES = ("global", "personalised", "fairness", "domain", "split", "group prompts")
+
+
+class Registry(Generic[T]):
+    """Named entries of one kind; unknown names raise a one-line error listing the valid ones."""
+
+    def __init__(self, kind: str, load: str | None = None):
+        self.kind, self._load, self._entries = kind, load, {}
+
+    def add(self, name: str, entry: T) -> T:
+        if name in self._entries:
+            raise ValueError(f"{self.kind} {name!r} is registered twice")
+        self._entries[name] = entry
+        return entry
+
+    def _loaded(self) -> dict[str, T]:
+        if self._load is not None:
+            importlib.import_module(self._load)
+        return self._entries
+
+    def get(self, name: str) -> T:
+        entries = self._loaded()
+        if name not in entries:
+            raise unknown_name(self.kind, name, entries)
+        return entries[name]
+
+    __getitem__ = get
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._loaded()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._loaded()))
+
+    def items(self) -> list[tuple[str, T]]:
+        return sorted(self._loaded().items())
+
+
+@dataclass(frozen=True)
+class NoOptions:
+    """A method without options of its own."""
+
+
+@dataclass(frozen=True)
+class MethodInfo:
+    """What the engine, the CLI and the tests know of a method, declared once in :func:`register`.
+
+    Attributes:
+        options: the frozen dataclass of the method's options (section ``options_key`` of the config).
+        metrics: per-round keys the method reports beyond the shared ones (``raysim tune --metric``).
+        bf16: whether client compute may run under bf16 autocast; ``fp32_reason`` says why not.
+        needs_client_types: the method is evaluated per client type (FedGCR's sigma_type): clients need a domain.
+        smoke: config layers under which the method runs in seconds on the tests' tiny settings.
+    """
+
+    name: str
+    description: str
+    family: str
+    cls: type
+    options: type = NoOptions
+    options_key: str = ""
+    metrics: tuple[str, ...] = ()
+    bf16: bool = True
+    fp32_reason: str = ""
+    needs_client_types: bool = False
+    smoke: dict[str, Any] = field(default_factory=dict)
+
+
+METHODS: Registry[MethodInfo] = Registry("method", load="raysim.algorithms")
+
+
+def register(
+    name: str,
+    description: str,
+    *,
+    family: str,
+    options: type = NoOptions,
+    options_key: str | None = None,
+    metrics: tuple[str, ...] = (),
+    bf16: bool = True,
+    fp32_reason: str = "",
+    needs_client_types: bool = False,
+    smoke: dict[str, Any] | None = None,
+):
+    """Class decorator: make a :class:`~raysim.core.protocol.Method` subclass runnable as ``raysim run NAME``."""
+    if family not in FAMILIES:
+        raise ValueError(f"method {name!r}: family {family!r} is not one of {', '.join(FAMILIES)}")
+
+    def wrap(cls):
+        cls.info = METHODS.add(
+            name,
+            MethodInfo(
+                name,
+                description,
+                family,
+                cls,
+                options,
+                options_key or name,
+                tuple(metrics),
+                bf16,
+                fp32_reason,
+                needs_client_types,
+                smoke or {},
+            ),
+        )
+        return cls
+
+    return wrap
+
+
+def get_method(name: str) -> MethodInfo:
+    """The registration of method ``name``; the error lists the valid names."""
+    return METHODS.get(name)

@@ -1,0 +1,51 @@
+"""Seeds handed out from the centre: every random draw is a pure function of (run seed, purpose, keys).
+
+Nothing reads global RNG state, so results do not depend on which worker ran a client or in what order
+(pfl-research's ``CentralContext`` idea). Each purpose is a named constant; its value is part of the seed, so
+the values never change (a changed value changes every number of every run).
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+import numpy as np
+
+
+class Purpose(IntEnum):
+    """What a derived seed is for, and the keys it takes."""
+
+    SAMPLE = 0  # the clients of a round: (round,)
+    CLIENT = 1  # a client's local work: (round, client)
+    INIT = 2  # model initialisation: (Init part,)
+    PARTITION = 3  # the split of the data over clients: ()
+    UNSEEN = 4  # the held-out clients: ()
+    SERVER = 5  # a server-side draw for a client's contribution (FedVZ's SPSA direction): (round, client)
+    BLOCK = 6  # a sub-stream of a client's seed (SGPT's BCD blocks, Ditto's personal pass): (number,)
+    CLUSTER = 7  # the server's clustering (FedGCR's Gaussian mixture): ()
+
+
+class Init(IntEnum):
+    """The parts of the model built from :attr:`Purpose.INIT` seeds."""
+
+    BACKBONE = 0
+    WRAPPER = 1  # the new classifier and the stored prompts
+    GLOBAL_STATE = 2  # the generator a method's ``init_global`` gets
+    EXTRAS = 3  # the generator a method's own parameters are drawn from
+
+
+def derive_seed(run_seed: int, purpose: Purpose, *keys: int) -> int:
+    """A 63-bit seed for ``purpose`` at ``keys`` (e.g. round, client id), independent of call order."""
+    high, low = np.random.SeedSequence([run_seed, int(purpose), *keys]).generate_state(2)
+    return (int(high) << 31) ^ int(low)
+
+
+def rng(run_seed: int, purpose: Purpose, *keys: int) -> np.random.Generator:
+    """A numpy generator for ``purpose`` at ``keys``."""
+    return np.random.default_rng(derive_seed(run_seed, purpose, *keys))
+
+
+def sample_clients(run_seed: int, round: int, candidates: list[int], m: int) -> list[int]:
+    """m of the candidates, uniformly without replacement, sorted (the round's participants)."""
+    chosen = rng(run_seed, Purpose.SAMPLE, round).choice(len(candidates), size=m, replace=False)
+    return sorted(candidates[i] for i in chosen)

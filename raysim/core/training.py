@@ -1,0 +1,121 @@
+"""Local training and evaluation loops shared by all methods (run inside a worker): what a method's
+``client_update`` and ``predict`` are written with."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from raysim.data.shards import ClientData
+from raysim.models.preprocess import to_model_input
+
+EVAL_BATCH = 256
+
+
+def make_optimizer(params, cfg) -> torch.optim.Optimizer:
+    """The client optimiser from ``TrainConfig`` (fresh every round, as in the papers)."""
+    if cfg.optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+
+
+def model_inputs(model, images: np.ndarray, device: torch.device) -> torch.Tensor:
+    """uint8 images -> the backbone's normalised float input (size, mean, std from the model)."""
+    size, mean, std = model.input_spec
+    return to_model_input(torch.tensor(images), size, mean, std).to(device)
+
+
+def batches(n: int, batch_size: int, generator: torch.Generator):
+    """Shuffled index batches covering ``n`` rows once (one epoch)."""
+    order = torch.randperm(n, generator=generator)
+    for start in range(0, n, batch_size):
+        yield order[start : start + batch_size].numpy()
+
+
+def steps_per_round(rows: int, cfg, epochs: int | None = None) -> int:
+    """Local steps :func:`local_train` takes on ``rows`` rows: epochs x ceil(rows / batch size)."""
+    epochs = cfg.local_epochs if epochs is None else epochs
+    return epochs * -(-rows // cfg.batch_size)
+
+
+Objective = Callable[[torch.Tensor, torch.Tensor, np.ndarray], torch.Tensor]  # (inputs, labels, rows) -> loss
+
+
+def local_train(
+    ctx, data: ClientData, objective: Objective, epochs: int | None = None, extra: tuple[torch.Tensor, ...] = ()
+) -> dict[str, float]:
+    """E epochs of minibatch descent on the parameters of ``ctx.model`` that currently require grad.
+
+    Args:
+        ctx: the :class:`~raysim.core.protocol.ClientContext`; its generator fixes the batch order.
+        objective: (inputs, labels, rows) -> scalar loss; ``rows`` index ``data`` (for its cached features).
+        epochs: defaults to ``train.local_epochs``.
+        extra: tensors outside the model (requiring grad) the same optimiser trains (Fed-RoD's personal head).
+
+    Returns:
+        ``train_loss`` (mean over steps of the last epoch), ``steps``, ``samples`` (rows processed), ``compute_s``.
+    """
+    model, cfg = ctx.model, ctx.config.train
+    epochs = cfg.local_epochs if epochs is None else epochs
+    params = [p for p in model.parameters() if p.requires_grad] + list(extra)
+    if len(data) == 0 or not params:
+        return {"train_loss": float("nan"), "steps": 0, "samples": 0, "compute_s": 0.0}
+    optimizer = make_optimizer(params, cfg)
+    generator = ctx.generator()
+    labels_all = torch.tensor(data.labels)
+    model.train()
+    steps, samples, start = 0, 0, time.perf_counter()
+    for _ in range(epochs):
+        losses = []
+        for rows in batches(len(data), cfg.batch_size, generator):
+            x = model_inputs(model, data.images[rows], ctx.device)
+            loss = objective(x, labels_all[rows].to(ctx.device), rows)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+            steps, samples = steps + 1, samples + len(rows)
+    model.eval()
+    return {
+        "train_loss": float(np.mean(losses)),
+        "steps": steps,
+        "samples": samples,
+        "compute_s": time.perf_counter() - start,
+    }
+
+
+@torch.no_grad()
+def correct_per_row(
+    model,
+    data: ClientData,
+    device: torch.device,
+    forward: Callable[[torch.Tensor, np.ndarray], torch.Tensor] | None = None,
+) -> np.ndarray:
+    """1.0 where the argmax prediction equals the label, else 0.0, per row (batched).
+
+    ``forward(inputs, rows) -> logits`` defaults to ``model(inputs)``; ``rows`` index ``data``.
+    """
+    hits = [np.zeros(0)]
+    for start in range(0, len(data), EVAL_BATCH):
+        rows = np.arange(start, min(start + EVAL_BATCH, len(data)))
+        x = model_inputs(model, data.images[rows], device)
+        logits = forward(x, rows) if forward else model(x)
+        hits.append((logits.argmax(dim=1).cpu() == torch.tensor(data.labels[rows])).numpy().astype(np.float64))
+    return np.concatenate(hits)
+
+
+@torch.no_grad()
+def mean_loss(
+    model, data: ClientData, device: torch.device, forward: Callable[[torch.Tensor, np.ndarray], torch.Tensor]
+) -> float:
+    """Mean cross-entropy of ``forward(inputs, rows) -> logits`` over every row of ``data`` (no grad); NaN if empty."""
+    total = 0.0
+    for start in range(0, len(data), EVAL_BATCH):
+        rows = np.arange(start, min(start + EVAL_BATCH, len(data)))
+        logits = forward(model_inputs(model, data.images[rows], device), rows)
+        labels = torch.tensor(data.labels[rows], device=logits.device)
+        total += torch.nn.functional.cross_entropy(logits, labels, reduction="sum").item()
+    return total / len(data) if len(data) else float("nan")

@@ -1,0 +1,141 @@
+"""Round callbacks (pfl-research's pattern): everything that happens around a round besides the round itself.
+
+Two places run them. Where the state lives (the :class:`~raysim.engine.simulation.Simulation`, inside the
+coordinator on Ray): :class:`MethodDiagnostics` and :class:`Checkpointing`, so neither the state nor the clients'
+states travel to the driver. In the driver: MLflow logging, the progress bar, Ctrl-C and (in a sweep) Tune
+reporting, which only need the round's report.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from pathlib import Path
+
+from raysim.core.protocol import Diagnostics
+from raysim.tracking import checkpoint as ckpt
+
+log = logging.getLogger("raysim")
+
+
+class Callback:
+    """Hooks around the rounds; every one is optional."""
+
+    def on_start(self, host) -> None:
+        """Before the first round; ``host`` is the Simulation (state-side callbacks) or the driver's run."""
+
+    def on_round(self, round: int, report) -> None:
+        """The round ran; add metrics or records to its report (before the round is recorded)."""
+
+    def after_round(self, round: int, report) -> bool:
+        """The round is recorded; True asks the run to stop after it."""
+        return False
+
+    def on_end(self) -> None:
+        """After the last round, or when the run stops early."""
+
+
+class MethodDiagnostics(Callback):
+    """The method's own metrics and records (:class:`~raysim.core.protocol.Diagnostics`), computed where the state
+    and the shards are."""
+
+    def on_start(self, simulation) -> None:
+        self.simulation = simulation
+
+    def on_round(self, round, report) -> None:
+        sim = self.simulation
+        if isinstance(sim.method, Diagnostics):
+            metrics, report.records = sim.method.diagnostics(
+                round, sim.state, sim.updates, sim.shards, report.evaluated
+            )
+            report.metrics.update(metrics)
+
+
+class Checkpointing(Callback):
+    """Writes a checkpoint every ``checkpoint.every`` rounds and after the last, where the state lives; each holds
+    the global state and, as a file of its own, only the client states changed since the previous checkpoint."""
+
+    def __init__(self, run_folder: Path, tracking_uri: str, client_files: dict[int, str]):
+        """``client_files``: where each client's state is, as the checkpoint the run starts from records it."""
+        self.run_folder, self.tracking_uri, self.client_files = Path(run_folder), tracking_uri, dict(client_files)
+
+    def on_start(self, simulation) -> None:
+        self.simulation = simulation
+        self.written_round = None
+
+    def after_round(self, round, report) -> bool:
+        config = self.simulation.config
+        every, rounds = config.checkpoint.every, config.federation.rounds
+        if (every and round % every == 0) or round == rounds:
+            report.checkpoint = self.write_now()
+        return False
+
+    def write_now(self) -> str:
+        """The checkpoint of the simulation's current round (written once per round)."""
+        sim = self.simulation
+        if self.written_round == sim.round:
+            return str(ckpt.round_folder(self.run_folder, sim.round))
+        cleared, changed = sim.clients.take_changes()
+        point = ckpt.Checkpoint(
+            sim.run_id,
+            sim.round,
+            sim.config.to_dict(),
+            sim.global_state(),
+            changed,
+            self.tracking_uri,
+            list(sim.history),
+            dict(sim.client_acc),
+            list(sim.records),
+        )
+        written = ckpt.save(self.run_folder, point, sim.config.checkpoint.keep, {} if cleared else self.client_files)
+        self.client_files, self.written_round = point.client_files, sim.round
+        return str(written)
+
+
+class StopOnCtrlC(Callback):
+    """While the rounds run, the first Ctrl-C asks the run to stop after the current round (with a checkpoint); the
+    second stops at once. Only the main thread can own signal handlers; elsewhere (a Tune trial) Ctrl-C keeps its
+    usual meaning."""
+
+    def __init__(self, notify):
+        self.requested, self._notify, self._previous = False, notify, None
+
+    def on_start(self, host) -> None:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+
+    def _handle(self, signum, frame):
+        self.requested = True
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # the second Ctrl-C raises KeyboardInterrupt
+        self._notify("Ctrl-C: finishing this round, then writing a checkpoint (Ctrl-C again to stop at once)")
+
+    def after_round(self, round, report) -> bool:
+        return self.requested
+
+    def on_end(self) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+            self._previous = None
+
+
+class MLflowLogger(Callback):
+    """Each round's metrics to the run's MLflow store."""
+
+    def __init__(self, tracker):
+        self.tracker = tracker
+
+    def after_round(self, round, report) -> bool:
+        self.tracker.log_metrics(report.metrics, step=round)
+        return False
+
+
+class ProgressBar(Callback):
+    """The per-round progress bar with the key metrics."""
+
+    def __init__(self, progress):
+        self.progress = progress
+
+    def after_round(self, round, report) -> bool:
+        self.progress.advance(round, report.metrics)
+        return False

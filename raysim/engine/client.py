@@ -1,0 +1,105 @@
+"""The client side of a simulation: one process's model, running any number of virtual clients one by one.
+
+A :class:`ClientRuntime` is the Ray ``ClientWorker`` (``ray.remote`` of this class) or, for the sequential
+backend, an object in the driver. It builds the frozen model once; a client is a row of state, not a process
+(Flower's virtual client engine). The shards arrive with every call (by reference on Ray: zero-copy views of
+the object-store block), so a worker that Ray restarts needs nothing from its constructor but the config.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from raysim.core.messages import Broadcast, ClientUpdate, Tensors
+from raysim.core.protocol import ClientContext, Personalised, SplitLearning
+from raysim.core.registry import get_method
+from raysim.core.seeding import Purpose, derive_seed
+from raysim.core.training import correct_per_row
+from raysim.data.shards import ClientData, ShardStore
+from raysim.engine.precision import autocast, full_width
+from raysim.models.factory import build_model, pick_device
+
+Task = tuple[int, Tensors, Tensors | None]  # (client id, per-client instructions, client state)
+
+
+def _to_cpu(tensors: Tensors | None) -> Tensors | None:
+    """Detached CPU copies; what was computed under bf16 autocast leaves the client as float32."""
+    if tensors is None:
+        return None
+    return {k: full_width(v.detach().cpu()) for k, v in tensors.items()}
+
+
+class ClientRuntime:
+    """Runs the client hooks of one method on a model built once."""
+
+    def __init__(self, config, num_classes: int):
+        torch.set_num_threads(config.resources.torch_threads)
+        self.config = config
+        self.method = get_method(config.method).cls(config)
+        self.device = pick_device()
+        model = build_model(config, self.method, num_classes)
+        self.remote = None
+        if isinstance(self.method, SplitLearning):  # the server's blocks run elsewhere; a stand-in asks for them
+            self.remote = self.method.client_stand_in()
+            model.offload(*self.method.server_segment(len(model.vit.blocks)), self.remote)
+        self.model = model.to(self.device)
+
+    def ready(self) -> bool:
+        """Returns once the model is built (the pool's start-up happens before round 1, not in it)."""
+        return True
+
+    def train(
+        self, round: int, broadcast: Broadcast, tasks: list[Task], shards: ShardStore, server=None
+    ) -> list[ClientUpdate]:
+        """Local updates of the given clients from the shared broadcast, in the order given; ``server`` is split
+        learning's server (or a handle on it)."""
+        if self.remote is not None:
+            self.remote.server = server
+        updates = []
+        for client_id, instructions, state in tasks:
+            seed = derive_seed(self.config.federation.seed, Purpose.CLIENT, round, client_id)
+            ctx = ClientContext(round, client_id, seed, self.model, self.device, self.config, instructions)
+            with autocast(self.device, self.config.train.precision):
+                update = self.method.client_update(ctx, broadcast, state, shards.train(client_id))
+            update.params, update.extras = _to_cpu(update.params), _to_cpu(update.extras)
+            update.state = _to_cpu(update.state)
+            updates.append(update)
+        return updates
+
+    def evaluate(
+        self, params: Tensors, client_ids: list[int], states: dict[int, Tensors], shards: ShardStore, server=None
+    ) -> dict[int, tuple[int, int]]:
+        """(correct, total) on each client's test rows; clients evaluated with the global parameters run as one
+        batch, a personalised method's clients with their own."""
+        if self.remote is not None:
+            self.remote.server = server
+        out: dict[int, tuple[int, int]] = {}
+        shared = []
+        for client_id in client_ids:
+            own = (
+                self.method.eval_params(params, states.get(client_id))
+                if isinstance(self.method, Personalised)
+                else params
+            )
+            if own is params:
+                shared.append(client_id)
+            else:
+                self.model.load_trainable(own)
+                data = shards.test(client_id)
+                out[client_id] = (int(self._correct(data).sum()), len(data))
+        if shared:
+            self.model.load_trainable(params)
+            parts = [shards.test(c) for c in shared]
+            owner = np.repeat(np.arange(len(shared)), [len(p) for p in parts])
+            correct = self._correct(ClientData.concat(parts))
+            hits = np.bincount(owner, weights=correct, minlength=len(shared)).astype(np.int64)
+            out.update({c: (int(hits[i]), len(parts[i])) for i, c in enumerate(shared)})
+        return out
+
+    def _correct(self, data: ClientData) -> np.ndarray:
+        """Per-row hits of the method's inference forward with the loaded tensors."""
+        with autocast(self.device, self.config.train.precision):
+            return correct_per_row(
+                self.model, data, self.device, lambda x, rows: self.method.predict(self.model, x, data, rows)
+            )

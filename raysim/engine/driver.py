@@ -1,0 +1,303 @@
+"""The driver: validate, connect to Ray, build the shards, drive the rounds with the callbacks, track in MLflow.
+
+:func:`run` is the one entry point (the CLI, sweeps and tests call it). The rounds run in a
+:class:`~raysim.engine.simulation.Simulation`, here (sequential backend) or in the ``Coordinator`` actor (Ray); the
+driver receives one report per round. When the coordinator dies, :func:`drive` starts a new one from the last
+checkpoint and replays the rounds since, which give the same numbers (every draw derives from the run seed), so
+the run ends as if nothing had happened.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+from safetensors.torch import save_file
+
+from raysim.actors.coordinator import Coordinator
+from raysim.actors.proxy import ActorProxy
+from raysim.config import Config, dump_yaml
+from raysim.core.errors import RunInterrupted, SimulationLost
+from raysim.core.protocol import Diagnostics
+from raysim.core.registry import get_method
+from raysim.data.partition_plot import partition_summary, plot_partition
+from raysim.data.shards import ShardStore
+from raysim.engine.callbacks import (
+    Callback,
+    Checkpointing,
+    MethodDiagnostics,
+    MLflowLogger,
+    ProgressBar,
+    StopOnCtrlC,
+)
+from raysim.engine.executors import Pool
+from raysim.engine.precision import resolved
+from raysim.engine.ray_session import connect_ray, release_pool, reserve_pool
+from raysim.engine.setup import initial_state, prepare_shards
+from raysim.engine.simulation import Simulation
+from raysim.ops.metrics import summarise
+from raysim.tracking import checkpoint as ckpt
+from raysim.tracking.mlflow import Tracker, check_run, check_store
+from raysim.tracking.plots import plot_accuracy_curves, plot_client_accuracy, plot_type_accuracy, type_accuracy_table
+from raysim.tracking.progress import RoundProgress, print_summary
+
+log = logging.getLogger("raysim")
+
+MAX_RECOVERIES = 3  # in a row without a round completing; then the error stands
+
+
+@dataclass
+class RunResult:
+    """What a finished run returns: its MLflow id, the per-round history and the last-10 summary."""
+
+    run_id: str
+    history: list[dict[str, float]]
+    summary: dict[str, dict[str, float]]
+    client_acc: dict[int, float] = field(default_factory=dict)
+    records: list[dict] = field(default_factory=list)
+
+
+def make_simulation(
+    config: Config, shards: ShardStore, start: ckpt.Checkpoint, pool: Pool | None = None, callbacks: list[Callback] = ()
+):
+    """A Simulation in this process (sequential backend, ``pool`` None) or a Coordinator actor on this node behind
+    a proxy (Ray): checkpoints it writes land where the driver reads them."""
+    callbacks = [MethodDiagnostics(), *callbacks]
+    if pool is None:
+        return Simulation(config, shards, start, None, callbacks)
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    actor = Coordinator.options(scheduling_strategy=here).remote(config, [ray.put(shards)], start, pool, callbacks)
+    coordinator = ActorProxy(actor, "the coordinator")
+    coordinator.ready()  # start-up (the pool's models) happens here, not in round 1
+    return coordinator
+
+
+def stop(simulation, graceful: bool) -> None:
+    """Stop the pool and the coordinator; ``graceful=False`` (an error or a second Ctrl-C) kills at once."""
+    if isinstance(simulation, Simulation):
+        simulation.shutdown()
+        return
+    try:
+        if graceful:
+            simulation.shutdown()
+    finally:
+        ray.kill(simulation.handle)
+
+
+@dataclass
+class Outcome:
+    """Where the rounds ended: the last checkpoint written (the final round's when they ran to the end) and whether
+    the user stopped them early."""
+
+    last: ckpt.Checkpoint
+    interrupted: bool
+
+
+def drive(
+    config: Config,
+    shards: ShardStore,
+    start: ckpt.Checkpoint,
+    pool: Pool | None,
+    run_folder: Path,
+    callbacks: list[Callback],
+) -> Outcome:
+    """Rounds ``start.round + 1 .. config.federation.rounds`` with the driver's ``callbacks``; the simulation writes
+    checkpoints every ``checkpoint.every`` rounds, after the last and when a callback stops the run early."""
+    rounds = config.federation.rounds
+    last_folder, last_round, failures, graceful = None, start.round, 0, False
+
+    def simulate(point: ckpt.Checkpoint):
+        return make_simulation(
+            config, shards, point, pool, [Checkpointing(run_folder, start.tracking_uri, point.client_files)]
+        )
+
+    simulation = simulate(start)
+    for callback in callbacks:
+        callback.on_start(simulation)
+    round, stopped = start.round + 1, False
+    try:
+        while round <= rounds and not stopped:
+            try:
+                report = simulation.run_round(round)
+            except SimulationLost as error:
+                failures += 1
+                if failures > MAX_RECOVERIES:
+                    raise
+                log.warning("round %d: %s; restarting from the checkpoint of round %d", round, error, last_round)
+                stop(simulation, graceful=False)
+                simulation = simulate(ckpt.load(last_folder) if last_folder else start)
+                round = last_round + 1
+                continue
+            failures = 0
+            stopped = any([callback.after_round(round, report) for callback in callbacks]) and round < rounds
+            folder = report.checkpoint or (simulation.checkpoint() if stopped else None)
+            if folder:
+                last_folder, last_round = folder, round
+            round += 1
+        graceful = True
+        return Outcome(ckpt.load(last_folder, clients=False), interrupted=stopped)
+    finally:
+        for callback in callbacks:
+            callback.on_end()
+        stop(simulation, graceful)
+
+
+def describe(config: Config, shards: ShardStore) -> str:
+    """One line with what is about to run."""
+    fed, data, res = config.federation, config.data, config.resources
+    where = "sequential" if res.backend == "sequential" else f"ray ({res.address or 'local'})"
+    precision = config.train.precision
+    if precision == "bf16":
+        precision += " (--precision fp32 for float32)"
+    return (
+        f"{config.method} | {data.dataset}/{data.partition} | {fed.clients} clients "
+        f"({fed.clients_per_round}/round, {len(shards.unseen)} unseen) x {fed.rounds} rounds | "
+        f"{config.model.backbone} | {precision} | {where} | seed {fed.seed}"
+    )
+
+
+def run(
+    config: Config,
+    *,
+    show_progress: bool = True,
+    console=None,
+    resume: ckpt.Checkpoint | None = None,
+    callbacks: list[Callback] = (),
+    shards: ShardStore | None = None,
+) -> RunResult:
+    """Run one simulation end to end (or continue ``resume``'s) and return its history; the MLflow run ends
+    FINISHED, FAILED or KILLED.
+
+    Everything that can reject the input (store, resumed run, cluster, data, partition, weights, pool size)
+    runs before the MLflow run is created or reopened, so bad input leaves nothing behind. The first Ctrl-C
+    finishes the round, writes a checkpoint and raises :class:`RunInterrupted` with the resume command.
+    ``callbacks`` run in the driver after the built-in ones (a Tune trial reports there); ``shards``: the data
+    already partitioned for this config (a sweep prepares them once for all its trials).
+    """
+    uri = config.tracking.resolved_uri
+    check_store(uri)
+    if resume is not None:
+        check_run(uri, resume.run_id)
+    connect_ray(config.resources)
+    config = resolved(config)
+    initial, shards = initial_state(config, shards if shards is not None else prepare_shards(config))
+    pool, owned = reserve_pool(config) if config.resources.backend == "ray" else (None, False)
+    tracker = Tracker(uri)
+    status = "FAILED"
+    try:
+        if resume is None:
+            run_name = config.tracking.run_name or default_run_name(config)
+            tags = {
+                "method": config.method,
+                "dataset": config.data.dataset,
+                "partition": config.data.partition,
+                "seed": str(config.federation.seed),
+                "backend": config.resources.backend,
+            }
+            run_id = tracker.start(config.tracking.experiment, run_name, config.flat(), tags)
+            start = ckpt.Checkpoint(run_id, 0, config.to_dict(), initial, {}, uri)
+            run_folder = config.checkpoint.root(uri) / run_id
+            _log_setup(tracker, config, shards)
+        else:
+            tracker.attach(resume.run_id)
+            run_id, start, run_folder = resume.run_id, resume, resume.folder.parent
+        with RoundProgress(
+            config.federation.rounds, describe(config, shards), enabled=show_progress, console=console, done=start.round
+        ) as progress:
+            built_in = [MLflowLogger(tracker), ProgressBar(progress), StopOnCtrlC(progress.note)]
+            outcome = drive(config, shards, start, pool, run_folder, [*built_in, *callbacks])
+        last = outcome.last
+        if outcome.interrupted:
+            status = "KILLED"
+            raise RunInterrupted(
+                f"stopped after round {last.round} of {config.federation.rounds}; checkpoint "
+                f"{last.folder}; resume with: {resume_command(config, run_id, run_folder)}"
+            )
+        summary = summarise(last.history)
+        _log_results(tracker, config, last, summary, shards)
+        print_summary(summary, run_id, config, console, last.history)
+        status = "FINISHED"
+        return RunResult(run_id, last.history, summary, last.client_acc, last.records)
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    finally:
+        tracker.end(status)
+        if pool is not None:
+            release_pool(pool, owned)
+
+
+def default_run_name(config: Config) -> str:
+    return f"{config.method}-{config.data.dataset}-{config.data.partition}-s{config.federation.seed}"
+
+
+def resume_command(config: Config, run_id: str, run_folder: Path) -> str:
+    """The shortest ``raysim run`` line that continues this run from where its checkpoints are."""
+    default = config.tracking.tracking_uri is None and config.checkpoint.dir is None
+    return f"raysim run {config.method} --resume {run_id if default else run_folder}"
+
+
+def _log_setup(tracker: Tracker, config: Config, shards: ShardStore) -> None:
+    tracker.log_text(dump_yaml(config), "config.yaml")
+    train_client = np.repeat(np.arange(shards.num_clients), shards.train_sizes())
+    labels = shards.labels[: shards.train_offsets[-1]]
+    summary = partition_summary(train_client, labels, shards.num_clients, shards.info.num_classes)
+    counts = summary.pop("counts")
+    tracker.log_json(
+        {
+            **summary,
+            "unseen_clients": list(shards.unseen),
+            "test_sizes": shards.test_sizes().tolist(),
+            "train_counts": counts.tolist(),
+        },
+        "partition_summary.json",
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "partition.png"
+        plot_partition(train_client, labels, shards.num_clients, shards.info.num_classes, path)
+        tracker.log_artifact(path)
+
+
+def _log_results(tracker: Tracker, config: Config, last: ckpt.Checkpoint, summary, shards: ShardStore) -> None:
+    history, client_acc, state = last.history, last.client_acc, last.state
+    title = f"{config.method} on {config.data.dataset}/{config.data.partition}"
+    result = {
+        "run_id": last.run_id,
+        "method": config.method,
+        "summary": summary,
+        "final": history[-1],
+        "client_acc": {str(c): a for c, a in client_acc.items()},
+        "finished_at": time.time(),
+    }
+    tracker.log_json(result, "summary.json")
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        plot_accuracy_curves(history, title, tmp / "accuracy_curves.png")
+        plot_client_accuracy(client_acc, title + " (final)", tmp / "client_accuracy.png")
+        tensors = {f"params/{k}": v.contiguous() for k, v in state.params.items()}
+        tensors.update({f"server/{k}": v.contiguous() for k, v in state.server.items()})
+        save_file(tensors, str(tmp / "global_state.safetensors"), metadata={"method": config.method})
+        method = get_method(config.method).cls(config)
+        method_files = method.artifacts(last.records, tmp) if isinstance(method, Diagnostics) else []
+        if shards.client_domain is not None and client_acc:
+            table = type_accuracy_table(client_acc, shards.client_domain, shards.info.domain_names)
+            tracker.log_json(table, "type_accuracy.json")
+            plot_type_accuracy(table, title + ": accuracy per client type (final)", tmp / "type_accuracy.png")
+            method_files.append(tmp / "type_accuracy.png")
+        for path in [
+            tmp / "accuracy_curves.png",
+            tmp / "client_accuracy.png",
+            tmp / "global_state.safetensors",
+            *method_files,
+        ]:
+            tracker.log_artifact(path)
+    tracker.log_metrics(
+        {f"summary.{k}.{stat}": v for k, stats in summary.items() for stat, v in stats.items()},
+        step=config.federation.rounds,
+    )

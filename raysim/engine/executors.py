@@ -1,0 +1,147 @@
+"""Where client work runs for a :class:`~raysim.engine.simulation.Simulation`: in this process, or on a pool of Ray
+``ClientWorker`` actors; and split learning's server, which the engine starts for a method that asks for one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ray
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+from torch import nn
+
+from raysim.actors.client_worker import ClientWorker
+from raysim.actors.proxy import ActorProxy
+from raysim.core.messages import Broadcast, ClientUpdate, Tensors
+from raysim.core.protocol import SplitLearning
+from raysim.core.registry import get_method
+from raysim.engine.client import ClientRuntime
+from raysim.models.factory import build_model
+
+
+@dataclass(frozen=True)
+class Pool:
+    """The Ray worker pool's size and its reservation: worker i takes bundle ``first_bundle + i`` of
+    ``placement_group`` (a run's own group, or a Tune trial's, whose bundle 0 is the trial itself)."""
+
+    workers: int
+    placement_group: object
+    first_bundle: int = 0
+
+
+def balance(items: list, costs: list[float], parts: int) -> list[list]:
+    """``items`` dealt into at most ``parts`` non-empty chunks of near-equal total cost (largest first, each to
+    the least-loaded chunk; ties by position), so one worker with the big clients does not hold up the round."""
+    parts = max(1, min(parts, len(items)))
+    chunks, loads = [[] for _ in range(parts)], [0.0] * parts
+    for index in sorted(range(len(items)), key=lambda i: (-costs[i], i)):
+        target = loads.index(min(loads))
+        chunks[target].append(items[index])
+        loads[target] += costs[index]
+    return [chunk for chunk in chunks if chunk]
+
+
+class SequentialExecutor:
+    """Every client in this process, one after another (tests, debugging)."""
+
+    def __init__(self, config, shards, server=None):
+        self.runtime = ClientRuntime(config, shards.info.num_classes)
+        self.shards, self.server = shards, server
+
+    def train(self, round: int, broadcast: Broadcast, tasks: list) -> list[ClientUpdate]:
+        return self.runtime.train(round, broadcast, tasks, self.shards, self.server)
+
+    def evaluate(
+        self, params: Tensors, client_ids: list[int], states: dict[int, Tensors]
+    ) -> dict[int, tuple[int, int]]:
+        return self.runtime.evaluate(params, client_ids, states, self.shards, self.server)
+
+    def resources(self) -> list[dict]:
+        return []
+
+    def shutdown(self) -> None:
+        pass
+
+
+class RayExecutor:
+    """A pool of ``ClientWorker`` actors with fractional resources; virtual clients are multiplexed over it.
+
+    Each round the broadcast is put in the object store once and every worker gets one task with its share of
+    the sampled clients, balanced by rows, so per-round overhead is one call per worker, not one per client. The
+    shards travel by reference with each call, so a worker Ray restarts after a crash needs nothing else.
+    """
+
+    def __init__(self, config, shards, shards_ref, pool: Pool, server=None):
+        res = config.resources
+        self.shards_ref, self.server = shards_ref, server
+        self.workers = [
+            ClientWorker.options(
+                num_cpus=res.cpus_per_client,
+                num_gpus=res.gpus_per_client,
+                max_restarts=-1,
+                max_task_retries=3,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(pool.placement_group, pool.first_bundle + i),
+            ).remote(config, shards.info.num_classes)
+            for i in range(pool.workers)
+        ]
+        ray.get([w.ready.remote() for w in self.workers])
+        self.train_sizes, self.test_sizes = shards.train_sizes(), shards.test_sizes()
+
+    def train(self, round, broadcast, tasks):
+        broadcast_ref = ray.put(broadcast)
+        chunks = balance(tasks, [1 + self.train_sizes[task[0]] for task in tasks], len(self.workers))
+        refs = [
+            w.train.remote(round, broadcast_ref, chunk, self.shards_ref, self.server)
+            for w, chunk in zip(self.workers, chunks)
+        ]
+        return [update for part in ray.get(refs) for update in part]
+
+    def evaluate(self, params, client_ids, states):
+        params_ref = ray.put(params)
+        chunks = balance(client_ids, [1 + self.test_sizes[c] for c in client_ids], len(self.workers))
+        refs = [
+            w.evaluate.remote(
+                params_ref, chunk, {c: states[c] for c in chunk if c in states}, self.shards_ref, self.server
+            )
+            for w, chunk in zip(self.workers, chunks)
+        ]
+        out = {}
+        for part in ray.get(refs):
+            out.update(part)
+        return out
+
+    def resources(self) -> list[dict]:
+        """What Ray assigned to each worker (for checks and the run log)."""
+        return ray.get([w.assigned_resources.remote() for w in self.workers])
+
+    def shutdown(self) -> None:
+        for worker in self.workers:
+            ray.kill(worker)
+
+
+def start_server(config, num_classes: int, encoder: Tensors, pool: Pool | None):
+    """Split learning's server, holding the ``encoder.*`` weights: in this process for the sequential backend, else
+    a Ray actor serving every worker at once (``resources.server_cpus``/``server_gpus``) behind a proxy."""
+    method = get_method(config.method).cls(config)
+    model = build_model(config, method, num_classes)
+    blocks = model.offload(*method.server_segment(len(model.vit.blocks)), nn.Identity())
+    server_class = method.server_class
+    if pool is None:
+        server = server_class(blocks)
+    else:
+        res = config.resources
+        actor = ray.remote(server_class).options(
+            num_cpus=res.server_cpus, num_gpus=res.server_gpus, max_concurrency=pool.workers + 2
+        )
+        server = ActorProxy(actor.remote(blocks, None, res.torch_threads), "the split-learning server")
+    server.load(encoder)
+    return server
+
+
+def start_executor(config, shards, shards_ref, pool: Pool | None, encoder: Tensors):
+    """The executor for ``config``'s backend, with split learning's server when the method asks for one."""
+    is_split = issubclass(get_method(config.method).cls, SplitLearning)
+    server = start_server(config, shards.info.num_classes, encoder, pool) if is_split else None
+    if pool is None:
+        return SequentialExecutor(config, shards, server)
+    return RayExecutor(config, shards, shards_ref, pool, server)

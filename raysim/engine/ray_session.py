@@ -1,0 +1,128 @@
+"""Ray for a run: join a cluster or start a lean local one, size the worker pool and reserve it with a placement
+group (as a Tune trial's pool is reserved), so the pool either fits as a whole or the run stops with one line.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+
+import ray
+from ray.util.placement_group import placement_group, remove_placement_group
+
+from raysim.core.errors import ConfigError
+from raysim.engine.executors import Pool
+
+
+def connect_ray(resources) -> None:
+    """Join ``resources.address`` or start a local Ray; reuse an open session.
+
+    A local Ray is a single user's: token authentication (Ray 2.60's default) is turned off for it unless the user
+    set ``RAY_AUTH_MODE``, and the dashboard starts only with ``--dashboard`` (then on ``dashboard_host``,
+    127.0.0.1 by default). A cluster's auth is the cluster's own (cluster/README.md).
+    """
+    if ray.is_initialized():
+        return
+    kwargs = dict(logging_level=logging.WARNING, configure_logging=True)
+    if resources.address:
+        check_reachable(resources.address)
+        try:
+            ray.init(address=resources.address, **kwargs)
+        except Exception as error:
+            reason = str(error).splitlines()[0][:160] if str(error) else type(error).__name__
+            raise ConfigError(
+                f"could not connect to Ray at {resources.address!r} ({reason}); start a cluster "
+                f"with 'ray start --head' or 'ray up cluster/onprem.yaml', or drop --address"
+            ) from None
+    else:
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        ray.init(include_dashboard=resources.dashboard, dashboard_host=resources.dashboard_host, **kwargs)
+    ray.data.DataContext.get_current().enable_progress_bars = False
+    logging.getLogger("ray.data").setLevel(logging.ERROR)
+
+
+def check_reachable(address: str, timeout_s: float = 3.0) -> None:
+    """Fail in seconds, not minutes, when nothing listens at a HOST:PORT Ray address ('auto' is Ray's own check)."""
+    if address == "auto":
+        return
+    host, _, port = address.split("://", 1)[-1].rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(f"--address {address!r} must be 'auto', 'HOST:PORT' or 'ray://HOST:PORT'")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as error:
+        raise ConfigError(
+            f"could not connect to Ray at {address!r} (nothing answers on {host}:{port}: "
+            f"{error.strerror or error}); start a cluster with 'ray start --head' or drop --address"
+        ) from None
+
+
+def pool_size(config) -> int:
+    """``--workers``, or as many workers as the cluster's free CPUs (and GPUs) fit, capped at the round's clients;
+    inside a placement group (a ``raysim tune`` trial) ``--workers`` (at least 1), which the group already holds."""
+    res = config.resources
+    if res.workers or ray.util.get_current_placement_group() is not None:
+        return max(1, res.workers)
+    available = ray.available_resources()
+    fits = [
+        int(available.get("CPU", 0.0) // res.cpus_per_client)
+        if res.cpus_per_client
+        else int(max(available.get("CPU", 0.0), 1))
+    ]
+    if res.gpus_per_client:
+        fits.append(int(available.get("GPU", 0.0) // res.gpus_per_client))
+    return max(1, min(config.federation.clients_per_round, *fits))
+
+
+def worker_bundle(resources) -> dict[str, float]:
+    """One worker's reservation."""
+    bundle = {"CPU": resources.cpus_per_client}
+    if resources.gpus_per_client:
+        bundle["GPU"] = resources.gpus_per_client
+    return bundle
+
+
+def reserve_pool(config, settle_s: float = 20.0) -> tuple[Pool, bool]:
+    """The run's worker pool, reserved: a Tune trial's own placement group (its bundle 0 is the trial), else a new
+    group of one bundle per worker, spread over the nodes. Returns the pool and whether this run owns the group.
+
+    A pool larger than the cluster is refused at once; one that fits the cluster waits up to ``settle_s`` for the
+    resources the data loading held to be freed, then is refused.
+    """
+    res, workers = config.resources, pool_size(config)
+    current = ray.util.get_current_placement_group()
+    if current is not None:
+        return Pool(workers, current, first_bundle=1), False
+    bundle, total = worker_bundle(res), ray.cluster_resources()
+    need = {key: workers * value for key, value in bundle.items()}
+    problem = (
+        f"{workers} workers x (cpus_per_client={res.cpus_per_client}, gpus_per_client={res.gpus_per_client})"
+        f" do not fit the Ray cluster's {total.get('CPU', 0):g} CPU, {total.get('GPU', 0):g} GPU"
+    )
+    if any(value > total.get(key, 0.0) + 1e-9 for key, value in need.items()):
+        raise ConfigError(f"{problem}; lower --workers or the per-client resources")
+    group = placement_group([dict(bundle) for _ in range(workers)], strategy="SPREAD")
+    deadline = time.monotonic() + settle_s
+    while not _ready(group, min(1.0, max(0.0, deadline - time.monotonic()))):
+        if time.monotonic() > deadline:
+            remove_placement_group(group)
+            raise ConfigError(
+                f"{problem} while other work holds them (free now: {ray.available_resources()}); "
+                f"lower --workers or the per-client resources"
+            )
+    return Pool(workers, group), True
+
+
+def _ready(group, timeout_s: float) -> bool:
+    try:
+        ray.get(group.ready(), timeout=timeout_s)
+        return True
+    except ray.exceptions.GetTimeoutError:
+        return False
+
+
+def release_pool(pool: Pool, owned: bool) -> None:
+    if owned:
+        remove_placement_group(pool.placement_group)

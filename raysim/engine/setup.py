@@ -1,0 +1,86 @@
+"""What a run needs before its first round: the data partitioned into client shards, and the initial global state
+(with the per-row values a method caches), built once on the driver."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import torch
+
+from raysim.config import Config
+from raysim.core import seeding
+from raysim.core.errors import ConfigError
+from raysim.core.messages import GlobalState
+from raysim.core.protocol import CachesRowFeatures
+from raysim.core.registry import get_method
+from raysim.core.seeding import Init, Purpose
+from raysim.core.training import EVAL_BATCH, model_inputs
+from raysim.data.partition import PartitionParams, partition
+from raysim.data.shards import ShardStore, build_shards
+from raysim.data.sources import load_dataset
+from raysim.engine.precision import autocast, full_width
+from raysim.models.factory import build_model, pick_device
+
+
+def prepare_shards(config: Config) -> ShardStore:
+    """Read the dataset, partition it over the clients and lay out the shard block."""
+    data = config.data
+    info, arrays = load_dataset(data)
+    is_test = arrays["is_test"].astype(bool)
+    params = PartitionParams(s=data.s, alpha=data.alpha, beta=data.beta, beta_fine=data.beta_fine, dif=data.dif)
+    coarse = np.asarray(info.coarse_of_class) if info.coarse_of_class is not None else None
+    part = partition(
+        data.partition,
+        train_labels=arrays["label"][~is_test],
+        train_domains=arrays["domain"][~is_test],
+        test_labels=arrays["label"][is_test],
+        test_domains=arrays["domain"][is_test],
+        num_classes=info.num_classes,
+        num_domains=info.num_domains,
+        num_clients=config.federation.clients,
+        params=params,
+        seed=seeding.derive_seed(config.federation.seed, Purpose.PARTITION),
+        coarse_of_class=coarse,
+        min_train_samples=data.min_train_samples,
+    )
+    fed = config.federation
+    unseen = seeding.rng(fed.seed, Purpose.UNSEEN).choice(fed.clients, size=fed.unseen_clients, replace=False)
+    return build_shards(info, arrays, part, tuple(sorted(int(c) for c in unseen)))
+
+
+def initial_state(config: Config, shards: ShardStore) -> tuple[GlobalState, ShardStore]:
+    """Build the model once on the driver: checks the weights file, yields the initial global state, and the
+    shards with the per-row values the method caches for the whole run (e.g. SGPT's frozen-backbone query),
+    computed here in one batched pass so no client recomputes them."""
+    info = get_method(config.method)
+    method = info.cls(config)
+    if info.needs_client_types and shards.client_domain is None:
+        raise ConfigError(
+            f"{config.method} reports sigma_type and cluster_acc per client type, and the partition "
+            f"{config.data.partition!r} gives clients no type; use --partition domains "
+            f"(e.g. --dataset digits5 --partition domains)"
+        )
+    device = pick_device()
+    model = build_model(config, method, shards.info.num_classes).to(device)
+    generator = torch.Generator().manual_seed(
+        seeding.derive_seed(config.federation.seed, Purpose.INIT, Init.GLOBAL_STATE)
+    )
+    features = {}
+    if isinstance(method, CachesRowFeatures):
+        with autocast(device, config.train.precision):
+            features = row_features(method, model, shards.images, device)
+    return method.init_global(model.cpu(), generator), dataclasses.replace(shards, features=features)
+
+
+@torch.no_grad()
+def row_features(method: CachesRowFeatures, model, images: np.ndarray, device: torch.device) -> dict[str, np.ndarray]:
+    """``method.row_features`` over every row of ``images`` (batched), or {} when the method caches nothing."""
+    out: dict[str, list[np.ndarray]] = {}
+    for start in range(0, len(images), EVAL_BATCH):
+        computed = method.row_features(model, model_inputs(model, images[start : start + EVAL_BATCH], device))
+        if computed is None:
+            return {}
+        for name, values in computed.items():
+            out.setdefault(name, []).append(full_width(values).cpu().numpy())
+    return {name: np.concatenate(parts) for name, parts in out.items()}

@@ -1,0 +1,262 @@
+"""The round loop, written once: sample -> configure -> client updates -> screen -> aggregate -> evaluate.
+
+:class:`Simulation` owns the global state, the clients' persistent state and the run's history, and hands client
+work to an executor (in-process, or a pool of Ray workers). It runs in the driver for the sequential backend and
+as the ``Coordinator`` actor (``ray.remote`` of this class) for the Ray backend: the same code, hence the same
+numbers. Callbacks that need the state (checkpoints, the method's diagnostics) run here, where it lives, so a
+round costs the driver one call that returns metrics.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import ray
+import torch
+
+from raysim.core.errors import BadUpdateError
+from raysim.core.messages import ClientUpdate, GlobalState, Tensors
+from raysim.core.protocol import Personalised, SendsExtras, SplitLearning, split_encoder
+from raysim.core.registry import get_method
+from raysim.core.seeding import sample_clients
+from raysim.engine.callbacks import Callback, Checkpointing
+from raysim.engine.executors import Pool, start_executor
+from raysim.ops.metrics import accuracy_metrics, client_accuracies
+from raysim.tracking.checkpoint import Checkpoint
+
+log = logging.getLogger("raysim")
+
+
+@dataclass
+class RoundReport:
+    """One round's metrics (MLflow keys), on evaluated rounds every client's accuracy, the method's diagnostic
+    records, and where this round's checkpoint was written (None if none was)."""
+
+    round: int
+    metrics: dict[str, float]
+    client_acc: dict[int, float] = field(default_factory=dict)
+    sampled: list[int] = field(default_factory=list)
+    records: dict[str, Any] = field(default_factory=dict)
+    evaluated: bool = False
+    checkpoint: str | None = None
+
+
+def _bad(name: str, tensor: torch.Tensor, shape: tuple | None) -> str | None:
+    """Why one received tensor is unusable (wrong shape, NaN/Inf), or None."""
+    if shape is not None and tuple(tensor.shape) != tuple(shape):
+        return f"{name}: expected shape {tuple(shape)}, got shape {tuple(tensor.shape)}"
+    if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+        return f"{name} has NaN or Inf"
+    return None
+
+
+def screen(
+    updates: list[ClientUpdate],
+    params: Tensors,
+    extras: dict[str, tuple] | None = None,
+    states: dict[int, Tensors] | None = None,
+) -> tuple[list[ClientUpdate], dict[int, str]]:
+    """Split off poisoned updates: every channel a client sends is checked.
+
+    ``params`` must be exactly the global tensors, with their shapes; ``extras`` only the declared names, each with
+    its declared shape (``extras`` None: none may be sent); scalar metrics finite (aggregation reads some: losses,
+    FedVZ's SPSA coefficient) for a client that trained; the new state free of NaN/Inf and, where the client kept a
+    state before, of its shapes. Returns the updates to use and, per rejected client, why (one line naming it).
+    """
+    declared = extras or {}
+    kept, rejected = [], {}
+    for update in updates:
+        previous = (states or {}).get(update.client_id) or {}
+        problems = [
+            f"params {name}: expected shape {tuple(ref.shape)}, got nothing"
+            for name, ref in params.items()
+            if name not in update.params
+        ]
+        problems += [
+            f"params {name} is not a global parameter"
+            if name not in params
+            else _bad(f"params {name}", t, params[name].shape)
+            for name, t in update.params.items()
+        ]
+        problems += [
+            f"extra {name} is not one the method declares"
+            if name not in declared
+            else _bad(f"extra {name}", t, declared[name])
+            for name, t in update.extras.items()
+        ]
+        if update.num_samples > 0:
+            problems += [
+                f"metric {name} is {value}" for name, value in update.metrics.items() if not np.isfinite(value)
+            ]
+        problems += [
+            _bad(f"state {name}", t, previous[name].shape if name in previous else None)
+            for name, t in (update.state or {}).items()
+        ]
+        reason = next((p for p in problems if p), None)
+        if reason:
+            rejected[update.client_id] = f"client {update.client_id} ({reason})"
+        else:
+            kept.append(update)
+    return kept, rejected
+
+
+class ClientStates:
+    """The clients' persistent states, created on first participation, with the clients changed since the last
+    checkpoint (so a checkpoint writes only those)."""
+
+    def __init__(self, states: dict[int, Tensors] | None = None):
+        self.states: dict[int, Tensors] = dict(states or {})
+        self.dirty: set[int] = set()
+        self.cleared = False
+
+    def get(self, client: int) -> Tensors | None:
+        return self.states.get(client)
+
+    def put(self, client: int, state: Tensors) -> None:
+        self.states[client] = state
+        self.dirty.add(client)
+
+    def clear(self) -> None:
+        """Every client starts over (FedV's head/tail averaging replaces what each kept)."""
+        self.states, self.dirty, self.cleared = {}, set(), True
+
+    def take_changes(self) -> tuple[bool, dict[int, Tensors]]:
+        """(whether all were cleared, the states changed) since the last call."""
+        changes = (self.cleared, {c: self.states[c] for c in sorted(self.dirty)})
+        self.dirty, self.cleared = set(), False
+        return changes
+
+
+class Simulation:
+    """The coordinator: global state, client states, client sampling, the round loop, and the state's callbacks."""
+
+    def __init__(self, config, shards, start: Checkpoint, pool: Pool | None = None, callbacks: list[Callback] = ()):
+        """
+        Args:
+            shards: the :class:`~raysim.data.shards.ShardStore`, or ``[ObjectRef]`` of it for the Ray backend (boxed,
+                so this keeps the reference the workers get each call).
+            start: where the run stands: round 0 for a new run, a checkpoint's round to resume or recover.
+            pool: the Ray worker pool and its reservation; None runs every client in this process.
+            callbacks: run around each round, here, with this simulation (checkpoints, diagnostics).
+        """
+        self.config = config
+        self.method = get_method(config.method).cls(config)
+        shards_ref = shards[0] if isinstance(shards, list) else None
+        self.shards = ray.get(shards_ref) if shards_ref is not None else shards
+        encoder, server_state = split_encoder(start.state.server)
+        self.state = GlobalState(start.state.params, server_state)
+        self.executor = start_executor(config, self.shards, shards_ref, pool, encoder)
+        self.updates: list[ClientUpdate] = []  # the last round's screened updates, for the callbacks here
+        self.clients = ClientStates(start.client_states)
+        self.run_id, self.round = start.run_id, start.round
+        self.history, self.client_acc, self.records = list(start.history), dict(start.client_acc), list(start.records)
+        self.seen = self.shards.seen_clients()
+        self.unseen = list(self.shards.unseen)
+        self.callbacks = list(callbacks)
+        for callback in self.callbacks:
+            callback.on_start(self)
+
+    def ready(self) -> bool:
+        """Returns once the pool is up (each worker has built its model)."""
+        return True
+
+    @property
+    def server(self):
+        """Split learning's server (the service or a handle on it), or None."""
+        return self.executor.server
+
+    def run_round(self, round: int) -> RoundReport:
+        """Train one round (1-based), evaluate if due, run the callbacks; the report is all the driver receives."""
+        fed = self.config.federation
+        start = time.perf_counter()
+        sampled = sample_clients(fed.seed, round, self.seen, fed.clients_per_round)
+        if self.server is not None:
+            self.server.end_round()  # the round's server figures start here (the last evaluation's are not theirs)
+        broadcast = self.method.configure(round, self.state, sampled)
+        tasks = [(c, broadcast.instructions.get(c, {}), self.clients.get(c)) for c in sampled]
+        received = sorted(self.executor.train(round, broadcast, tasks), key=lambda u: u.client_id)
+        extras = self.method.uplink_extras(self.state) if isinstance(self.method, SendsExtras) else None
+        updates, rejected = screen(received, self.state.params, extras, {c: self.clients.get(c) for c in sampled})
+        if rejected and fed.bad_updates == "fail":
+            raise BadUpdateError(f"round {round}: {'; '.join(rejected.values())} (federation.bad_updates=fail)")
+        for reason in rejected.values():
+            log.warning("round %d: rejected the update of %s", round, reason)
+        for update in updates:
+            if update.state is not None:
+                self.clients.put(update.client_id, update.state)
+        metrics = {}
+        split = isinstance(self.method, SplitLearning)
+        if split:
+            metrics.update(self.method.update_server(round, self.server, updates))
+        if sum(u.num_samples for u in updates) > 0:  # a round in which no client had data changes nothing
+            self.state = self.method.aggregate(round, self.state, updates)
+        if split and self.method.resets_client_states(round):
+            self.clients.clear()
+        elapsed = time.perf_counter() - start
+        if split:
+            down, up = self.method.traffic(round, broadcast, sampled, received)
+        else:
+            down, up = broadcast.bytes_down(sampled), float(sum(u.bytes_up for u in received))
+        samples = sum(u.metrics.get("samples", 0) for u in updates)
+        losses = [u.metrics["train_loss"] for u in updates if u.metrics.get("steps", 0) > 0]
+        metrics = {
+            "bytes_down": down,
+            "bytes_up": up,
+            "round_time_s": elapsed,
+            "train_samples_per_s": samples / elapsed if elapsed > 0 else 0.0,
+            **metrics,
+        }
+        if losses:
+            metrics["train_loss"] = float(np.mean(losses))
+        if rejected:
+            metrics["rejected_updates"] = float(len(rejected))
+        report = RoundReport(
+            round, metrics, sampled=sampled, evaluated=round % fed.eval_every == 0 or round == fed.rounds
+        )
+        if report.evaluated:
+            self._evaluate(report)
+        self.updates = updates
+        for callback in self.callbacks:
+            callback.on_round(round, report)
+        self.updates = []
+        self.round = round
+        self.history.append({"round": round, **report.metrics})
+        self.client_acc = report.client_acc or self.client_acc
+        if report.records:
+            self.records.append(report.records)
+        for callback in self.callbacks:
+            callback.after_round(round, report)
+        return report
+
+    def _evaluate(self, report: RoundReport) -> None:
+        start = time.perf_counter()
+        # client states travel to the workers only for methods that evaluate with them (personalised ones)
+        states = self.clients.states if isinstance(self.method, Personalised) else {}
+        counts = self.executor.evaluate(self.state.params, self.seen + self.unseen, states)
+        report.metrics.update(accuracy_metrics(counts, self.seen, self.unseen, self.shards.client_domain))
+        report.metrics["eval_time_s"] = time.perf_counter() - start
+        report.client_acc = client_accuracies(counts)
+
+    def global_state(self) -> GlobalState:
+        """The global state; with split learning its ``server`` also holds the server's blocks (``encoder.*``)."""
+        if self.server is None:
+            return self.state
+        return GlobalState(self.state.params, {**self.state.server, **self.server.state()})
+
+    def worker_resources(self) -> list[dict]:
+        """What Ray gave each worker of the pool (node and resources); [] when the clients run in this process."""
+        return self.executor.resources()
+
+    def checkpoint(self) -> str | None:
+        """Write a checkpoint of the current round now (the driver asks when the user stops the run early)."""
+        writers = [c for c in self.callbacks if isinstance(c, Checkpointing)]
+        return writers[0].write_now() if writers else None
+
+    def shutdown(self) -> None:
+        for callback in self.callbacks:
+            callback.on_end()
+        self.executor.shutdown()

@@ -1,0 +1,102 @@
+"""Group-prompt selection shared by SGPT (CVPR 2024) and FGPT/FGPT-U (Deng et al.): pure tensor functions.
+
+Keys are compared with a sample's query by cosine similarity; training selects with SGPT's q_g-calibrated rule
+and adds L_key; the server weighs each group's tensors by the per-group selection counts N_g^i and applies
+momentum (Eq. 7). The clustering scores follow SGPT Table 4 and Appendix D.2.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from raysim.core.errors import ConfigError
+
+EPS = 5e-4  # SGPT's eps in the q_g-calibrated selection
+
+
+def orthogonal_keys(groups: int, dim: int, generator: torch.Generator) -> torch.Tensor:
+    """``[G, D]`` orthonormal rows: Xavier-uniform draws, then Gram-Schmidt (QR with a positive diagonal)."""
+    if groups > dim:
+        raise ConfigError(f"{groups} orthogonal keys need groups <= the backbone width {dim}; lower the groups")
+    bound = math.sqrt(6.0 / (groups + dim))
+    draws = torch.empty(groups, dim).uniform_(-bound, bound, generator=generator)
+    q, r = torch.linalg.qr(draws.T.double())
+    return (q * torch.sign(torch.diagonal(r))).T.float().contiguous()
+
+
+def random_keys(groups: int, dim: int, generator: torch.Generator) -> torch.Tensor:
+    """``[G, D]`` unit-norm Gaussian rows (FGPT's non-orthogonal key ablation)."""
+    return torch.nn.functional.normalize(torch.randn(groups, dim, generator=generator), dim=1)
+
+
+def cosine(queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """``[B, G]`` cosine similarities between queries ``[B, D]`` and keys ``[G, D]``."""
+    return torch.nn.functional.normalize(queries, dim=1) @ torch.nn.functional.normalize(keys, dim=1).T
+
+
+def shares(totals: torch.Tensor) -> torch.Tensor:
+    """q_g = v_g / sum_g v_g, the cumulative selection shares; uniform before any selection."""
+    total = totals.sum()
+    return totals / total if total > 0 else torch.full_like(totals, 1.0 / len(totals))
+
+
+def select_calibrated(cos: torch.Tensor, q: torch.Tensor, eps: float = EPS) -> torch.Tensor:
+    """SGPT's training-time rule: argmax_g (cos - 1) * q_g, i.e. argmin_g (1 - cos) * (q_g + eps)."""
+    return torch.argmin((1.0 - cos) * (q.to(cos) + eps), dim=1)
+
+
+def key_loss(cos: torch.Tensor, selected: torch.Tensor) -> torch.Tensor:
+    """L_key = -cos(q(x), k_g) for each sample's selected g, averaged over the batch."""
+    return -cos.gather(1, selected[:, None]).mean()
+
+
+def counts(selected: torch.Tensor, groups: int) -> torch.Tensor:
+    """How many samples chose each group (N_g^i over the selections given)."""
+    return torch.bincount(selected.flatten().cpu(), minlength=groups).to(torch.float64)
+
+
+def group_weighted_mean(values: torch.Tensor, group_counts: torch.Tensor) -> torch.Tensor:
+    """Per group g: sum_i N_g^i v_ig / sum_i N_g^i over clients i; the plain mean where no client chose g.
+
+    Args:
+        values: ``[m, G, ...]`` each client's tensor per group.
+        group_counts: ``[m, G]`` N_g^i.
+    """
+    weights = group_counts.to(torch.float64)
+    total = weights.sum(dim=0, keepdim=True)
+    weights = torch.where(total > 0, weights / total.clamp_min(1e-300), torch.full_like(weights, 1.0 / len(weights)))
+    shape = weights.shape + (1,) * (values.dim() - 2)
+    return (weights.reshape(shape) * values.to(torch.float64)).sum(dim=0).to(values.dtype)
+
+
+def momentum(previous: torch.Tensor, new: torch.Tensor, alpha: float) -> torch.Tensor:
+    """SGPT Eq. 7: alpha * previous + (1 - alpha) * new."""
+    return alpha * previous + (1.0 - alpha) * new
+
+
+def normalised_entropy(p: torch.Tensor) -> float:
+    """H(p) / log G in [0, 1]: 1 when every group is used equally, 0 when one group takes everything."""
+    if p.numel() < 2:
+        return 0.0
+    used = p[p > 0].to(torch.float64)
+    return float(-(used * used.log()).sum() / math.log(p.numel()))
+
+
+def purity(assigned: np.ndarray, truth: np.ndarray) -> float:
+    """Sum over assigned clusters of their largest truth count, over all rows (SGPT's clustering accuracy)."""
+    if len(assigned) == 0:
+        return float("nan")
+    _, a = np.unique(assigned, return_inverse=True)
+    _, t = np.unique(truth, return_inverse=True)
+    table = np.zeros((a.max() + 1, t.max() + 1), dtype=np.int64)
+    np.add.at(table, (a, t), 1)
+    return float(table.max(axis=1).sum() / len(assigned))
+
+
+def congruence(groups: np.ndarray, kmeans: np.ndarray, classes: np.ndarray) -> float:
+    """SGPT App. D.2: Acc_overlap / Q_kmeans, with Acc_overlap the purity of the learned groups against the
+    centralised K-Means clusters and Q_kmeans the share of each class's rows in its most common cluster."""
+    return purity(groups, kmeans) / purity(classes, kmeans)

@@ -1,0 +1,136 @@
+"""Search-space files for ``raysim tune`` (``tune_spaces/METHOD.yaml``): a small YAML grammar over config keys,
+mapped onto Ray Tune's samplers.
+
+    # one comment line: what the paper tunes
+    fixed:                       # optional: the same override in every trial
+      federation.rounds: 10
+    space:                       # config key -> one sampler
+      sgpt.groups: {choice: [5, 10, 20]}
+      sgpt.alpha_k: {uniform: [0.1, 0.9]}
+      train.lr: {loguniform: [1.0e-4, 1.0e-2]}
+      fedgcr.clusters: {randint: [3, 7]}      # both ends included
+      fedprox.mu: {grid: [0.01, 0.1, 1.0]}    # every value, times num_samples
+
+Every key must be a config key of the method (``section.key``), and every value a sampler may draw (each
+choice/grid value, both bounds of a range) must make a valid config: errors name the file and the key.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from ray import tune
+
+from raysim.config import Config, build_config
+from raysim.core.errors import ConfigError
+from raysim.core.registry import get_method
+
+SAMPLERS = ("choice", "grid", "uniform", "loguniform", "randint")
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """A parsed, validated space file: fixed overrides and one sampler spec per config key."""
+
+    source: str
+    samplers: dict[str, tuple[str, list]]
+    fixed: dict[str, Any] = field(default_factory=dict)
+
+    def tune_space(self) -> dict[str, Any]:
+        """Ray Tune's ``param_space``: config key -> a Tune sampler."""
+        make = {
+            "choice": tune.choice,
+            "grid": tune.grid_search,
+            "uniform": lambda v: tune.uniform(*v),
+            "loguniform": lambda v: tune.loguniform(*v),
+            "randint": lambda v: tune.randint(v[0], v[1] + 1),
+        }  # Tune's upper bound is exclusive
+        return {key: make[kind](values) for key, (kind, values) in self.samplers.items()}
+
+
+def as_layer(overrides: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``{"sgpt.groups": 5}`` -> ``{"sgpt": {"groups": 5}}`` (a config layer)."""
+    layer: dict[str, dict[str, Any]] = {}
+    for dotted, value in overrides.items():
+        section, key = dotted.split(".", 1)
+        layer.setdefault(section, {})[key] = value
+    return layer
+
+
+def default_space_file(method: str) -> str:
+    """The shipped space of ``method``: ``tune_spaces/METHOD.yaml``, else that of its options (``fgpt-u`` uses
+    ``fgpt.yaml``, ``fedgc`` and ``fedgr`` use ``fedgcr.yaml``); the error lists the spaces that ship."""
+    files = resources.files("raysim.tune_spaces")
+    shipped = sorted(p.name[:-5] for p in files.iterdir() if p.name.endswith(".yaml"))
+    for name in (method, get_method(method).options_key):
+        if name in shipped:
+            return str(files.joinpath(f"{name}.yaml"))
+    raise ConfigError(f"no search space ships for {method!r} (spaces: {', '.join(shipped)}); pass --space FILE.yaml")
+
+
+def load_space(path: str, method: str, before: list[dict], after: list[dict]) -> SearchSpace:
+    """Parse and validate a space file against ``method``'s config: a trial's config is ``before`` (a preset) <
+    ``fixed`` < ``after`` (flags, --set) < the sampled values."""
+    where = Path(path).name if Path(path).parent.name == "tune_spaces" else path
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except OSError:
+        raise ConfigError(f"search space file {path} does not exist; see tune_spaces/ for examples") from None
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{where} is not valid YAML: {str(error).splitlines()[0]}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("space"), dict) or not data["space"]:
+        raise ConfigError(f"{where} must have a non-empty 'space:' mapping of config keys to samplers")
+    unknown = set(data) - {"space", "fixed"}
+    if unknown:
+        raise ConfigError(f"{where}: unknown top-level key {sorted(unknown)[0]!r}; valid: space, fixed")
+    fixed = data.get("fixed") or {}
+    if not isinstance(fixed, dict):
+        raise ConfigError(f"{where}: 'fixed:' must map config keys to values, e.g. federation.rounds: 10")
+    for key, value in fixed.items():
+        _valid_value(where, "fixed", key, value, method, [*before, *after])
+    samplers = {}
+    for key, spec in data["space"].items():
+        kind, values = _sampler(where, key, spec)
+        for value in values if kind in ("choice", "grid") else values[:2]:
+            _valid_value(where, "space", key, value, method, [*before, as_layer(fixed), *after])
+        samplers[key] = (kind, values)
+    return SearchSpace(str(path), samplers, fixed)
+
+
+def _sampler(where: str, key: str, spec: Any) -> tuple[str, list]:
+    name = f"{where}: space key {key!r}"
+    if not isinstance(spec, dict) or len(spec) != 1 or next(iter(spec)) not in SAMPLERS:
+        raise ConfigError(f"{name} must be one sampler, e.g. {{choice: [1, 2]}}; valid samplers: {', '.join(SAMPLERS)}")
+    kind, values = next(iter(spec.items()))
+    if kind in ("choice", "grid"):
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"{name}: {kind} needs a non-empty list of values")
+        return kind, values
+    if (
+        not isinstance(values, list)
+        or len(values) != 2
+        or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values)
+    ):
+        raise ConfigError(f"{name}: {kind} needs [low, high], two numbers")
+    low, high = values
+    if kind == "randint" and not all(isinstance(v, int) for v in values):
+        raise ConfigError(f"{name}: randint bounds must be integers, got [{low}, {high}]")
+    if (low > high) if kind == "randint" else (low >= high):
+        raise ConfigError(f"{name}: {kind} bounds [{low}, {high}] need low {'<=' if kind == 'randint' else '<'} high")
+    if kind == "loguniform" and low <= 0:
+        raise ConfigError(f"{name}: loguniform bounds [{low}, {high}] must be > 0")
+    return kind, [low, high]
+
+
+def _valid_value(where: str, part: str, key: str, value: Any, method: str, layers: list[dict]) -> Config:
+    if not isinstance(key, str) or key.count(".") != 1:
+        raise ConfigError(f"{where}: {part} key {key!r} must look like section.key (e.g. train.lr)")
+    try:
+        return build_config(method, [*layers, as_layer({key: value})])
+    except ConfigError as error:
+        raise ConfigError(f"{where}: {part} key {key!r} = {value!r}: {error}") from None

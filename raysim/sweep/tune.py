@@ -1,0 +1,341 @@
+"""``raysim tune METHOD``: a Ray Tune sweep whose trials are whole simulations, each its own MLflow run.
+
+A trial reserves its driver and its worker pool together (one placement group: a bundle for the trial, which
+loads the data and logs to MLflow, and one per client worker; the coordinator needs no CPU), reports every
+evaluated round to Tune with the round's raysim checkpoint (so ASHA can stop it early and an interrupted sweep
+resumes mid-trial), and logs to the experiment named after the sweep. At the end the best trial's config is
+saved as a preset file and printed as a ``raysim run`` command that reproduces its metrics.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ray
+import yaml
+from mlflow.tracking import MlflowClient
+from ray import tune
+from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+from rich.console import Console
+
+from raysim.config import Config, beside_store, build_config, load_preset, preset_for_method
+from raysim.core.errors import ConfigError, SweepError
+from raysim.core.registry import get_method
+from raysim.engine.callbacks import Callback
+from raysim.engine.driver import run
+from raysim.engine.precision import resolved
+from raysim.engine.ray_session import connect_ray
+from raysim.engine.setup import prepare_shards
+from raysim.ops.metrics import reported_metrics
+from raysim.sweep.space import SearchSpace, as_layer, default_space_file, load_space
+from raysim.tracking import checkpoint as ckpt
+from raysim.tracking.mlflow import check_store
+
+SCHEDULERS = ("asha", "fifo")
+SWEEP_FILE, BEST_FILE = "sweep.json", "best.yaml"
+NOT_REPRODUCED = ("tracking", "resources", "checkpoint")  # where and how a run goes; not what it computes
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """What a sweep needs to run or resume: the method, the trial config layers, the space, the objective."""
+
+    method: str
+    name: str
+    before: list[dict]  # preset (and the space's fixed values after it)
+    after: list[dict]  # flags and --set, then the store and experiment pinned for every trial
+    space: SearchSpace
+    metric: str
+    mode: str
+    num_samples: int
+    max_concurrent: int
+    scheduler: str
+    storage: str
+
+    def trial_config(self, params: dict[str, Any]) -> Config:
+        return build_config(self.method, [*self.before, as_layer(self.space.fixed), *self.after, as_layer(params)])
+
+
+def check_objective(method: str, metric: str, mode: str, scheduler: str) -> None:
+    """One-line errors for a metric the method does not report, a bad mode or scheduler."""
+    known = reported_metrics(get_method(method))
+    if metric not in known:
+        raise ConfigError(f"--metric {metric!r} is not reported by {method}; valid metrics: {', '.join(sorted(known))}")
+    if mode not in ("max", "min"):
+        raise ConfigError(f"--mode {mode!r} must be 'max' or 'min'")
+    if scheduler not in SCHEDULERS:
+        raise ConfigError(f"--scheduler {scheduler!r} is not one of {', '.join(SCHEDULERS)}")
+
+
+def bundles(config: Config) -> list[dict[str, float]]:
+    """The trial's placement group: its own driver (1 CPU: data, features, MLflow) and one bundle per worker."""
+    res = config.resources
+    if res.backend == "sequential":
+        return [{"CPU": 1.0}]
+    workers = [{"CPU": res.cpus_per_client, **({"GPU": res.gpus_per_client} if res.gpus_per_client else {})}]
+    return [{"CPU": 1.0}] + workers * max(1, res.workers)
+
+
+def plan_concurrency(config: Config, requested: int | None) -> int:
+    """Trials at once: ``requested`` if the cluster can host that many placement groups, else an error; by
+    default as many as fit (at least 1)."""
+    total = ray.cluster_resources()
+    need: dict[str, float] = {}
+    for bundle in bundles(config):
+        for key, value in bundle.items():
+            need[key] = need.get(key, 0.0) + value
+    fits = min(int(total.get(key, 0.0) // value) for key, value in need.items() if value > 0)
+    if fits < 1:
+        raise ConfigError(
+            f"one trial needs {_describe(need)} and the cluster has {_describe(total)}; lower "
+            f"--workers or --cpus-per-client"
+        )
+    if requested is not None and requested > fits:
+        raise ConfigError(
+            f"--max-concurrent {requested} trials need {requested} x {_describe(need)}, and the cluster "
+            f"hosts {fits} ({_describe(total)}); use --max-concurrent {fits} or fewer"
+        )
+    return requested or fits
+
+
+def _describe(resources: dict[str, float]) -> str:
+    return ", ".join(f"{resources.get(k, 0):g} {k}" for k in ("CPU", "GPU") if k == "CPU" or resources.get(k))
+
+
+DATA_KEYS = ("federation.clients", "federation.seed", "federation.unseen_fraction")  # and every data.* key
+
+
+class TuneReporter(Callback):
+    """Reports every evaluated round to Tune with the round's checkpoint (trials checkpoint every round; the folder's
+    parent is named after the MLflow run), so a scheduler can stop the trial and a restored sweep resumes it."""
+
+    def after_round(self, round, report) -> bool:
+        if report.evaluated:  # evaluated rounds carry the accuracy metrics Tune ranks by
+            folder = Path(report.checkpoint)
+            tune.report(
+                {**report.metrics, "round": round, "run_id": folder.parent.name},
+                checkpoint=tune.Checkpoint.from_directory(str(folder)),
+            )
+        return False
+
+
+def _trial(params: dict[str, Any], sweep: Sweep, shards) -> None:
+    """One trial: a whole raysim run, resumed after a restore from the run's own checkpoint of the round Tune's
+    copy names (Tune copies only the round's folder; client states stay with the run's checkpoints)."""
+    config = sweep.trial_config(params)
+    config = dataclasses.replace(
+        config,
+        tracking=dataclasses.replace(config.tracking, run_name=f"{sweep.name}-{tune.get_context().get_trial_id()}"),
+    )
+    resume, restored = None, tune.get_checkpoint()
+    if restored is not None:
+        with restored.as_directory() as folder:
+            copy = ckpt.load(folder, clients=False)
+        resume = ckpt.load(config.checkpoint.root(config.tracking.resolved_uri) / copy.run_id / Path(folder).name)
+    run(
+        config,
+        show_progress=False,
+        console=Console(file=io.StringIO()),
+        resume=resume,
+        callbacks=[TuneReporter()],
+        shards=shards,
+    )
+
+
+def run_sweep(sweep: Sweep, resume_path: str | None = None):
+    """Fit (or restore and finish) the sweep; returns Tune's ResultGrid."""
+    first = sweep.trial_config({})
+    # the data are read and partitioned once, here: every trial maps the same block from the object store
+    # (Ray Data's own tasks would also find no free CPU inside a trial's placement group)
+    trainable = tune.with_resources(
+        tune.with_parameters(_trial, sweep=sweep, shards=prepare_shards(first)),
+        tune.PlacementGroupFactory(bundles(first)),
+    )
+    if resume_path:
+        tuner = tune.Tuner.restore(resume_path, trainable, resume_errored=True)
+    else:
+        rounds = first.federation.rounds
+        # max_t past the last round: ASHA would otherwise stop every trial at its last report, before the run
+        # logs its summary and artifacts
+        scheduler = (
+            ASHAScheduler(time_attr="round", max_t=rounds + 1, grace_period=max(1, rounds // 4))
+            if sweep.scheduler == "asha"
+            else FIFOScheduler()
+        )
+        tuner = tune.Tuner(
+            trainable,
+            param_space=sweep.space.tune_space(),
+            tune_config=tune.TuneConfig(
+                metric=sweep.metric,
+                mode=sweep.mode,
+                num_samples=sweep.num_samples,
+                max_concurrent_trials=sweep.max_concurrent,
+                scheduler=scheduler,
+            ),
+            run_config=tune.RunConfig(
+                name=sweep.name,
+                storage_path=sweep.storage,
+                verbose=1,
+                checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+            ),
+        )
+    return tuner.fit()
+
+
+def save_sweep(sweep: Sweep) -> Path:
+    """``sweep.json`` in the sweep's folder: what ``raysim tune --resume`` needs to rebuild the trainable."""
+    folder = Path(sweep.storage) / sweep.name
+    folder.mkdir(parents=True, exist_ok=True)
+    record = {
+        k: getattr(sweep, k)
+        for k in (
+            "method",
+            "name",
+            "before",
+            "after",
+            "metric",
+            "mode",
+            "num_samples",
+            "max_concurrent",
+            "scheduler",
+            "storage",
+        )
+    }
+    record["space"] = {"source": sweep.space.source, "samplers": sweep.space.samplers, "fixed": sweep.space.fixed}
+    (folder / SWEEP_FILE).write_text(json.dumps(record, indent=1))
+    return folder
+
+
+def load_sweep(target: str) -> tuple[Sweep, Path]:
+    """The sweep in folder ``target`` (``<storage>/<name>``, as printed when it started)."""
+    folder = Path(target)
+    try:
+        record = json.loads((folder / SWEEP_FILE).read_text())
+    except (OSError, ValueError):
+        raise ConfigError(
+            f"--resume {target!r} is not a raysim sweep folder (no readable {SWEEP_FILE}); pass the "
+            f"folder printed when the sweep started"
+        ) from None
+    space = record.pop("space")
+    samplers = {k: (kind, values) for k, (kind, values) in space["samplers"].items()}
+    return Sweep(space=SearchSpace(space["source"], samplers, space["fixed"]), **record), folder
+
+
+def finish(sweep: Sweep, results, folder: Path) -> dict[str, Any]:
+    """Mark trials that ASHA stopped early KILLED in MLflow, save the best config as a preset, and return
+    {best params, metrics, run id, preset path, command}."""
+    client = MlflowClient(sweep.trial_config({}).tracking.resolved_uri)
+    rounds = sweep.trial_config({}).federation.rounds
+    for result in results:  # a trial the scheduler stopped ended without error before its last round
+        run_id = (result.metrics or {}).get("run_id")
+        if run_id and result.error is None and result.metrics.get("round", rounds) < rounds:
+            client.set_tag(run_id, "raysim.tune", "stopped early by the scheduler")
+            client.set_terminated(run_id, status="KILLED")
+    errors = [r for r in results if r.error]
+    done = [r for r in results if r.metrics and sweep.metric in r.metrics and r.metrics.get("round") == rounds]
+    done.sort(key=lambda r: r.metrics["trial_id"])  # ties go to the first trial, however Tune orders its results
+    if not done:  # the printed command runs every round, so only trials that ran them all can be reproduced
+        reason = f" ({type(errors[0].error).__name__}: {str(errors[0].error).splitlines()[0][:200]})" if errors else ""
+        raise SweepError(f"no trial of sweep {sweep.name} reported {sweep.metric} after all {rounds} rounds{reason}")
+    best = (max if sweep.mode == "max" else min)(done, key=lambda r: r.metrics[sweep.metric])
+    params = dict(best.config)
+    config = sweep.trial_config(params).to_dict()
+    preset = {k: v for k, v in config.items() if k not in ("method", *NOT_REPRODUCED)}
+    path = folder / BEST_FILE
+    path.write_text(
+        f"# best trial of sweep {sweep.name}: {sweep.metric} {best.metrics[sweep.metric]:.4f} "
+        f"({sweep.mode}) at round {best.metrics['round']}\n" + yaml.safe_dump(preset, sort_keys=False)
+    )
+    return {
+        "params": params,
+        "metrics": best.metrics,
+        "run_id": best.metrics["run_id"],
+        "preset": str(path),
+        "command": f"raysim run {sweep.method} --preset {path}",
+        "errors": len(errors),
+    }
+
+
+def plan(
+    method: str,
+    space_file: str | None,
+    num_samples: int,
+    max_concurrent: int | None,
+    metric: str,
+    mode: str,
+    scheduler: str,
+    name: str | None,
+    preset: str | None,
+    flag_layers: list[dict],
+) -> Sweep:
+    """Validate everything a sweep takes (space, objective, counts, store, cluster) before any trial starts."""
+    get_method(method)
+    check_objective(method, metric, mode, scheduler)
+    if num_samples < 1:
+        raise ConfigError(f"--num-samples {num_samples} must be at least 1")
+    if max_concurrent is not None and max_concurrent < 1:
+        raise ConfigError(f"--max-concurrent {max_concurrent} must be at least 1")
+    before = [preset_for_method(load_preset(preset), method)] if preset else []
+    space = load_space(space_file or default_space_file(method), method, before, flag_layers)
+    for key in space.samplers:
+        if key.startswith("data.") or key in DATA_KEYS:
+            raise ConfigError(
+                f"{Path(space.source).name}: space key {key!r} changes the clients' data, which all "
+                f"trials of a sweep share; fix it under 'fixed:' and sweep it with separate runs"
+            )
+    probe = build_config(method, [*before, as_layer(space.fixed), *flag_layers])
+    name = name or f"{method}-{time.strftime('%Y%m%d-%H%M%S')}"
+    check_store(probe.tracking.resolved_uri)
+    connect_ray(probe.resources)
+    # trials run in their own working folders: pin the store, the experiment and every path to absolute ones; the
+    # precision is resolved once, here, so every trial computes alike; a trial keeps the checkpoints back to its
+    # last evaluated round (the one Tune would restore)
+    pinned = {
+        "tracking": {
+            "tracking_uri": probe.tracking.resolved_uri,
+            "experiment": probe.tracking.experiment if _flag_set(flag_layers, "experiment") else name,
+        },
+        "checkpoint": {
+            "every": 1,
+            "keep": probe.federation.eval_every + 1,
+            "dir": str(probe.checkpoint.root(probe.tracking.resolved_uri)),
+        },
+        "train": {"precision": resolved(probe).train.precision},
+        "data": {"data_dir": _absolute(probe.data.data_dir)},
+        "model": {"weights": _absolute(probe.model.weights)},
+    }
+    sweep = Sweep(
+        method,
+        name,
+        before,
+        [*flag_layers, pinned],
+        space,
+        metric,
+        mode,
+        num_samples,
+        1,
+        scheduler,
+        str(beside_store(probe.tracking.resolved_uri) / "tune"),
+    )
+    return dataclasses.replace(sweep, max_concurrent=plan_concurrency(sweep.trial_config({}), max_concurrent))
+
+
+def check_store_and_ray(sweep: Sweep) -> None:
+    """The store is usable and Ray is up (joining ``--address`` if given): before a sweep resumes."""
+    config = sweep.trial_config({})
+    check_store(config.tracking.resolved_uri)
+    connect_ray(config.resources)
+
+
+def _flag_set(layers: list[dict], key: str) -> bool:
+    return any(key in layer.get("tracking", {}) for layer in layers)
+
+
+def _absolute(path: str | None) -> str | None:
+    return str(Path(path).expanduser().resolve()) if path else None

@@ -1,0 +1,1 @@
+"""Aids for tests and benchmarks: fault injection (:mod:`.chaos`)."""

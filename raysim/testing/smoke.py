@@ -1,0 +1,69 @@
+"""Seconds-long settings and a simulation without tracking, for tests and benchmarks.
+
+``TINY`` is the tests' setting (6 clients on the synthetic data, the nano backbone from random init, the sequential
+backend); :func:`smoke_layers` adds the layers a method registered for it (FedGCR's typed clients, FedV's fedround),
+so a test that loops over the registry runs every method without knowing any of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from raysim.config import build_config
+from raysim.core.registry import get_method
+from raysim.engine.driver import make_simulation, stop
+from raysim.engine.precision import resolved
+from raysim.engine.ray_session import release_pool, reserve_pool
+from raysim.engine.setup import initial_state, prepare_shards
+from raysim.tracking.checkpoint import Checkpoint
+
+TINY = {
+    "federation": {"clients": 6, "rounds": 2, "participation": 0.5, "seed": 1, "eval_every": 1},
+    "data": {"dataset": "synthetic", "partition": "iid"},
+    "train": {"local_epochs": 1},
+    "model": {"backbone": "raysim_vit_nano_p4_16", "pretrained": False},
+    "resources": {"backend": "sequential"},
+}
+
+
+def smoke_layers(method: str) -> list[dict]:
+    """The layers under which ``method`` runs on ``TINY`` (as registered with it)."""
+    smoke = get_method(method).smoke
+    return [smoke] if smoke else []
+
+
+def smoke_config(method: str, *layers: dict):
+    """``method`` on ``TINY``, its smoke layers, then ``layers``."""
+    return build_config(method, [TINY, *smoke_layers(method), *layers])
+
+
+def prepared(config, shards=None) -> tuple:
+    """(``config`` with its precision resolved as the driver resolves it, the initial global state, the shards with
+    the method's cached features): what a run has before its first round."""
+    config = resolved(config)
+    initial, shards = initial_state(config, shards if shards is not None else prepare_shards(config))
+    return config, initial, shards
+
+
+@contextmanager
+def open_simulation(config, shards=None) -> Iterator[tuple]:
+    """(simulation, initial global state, shards) of a new run of ``config`` at round 0, untracked: in this process
+    for the sequential backend, a Coordinator with a reserved pool for Ray; stopped and released on exit."""
+    config, initial, shards = prepared(config, shards)
+    start = Checkpoint("untracked", 0, config.to_dict(), initial, {}, "")
+    pool, owned = reserve_pool(config) if config.resources.backend == "ray" else (None, False)
+    simulation = make_simulation(config, shards, start, pool)
+    try:
+        yield simulation, initial, shards
+    finally:
+        stop(simulation, graceful=True)
+        if pool is not None:
+            release_pool(pool, owned)
+
+
+def run_rounds(config, shards=None) -> tuple[object, list, object]:
+    """(initial global state, every round's report, final global state) of an untracked run."""
+    with open_simulation(config, shards) as (simulation, initial, _):
+        reports = [simulation.run_round(r) for r in range(1, config.federation.rounds + 1)]
+        return initial, reports, simulation.global_state()

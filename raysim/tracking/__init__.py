@@ -1,0 +1,4 @@
+"""What a run leaves behind: MLflow runs, checkpoints and resume, reports, plots, the progress bar and table.
+
+Imports: core, config, ops. Never the engine.
+"""

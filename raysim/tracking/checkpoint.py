@@ -1,0 +1,240 @@
+"""Checkpoints: the complete state of a run after a round, written atomically as safetensors + a JSON manifest.
+
+A checkpoint is one folder ``<root>/<run id>/round-NNNNNN/`` holding ``state.safetensors`` (the global
+tensors ``params/*`` and the server state ``server/*`` — momentum, selection counts, cluster state) and
+``manifest.json`` (round, resolved config, MLflow run, the metrics and diagnostic records so far, the tensors
+file's SHA-256, and where each client's persistent state is). Client states are incremental: a checkpoint writes
+only the clients whose state changed since the previous one, as ``<root>/<run id>/clients/round-NNNNNN.safetensors``,
+and its manifest maps every client to the file holding its latest state (files no kept checkpoint refers to are
+removed). There is no RNG position to save: every random draw derives from (run seed, purpose, round, client)
+(:mod:`raysim.core.seeding`), so round r + 1 of a resumed run draws exactly what the uninterrupted run drew.
+
+Files are written under temporary names and renamed into place, so a crash never leaves a half-written checkpoint
+under a ``round-*`` name; loading checks every file's SHA-256. Nothing here unpickles anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from safetensors.torch import load_file, save_file
+
+from raysim.core.errors import ConfigError
+from raysim.core.messages import GlobalState, Tensors
+
+FORMAT = 2
+TENSORS, MANIFEST, CLIENTS = "state.safetensors", "manifest.json", "clients"
+PREFIX = "round-"
+
+
+@dataclass
+class Checkpoint:
+    """Everything a run needs to continue after ``round`` exactly as if it had never stopped."""
+
+    run_id: str
+    round: int
+    config: dict[str, Any]
+    state: GlobalState
+    client_states: dict[int, Tensors]
+    tracking_uri: str
+    history: list[dict[str, float]] = field(default_factory=list)
+    client_acc: dict[int, float] = field(default_factory=dict)
+    records: list[dict[str, Any]] = field(default_factory=list)
+    folder: Path | None = None  # where it was loaded from (a round-* folder)
+    client_files: dict[int, str] = field(default_factory=dict)  # client -> its state's file under clients/
+
+    @property
+    def method(self) -> str:
+        return self.config["method"]
+
+
+def round_folder(run_folder: Path, round: int) -> Path:
+    return Path(run_folder) / f"{PREFIX}{round:06d}"
+
+
+def save(run_folder: str | Path, checkpoint: Checkpoint, keep: int, client_files: dict[int, str] | None = None) -> Path:
+    """Write ``checkpoint`` under ``run_folder`` atomically, then keep only the ``keep`` newest (0: all).
+
+    ``checkpoint.client_states`` are the states changed since the checkpoint whose client map is ``client_files``
+    (None: they are every client's state); they go to one new file, and ``checkpoint.client_files`` becomes the map
+    of every client to its latest file.
+    """
+    run_folder = Path(run_folder)
+    run_folder.mkdir(parents=True, exist_ok=True)
+    final = round_folder(run_folder, checkpoint.round)
+    files = dict(client_files or {})
+    if checkpoint.client_states:
+        name = f"{final.name}.safetensors"
+        tensors = {f"{c}/{k}": v for c, state in checkpoint.client_states.items() for k, v in state.items()}
+        _write_atomic(run_folder / CLIENTS / name, _detached(tensors))
+        files.update({c: name for c in checkpoint.client_states})
+    partial = run_folder / f".partial-{final.name}-{os.getpid()}"
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir()
+    tensors = {f"params/{k}": v for k, v in checkpoint.state.params.items()}
+    tensors.update({f"server/{k}": v for k, v in checkpoint.state.server.items()})
+    save_file(_detached(tensors), str(partial / TENSORS), metadata={"format": str(FORMAT)})
+    manifest = {
+        "format": FORMAT,
+        "run_id": checkpoint.run_id,
+        "method": checkpoint.method,
+        "round": checkpoint.round,
+        "config": checkpoint.config,
+        "tracking_uri": checkpoint.tracking_uri,
+        "rng": "stateless: every draw derives from (run seed, purpose, round, client)",
+        "sha256": _sha256(partial / TENSORS),
+        "written_at": time.time(),
+        "order": list(tensors),
+        "history": checkpoint.history,
+        "records": checkpoint.records,
+        "client_acc": {str(c): a for c, a in checkpoint.client_acc.items()},
+        "client_files": {str(c): name for c, name in sorted(files.items())},
+        "client_sha256": {name: _sha256(run_folder / CLIENTS / name) for name in sorted(set(files.values()))},
+    }
+    (partial / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    for path in (partial / TENSORS, partial / MANIFEST):
+        with open(path, "rb") as handle:
+            os.fsync(handle.fileno())
+    shutil.rmtree(final, ignore_errors=True)  # a replayed round (rewind or recovery) replaces its checkpoint
+    os.replace(partial, final)
+    if keep:
+        for old in rounds_in(run_folder)[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+    _remove_unreferenced(run_folder)
+    checkpoint.client_files = files
+    return final
+
+
+def _detached(tensors: Tensors) -> Tensors:
+    return {k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()}  # clone: no shared storage
+
+
+def _write_atomic(path: Path, tensors: Tensors) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".partial-{path.name}-{os.getpid()}")
+    save_file(tensors, str(partial), metadata={"format": str(FORMAT)})
+    with open(partial, "rb") as handle:
+        os.fsync(handle.fileno())
+    os.replace(partial, path)
+
+
+def _remove_unreferenced(run_folder: Path) -> None:
+    """Client-state files that no kept checkpoint refers to."""
+    used = set()
+    for folder in rounds_in(run_folder):
+        try:
+            used |= set(json.loads((folder / MANIFEST).read_text()).get("client_files", {}).values())
+        except (OSError, ValueError):
+            return  # an unreadable manifest: keep everything rather than guess
+    for path in (run_folder / CLIENTS).glob("*.safetensors") if (run_folder / CLIENTS).is_dir() else ():
+        if path.name not in used:
+            path.unlink(missing_ok=True)
+
+
+def rounds_in(run_folder: Path) -> list[Path]:
+    """The complete checkpoint folders under ``run_folder``, oldest first."""
+    found = [p for p in Path(run_folder).glob(f"{PREFIX}*") if p.is_dir() and p.name[len(PREFIX) :].isdigit()]
+    return sorted(found, key=lambda p: int(p.name[len(PREFIX) :]))
+
+
+def load(target: str | Path, clients: bool = True) -> Checkpoint:
+    """The checkpoint in folder ``target``: a ``round-*`` folder, or a run's folder (its newest checkpoint);
+    ``clients=False`` leaves the clients' states on disk (the end of a run needs only the global state)."""
+    target = Path(target)
+    folder = target
+    if not (target / MANIFEST).is_file():
+        found = rounds_in(target)
+        if not found:
+            raise ConfigError(
+                f"{target} holds no checkpoint (no {PREFIX}*/{MANIFEST}); pass a run id or the "
+                f"checkpoint folder printed when the run stopped"
+            )
+        folder = found[-1]
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text())
+    except (OSError, ValueError):
+        manifest = None
+    if (
+        not isinstance(manifest, dict)
+        or manifest.get("format") not in (1, FORMAT)
+        or not isinstance(manifest.get("config"), dict)
+    ):
+        raise ConfigError(
+            f"{folder / MANIFEST} is not a raysim checkpoint manifest (format 1 or {FORMAT}); "
+            f"pass another checkpoint folder"
+        ) from None
+    if not (folder / TENSORS).is_file() or _sha256(folder / TENSORS) != manifest["sha256"]:
+        raise ConfigError(
+            f"{folder / TENSORS} is missing or does not match the SHA-256 in its manifest; "
+            f"resume from an earlier {PREFIX}* folder"
+        )
+    tensors = load_file(str(folder / TENSORS))
+    state = _unflatten(tensors, [k for k in manifest["order"] if not k.startswith("client/")])
+    files = {int(c): name for c, name in manifest.get("client_files", {}).items()}
+    if manifest["format"] == 1:  # every client's state inside state.safetensors, as client/<id>/<name>
+        states = _by_client({k[len("client/") :]: v for k, v in tensors.items() if k.startswith("client/")}, None)
+    elif not clients:
+        states = {}
+    else:
+        states = _client_states(folder.parent / CLIENTS, files, manifest["client_sha256"])
+    return Checkpoint(
+        run_id=manifest["run_id"],
+        round=int(manifest["round"]),
+        config=manifest["config"],
+        state=state,
+        client_states=states,
+        tracking_uri=manifest["tracking_uri"],
+        history=manifest["history"],
+        client_acc={int(c): a for c, a in manifest["client_acc"].items()},
+        records=manifest["records"],
+        folder=folder,
+        client_files=files,
+    )
+
+
+def _client_states(folder: Path, files: dict[int, str], hashes: dict[str, str]) -> dict[int, Tensors]:
+    """Each client's state from the file the manifest names for it, in client order."""
+    states: dict[int, Tensors] = {}
+    for name in sorted(set(files.values())):
+        path = folder / name
+        if not path.is_file() or _sha256(path) != hashes.get(name):
+            raise ConfigError(
+                f"{path} is missing or does not match the SHA-256 in the manifest; resume from an "
+                f"earlier {PREFIX}* folder"
+            )
+        states.update(_by_client(load_file(str(path)), {c for c, f in files.items() if f == name}))
+    return dict(sorted(states.items()))
+
+
+def _by_client(tensors: Tensors, wanted: set[int] | None) -> dict[int, Tensors]:
+    """``<client>/<name>`` tensors as {client: {name: tensor}}, for the ``wanted`` clients (None: all)."""
+    states: dict[int, Tensors] = {}
+    for key, value in tensors.items():
+        client, name = key.split("/", 1)
+        if wanted is None or int(client) in wanted:
+            states.setdefault(int(client), {})[name] = value
+    return states
+
+
+def _unflatten(tensors: Tensors, order: list[str]) -> GlobalState:
+    """Back to dicts in the order they were saved (aggregation and byte counts then see the same order)."""
+    params, server = {}, {}
+    for key in order:
+        kind, rest = key.split("/", 1)
+        (params if kind == "params" else server)[rest] = tensors[key]
+    return GlobalState(params=params, server=server)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

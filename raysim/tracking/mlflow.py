@@ -1,0 +1,132 @@
+"""MLflow tracking: one run per simulation (params, tags, per-round metrics, artifacts).
+
+The default store is a SQLite file under ``./raysim-runs`` with artifacts beside it; ``--tracking-uri``
+points anywhere MLflow can (``http://127.0.0.1:5000`` for a server, which a cluster needs).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from mlflow.entities import Metric, Param
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+
+from raysim.core.errors import ConfigError
+
+PARAM_LIMIT = 500  # MLflow caps a param value's length
+
+
+def check_store(uri: str) -> None:
+    """Fail early, with one line, if the store cannot be used; creates nothing.
+
+    A SQLite file must be creatable (its nearest existing folder writable); a server must answer ``/health``;
+    a plain folder is refused as MLflow 3 does, unless MLFLOW_ALLOW_FILE_STORE is set.
+    """
+    if uri.startswith("sqlite:///"):
+        path = Path(uri[len("sqlite:///") :])
+        existing = next(p for p in [path, *path.parents] if p.exists())
+        try:
+            if existing != path:
+                tempfile.TemporaryDirectory(dir=existing).cleanup()  # probe: creates and removes one folder
+            elif not (path.is_file() and os.access(path, os.W_OK)):
+                raise PermissionError(path)
+        except OSError:
+            raise ConfigError(
+                f"tracking store {uri} is not writable (cannot create files in {existing}); "
+                "pass --tracking-uri sqlite:///SOME/WRITABLE/DIR/mlflow.db"
+            ) from None
+    elif uri.startswith(("http://", "https://")):
+        try:
+            urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=5).close()
+        except OSError as error:
+            raise ConfigError(
+                f"MLflow server {uri} does not answer ({getattr(error, 'reason', error)}); start it with "
+                "'mlflow server --host 127.0.0.1 --port 5000' or pass another --tracking-uri"
+            ) from None
+    elif ("://" not in uri or uri.startswith("file:")) and not os.environ.get("MLFLOW_ALLOW_FILE_STORE"):
+        raise ConfigError(
+            f"tracking store {uri!r} is a plain folder, which MLflow 3 refuses; pass "
+            "--tracking-uri sqlite:///PATH/mlflow.db (or set MLFLOW_ALLOW_FILE_STORE=1)"
+        )
+
+
+def check_run_store(uri: str, whose: str = "") -> None:
+    """Fail with one line, creating nothing, when a SQLite store to read from does not exist."""
+    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///") :]).is_file():
+        raise ConfigError(f"the MLflow store {uri}{whose} does not exist; pass --tracking-uri of an existing store")
+
+
+def check_run(uri: str, run_id: str) -> None:
+    """Fail with one line, creating nothing, unless ``run_id`` is a run in the store ``uri`` (``--resume``)."""
+    check_run_store(uri, " of the checkpoint")
+    try:
+        MlflowClient(tracking_uri=uri).get_run(run_id)
+    except MlflowException:
+        raise ConfigError(f"MLflow run {run_id} of the checkpoint is not in the store {uri}") from None
+
+
+def _artifact_root(uri: str) -> str | None:
+    if uri.startswith("sqlite:///"):
+        return (Path(uri[len("sqlite:///") :]).parent / "artifacts").resolve().as_uri()
+    return None
+
+
+class Tracker:
+    """A thin layer over an MLflow client for one run; every call names the run explicitly."""
+
+    def __init__(self, uri: str):
+        logging.getLogger("mlflow").setLevel(logging.WARNING)
+        logging.getLogger("alembic").setLevel(logging.WARNING)
+        self.uri = uri
+        self.client = MlflowClient(tracking_uri=uri)
+        self.run_id: str | None = None
+
+    def start(self, experiment: str, run_name: str, params: dict[str, Any], tags: dict[str, str]) -> str:
+        """A new run in ``experiment`` (created if missing) with the resolved config as params."""
+        if self.uri.startswith("sqlite:///"):
+            Path(self.uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
+        found = self.client.get_experiment_by_name(experiment)
+        experiment_id = (
+            found.experiment_id
+            if found
+            else self.client.create_experiment(experiment, artifact_location=_artifact_root(self.uri))
+        )
+        run = self.client.create_run(experiment_id, run_name=run_name, tags=tags)
+        self.run_id = run.info.run_id
+        items = [Param(k, str(v)[:PARAM_LIMIT]) for k, v in sorted(params.items())]
+        for start in range(0, len(items), 100):
+            self.client.log_batch(self.run_id, params=items[start : start + 100])
+        return self.run_id
+
+    def attach(self, run_id: str) -> None:
+        """Continue an existing run (``--resume``): it is RUNNING again until :meth:`end`."""
+        self.run_id = run_id
+        self.client.update_run(run_id, status="RUNNING")
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        now = int(time.time() * 1000)
+        self.client.log_batch(self.run_id, metrics=[Metric(k, float(v), now, step) for k, v in metrics.items()])
+
+    def log_artifact(self, path: str | Path, folder: str | None = None) -> None:
+        self.client.log_artifact(self.run_id, str(path), folder)
+
+    def log_text(self, text: str, name: str) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / name
+            path.write_text(text)
+            self.log_artifact(path)
+
+    def log_json(self, data: Any, name: str) -> None:
+        self.log_text(json.dumps(data, indent=2, sort_keys=True), name)
+
+    def end(self, status: str = "FINISHED") -> None:
+        if self.run_id is not None:
+            self.client.set_terminated(self.run_id, status=status)

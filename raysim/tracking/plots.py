@@ -1,0 +1,148 @@
+"""Pictures saved as MLflow artifacts: accuracy curves, the global-vs-worst-local view, selection maps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+CURVES = (
+    ("global_acc", "global"),
+    ("local_acc", "local (mean client)"),
+    ("worst_local_acc", "worst client"),
+    ("unseen_acc", "unseen clients"),
+)
+
+
+def plot_accuracy_curves(history: list[dict[str, float]], title: str, path: str | Path) -> None:
+    """Accuracy (%) per evaluated round for each accuracy metric present."""
+    rounds = [h["round"] for h in history if "global_acc" in h]
+    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=120)
+    for key, label in CURVES:
+        values = [h[key] for h in history if "global_acc" in h and key in h]
+        if len(values) == len(rounds) and values:
+            ax.plot(rounds, values, marker="o", markersize=3, label=label)
+    ax.set_xlabel("round")
+    ax.set_ylabel("accuracy (%)")
+    _finish(fig, ax, title, path, legend=True)
+
+
+def plot_client_accuracy(client_acc: dict[int, float], title: str, path: str | Path) -> None:
+    """Final accuracy of every client, sorted, with the worst and the mean marked."""
+    values = sorted(client_acc.values())
+    fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=120)
+    ax.bar(range(len(values)), values, width=1.0, color="tab:blue")
+    if values:
+        ax.axhline(sum(values) / len(values), color="tab:orange", label="mean client")
+        ax.axhline(values[0], color="tab:red", linestyle="--", label="worst client")
+    ax.set_xlabel("clients, sorted by accuracy")
+    ax.set_ylabel("accuracy (%)")
+    ax.set_title(title)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def plot_type_accuracy(table: dict[str, dict[str, float]], title: str, path: str | Path) -> None:
+    """Mean client accuracy per client type (bars, with the clients' spread), from :func:`type_accuracy_table`."""
+    names = list(table)
+    fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=120)
+    ax.bar(
+        names,
+        [table[n]["mean_acc"] for n in names],
+        yerr=[table[n]["std_acc"] for n in names],
+        color="tab:blue",
+        capsize=4,
+    )
+    for i, n in enumerate(names):
+        ax.annotate(f"{table[n]['clients']:.0f} clients", (i, 0), ha="center", va="bottom", fontsize=7, color="white")
+    ax.set_ylabel("mean client accuracy (%)")
+    ax.set_title(title)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def type_accuracy_table(
+    client_acc: dict[int, float], client_type: np.ndarray, type_names
+) -> dict[str, dict[str, float]]:
+    """Per client type: number of evaluated clients, mean and population std of their accuracies."""
+    table = {}
+    for t in np.unique(np.asarray(client_type)[list(client_acc)]):
+        values = np.array([a for c, a in client_acc.items() if client_type[c] == t])
+        name = type_names[t] if t < len(type_names) else str(t)
+        table[name] = {"clients": float(len(values)), "mean_acc": float(values.mean()), "std_acc": float(values.std())}
+    return table
+
+
+def plot_selection_map(counts, title: str, path: str | Path) -> None:
+    """Rows per group for every client ([clients, groups]), each client's row normalised: who uses which group."""
+    counts = np.asarray(counts, dtype=float)
+    shares = counts / np.maximum(counts.sum(axis=1, keepdims=True), 1)
+    fig, ax = plt.subplots(figsize=(6.4, 4.8), dpi=120)
+    image = ax.imshow(shares, aspect="auto", interpolation="nearest", cmap="viridis", vmin=0, vmax=1)
+    fig.colorbar(image, ax=ax, label="share of the client's test rows")
+    ax.set_xlabel("group")
+    ax.set_ylabel("client")
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def plot_selection_stability(counts, rounds: list[int], title: str, path: str | Path) -> None:
+    """SGPT Fig. 3: mean and std over evaluated rounds of one client's rows per group ([rounds, groups])."""
+    counts = np.asarray(counts, dtype=float)
+    fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=120)
+    ax.bar(range(counts.shape[1]), counts.mean(axis=0), yerr=counts.std(axis=0), capsize=3, color="tab:blue")
+    ax.set_xlabel("group")
+    ax.set_ylabel(f"rows per group (rounds {rounds[0]}-{rounds[-1]})")
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def plot_compared_curves(
+    curves: dict[str, tuple[list[int], list[float]]], methods: dict[str, str], title: str, path: str | Path
+) -> None:
+    """Global accuracy per round of several runs overlaid, one colour per method (``raysim report``)."""
+    colours = {m: f"C{i % 10}" for i, m in enumerate(sorted(set(methods.values())))}
+    fig, ax = plt.subplots(figsize=(7.2, 4.4), dpi=120)
+    shown = set()
+    for name, (rounds, values) in curves.items():
+        method = methods[name]
+        ax.plot(rounds, values, color=colours[method], alpha=0.8, label=None if method in shown else method)
+        shown.add(method)
+    ax.set_xlabel("round")
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    ax.set_ylabel("global accuracy (%)")
+    _finish(fig, ax, title, path, legend=True)
+
+
+def plot_global_vs_worst(points: dict[str, tuple[float, float]], title: str, path: str | Path) -> None:
+    """Each method's global accuracy against its worst client's (last-10 means), as the papers plot them."""
+    fig, ax = plt.subplots(figsize=(5.6, 4.6), dpi=120)
+    for i, (method, (global_acc, worst)) in enumerate(sorted(points.items())):
+        ax.scatter([global_acc], [worst], color=f"C{i % 10}", s=40)
+        ax.annotate(method, (global_acc, worst), textcoords="offset points", xytext=(5, 4), fontsize=8)
+    ax.set_xlabel("global accuracy (%), mean of the last 10 evaluations")
+    ax.set_ylabel("worst local accuracy (%)")
+    _finish(fig, ax, title, path, legend=False)
+
+
+def _finish(fig, ax, title: str, path: str | Path, legend: bool) -> None:
+    """Title, light grid, legend if asked, then save and free the figure."""
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    if legend:
+        ax.legend(loc="best")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

@@ -1,0 +1,111 @@
+import pytest
+import yaml
+
+from raysim.config import build_config, dump_yaml, load_preset, parse_override, preset_for_method, presets
+from raysim.core.errors import ConfigError
+from raysim.core.registry import METHODS
+
+
+def test_defaults_are_valid_and_resolve_method_options():
+    config = build_config("fedprox", [])
+    assert config.federation.clients == 100
+    assert config.options.mu == pytest.approx(0.01)
+    assert config.flat()["fedprox.mu"] == pytest.approx(0.01)
+
+
+def test_layers_merge_in_order_and_values_are_coerced():
+    config = build_config(
+        "fedprox",
+        [
+            {"federation": {"rounds": 5, "participation": 1}},
+            {"federation": {"rounds": 7}, "fedprox": {"mu": 1}},
+        ],
+    )
+    assert config.federation.rounds == 7
+    assert isinstance(config.federation.participation, float) and config.federation.participation == 1.0
+    assert isinstance(config.options.mu, float)
+
+
+def test_parse_override_reads_yaml_values():
+    assert parse_override("train.lr=0.05") == ("train", "lr", 0.05)
+    assert parse_override("model.weights=null") == ("model", "weights", None)
+    assert parse_override("data.dataset=digits") == ("data", "dataset", "digits")
+
+
+@pytest.mark.parametrize(
+    "layers, fragment",
+    [
+        ([{"federation": {"participation": 0.0}}], "participation=0.0 must be in (0, 1]"),
+        ([{"federation": {"participation": 1.5}}], "participation=1.5"),
+        ([{"data": {"alpha": 0.0}}], "data.alpha=0.0 must be > 0"),
+        ([{"data": {"dataset": "cifar1000"}}], "valid datasets: cifar10, cifar100, digit-five, digits,"),
+        ([{"data": {"partition": "nope"}}], "valid partitions: dirichlet, domains, iid, pachinko, pathological"),
+        ([{"federation": {"clients": 3}, "resources": {"workers": 4}}], "workers=4 is more than the 3 clients"),
+        ([{"federation": {"colour": 1}}], "unknown key federation.colour; valid keys in federation:"),
+        ([{"federation": {"rounds": "ten"}}], "federation.rounds='ten' has the wrong type; expected int"),
+        ([{"fgpt": {"k": 2}}], "unknown section 'fgpt' for method fedvpt"),
+        ([{"fedvpt": {"prompt_length": 0}}], "prompt_length=0 must be at least 1"),
+        (
+            [{"model": {"weights": "/no/such/file.safetensors"}}],
+            "weights file /no/such/file.safetensors does not exist",
+        ),
+    ],
+)
+def test_bad_values_give_one_line_errors(layers, fragment):
+    with pytest.raises(ConfigError) as info:
+        build_config("fedvpt", layers)
+    assert fragment in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_unknown_method_lists_valid_names():
+    with pytest.raises(
+        ConfigError,
+        match="valid methods: " + ", ".join(METHODS),
+    ):
+        build_config("fedsgd", [])
+
+
+def test_bad_override_syntax():
+    with pytest.raises(ConfigError, match="section.key=value"):
+        parse_override("rounds=3")
+
+
+def test_presets_are_listed_loaded_and_valid():
+    names = presets()
+    assert names.get("quick")
+    for name in names:
+        for method in ("fedvpt", "sgpt", "fgpt-u"):  # a preset may carry several methods' option sections
+            build_config(method, [preset_for_method(load_preset(name), method)])
+
+
+def test_preset_file_and_errors(tmp_path):
+    good = tmp_path / "mine.yaml"
+    good.write_text("federation: {rounds: 2}\n")
+    assert build_config("fedvpt", [load_preset(str(good))]).federation.rounds == 2
+    with pytest.raises(ConfigError, match="valid presets"):
+        load_preset("no-such-preset")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("federation: [1, 2\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_preset(str(bad))
+
+
+def test_resolved_config_round_trips_through_yaml():
+    config = build_config("fedprox", [{"fedprox": {"mu": 0.5}, "federation": {"rounds": 3}}])
+    data = yaml.safe_load(dump_yaml(config))
+    again = build_config(data.pop("method"), [data])
+    assert again == config
+
+
+def test_a_preset_carries_options_for_several_methods(tmp_path):
+    from raysim.config import preset_for_method
+
+    path = tmp_path / "setting.yaml"
+    path.write_text("federation: {rounds: 4}\nfedprox: {mu: 0.3}\nfedvpt: {prompt_length: 3}\n")
+    preset = load_preset(str(path))
+    assert build_config("fedprox", [preset_for_method(preset, "fedprox")]).options.mu == pytest.approx(0.3)
+    vpt = build_config("fedvpt", [preset_for_method(preset, "fedvpt")])
+    assert vpt.options.prompt_length == 3 and vpt.federation.rounds == 4
+    with pytest.raises(ConfigError, match="unknown section 'fedprox'"):
+        build_config("fedvpt", [preset])  # --set style layers keep rejecting other methods' sections

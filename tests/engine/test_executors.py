@@ -1,0 +1,108 @@
+"""The Ray backend: same numbers as the sequential one, any pool size, fractional resources, many clients."""
+
+from __future__ import annotations
+
+import pytest
+import ray
+
+from raysim.config import build_config
+from raysim.core.errors import ConfigError
+from raysim.engine.executors import RayExecutor, balance
+from raysim.engine.ray_session import release_pool, reserve_pool
+from raysim.engine.setup import prepare_shards
+from raysim.testing.smoke import open_simulation, prepared, run_rounds
+
+FAST = {
+    "federation": {"clients": 20, "rounds": 3, "participation": 0.25, "seed": 3, "eval_every": 1},
+    "data": {"dataset": "synthetic", "partition": "dirichlet", "alpha": 1.0},
+    "train": {"local_epochs": 1},
+    "model": {"backbone": "raysim_vit_nano_p4_16", "pretrained": False},
+    "fedvpt": {"prompt_length": 2},
+}
+
+
+def config_for(backend, workers=0, **resources):
+    return build_config("fedvpt", [FAST, {"resources": {"backend": backend, "workers": workers, **resources}}])
+
+
+def metrics_of(config):
+    return [report.metrics for report in run_rounds(config)[1]]
+
+
+ACCURACY = ("global_acc", "local_acc", "worst_local_acc", "sigma_client", "train_loss")
+
+
+@pytest.fixture(scope="module")
+def sequential_run(ray_session):
+    return metrics_of(config_for("sequential"))
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_ray_matches_sequential_for_any_pool_size(ray_session, sequential_run, workers):
+    ray_run = metrics_of(config_for("ray", workers=workers, cpus_per_client=0.5))
+    assert len(ray_run) == len(sequential_run) == 3
+    for seq, par in zip(sequential_run, ray_run):
+        for key in ACCURACY + ("bytes_up", "bytes_down"):
+            assert par[key] == pytest.approx(seq[key], abs=1e-6), key
+    assert sequential_run[-1]["train_loss"] < sequential_run[0]["train_loss"]  # it trains (a monotone check)
+
+
+def test_workers_get_the_requested_fractional_resources_in_their_bundles(ray_session):
+    config = config_for("ray", workers=2, cpus_per_client=0.5, gpus_per_client=0.5)
+    config, _, shards = prepared(config)
+    pool, owned = reserve_pool(config)
+    executor = RayExecutor(config, shards, ray.put(shards), pool)
+    try:
+        assigned = executor.resources()
+    finally:
+        executor.shutdown()
+        release_pool(pool, owned)
+    assert len(assigned) == 2
+    for resources in assigned:
+        assert resources["CPU"] == pytest.approx(0.5)
+        assert resources["GPU"] == pytest.approx(0.5)
+
+
+def test_thousand_clients_run_on_a_pool_of_two(ray_session):
+    layers = [
+        FAST,
+        {
+            "federation": {"clients": 1000, "rounds": 1, "participation": 0.004},
+            "data": {"partition": "iid"},
+            "resources": {"workers": 2, "cpus_per_client": 0.5},
+        },
+    ]
+    config = build_config("fedvpt", layers)
+    shards = prepare_shards(config)
+    assert shards.num_clients == 1000
+    metrics = run_rounds(config, shards)[1][0].metrics
+    assert metrics["bytes_up"] > 0 and 0.0 <= metrics["global_acc"] <= 100.0
+
+
+def test_pool_that_does_not_fit_is_a_config_error(ray_session):
+    with pytest.raises(ConfigError, match="3 workers .* do not fit the Ray cluster's 2 CPU"):
+        reserve_pool(config_for("ray", workers=3, cpus_per_client=1.0))
+
+
+def test_unseen_clients_never_train_and_are_reported(ray_session):
+    config = build_config(
+        "fedvpt",
+        [FAST, {"federation": {"unseen_fraction": 0.2, "participation": 0.5}, "resources": {"backend": "sequential"}}],
+    )
+    with open_simulation(config) as (simulation, _, shards):
+        assert len(shards.unseen) == 4 and config.federation.clients_per_round == 8
+        reports = [simulation.run_round(r) for r in range(1, 4)]
+    for report in reports:
+        assert not set(report.sampled) & set(shards.unseen)
+        assert 0.0 <= report.metrics["unseen_acc"] <= 100.0
+    assert set(shards.unseen) <= set(reports[-1].client_acc)
+
+
+def test_clients_are_dealt_to_workers_by_rows_not_by_count():
+    # one big client (the single client of a rare domain under DIF 10) and many small ones
+    chunks = balance([0, 1, 2, 3, 4, 5], [480, 48, 48, 48, 48, 48], 2)
+    assert chunks == [[0], [1, 2, 3, 4, 5]]
+    assert balance([7], [3], 4) == [[7]] and balance([], [], 2) == []
+    assert sorted(c for chunk in balance(list(range(9)), [5, 1, 4, 2, 3, 3, 2, 4, 1], 3) for c in chunk) == list(
+        range(9)
+    )

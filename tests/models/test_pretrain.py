@@ -1,0 +1,74 @@
+"""The pretraining recipe at tiny scale, and the shipped weights' hash check."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+from dataclasses import asdict
+
+import pytest
+import torch
+
+from raysim.cli import main
+from raysim.core.errors import ConfigError
+from raysim.models import backbones
+from raysim.models.backbones import DEFAULT_BACKBONE, NANO_BACKBONE, build_backbone
+from raysim.models.pretrain import PretrainRecipe, pretrain, sha256_of
+
+TINY = PretrainRecipe(backbone=NANO_BACKBONE, per_class=3, epochs=1, batch_size=64, threads=1)
+
+
+def test_tiny_recipe_is_deterministic_and_its_file_loads(tmp_path):
+    first = pretrain(TINY, tmp_path / "a.safetensors", command="raysim pretrain --out a.safetensors")
+    second = pretrain(TINY, tmp_path / "b.safetensors")
+    assert first["sha256"] == second["sha256"] == sha256_of(tmp_path / "a.safetensors")
+    sidecar = json.loads((tmp_path / "a.json").read_text())
+    assert sidecar["command"] == "raysim pretrain --out a.safetensors" and sidecar["corpus"]["classes"] > 100
+    trained = build_backbone(NANO_BACKBONE, weights=tmp_path / "a.safetensors")
+    random = build_backbone(NANO_BACKBONE, seed=0)
+    assert not torch.equal(trained.blocks[0].attn.qkv.weight, random.blocks[0].attn.qkv.weight)
+
+
+def test_shipped_weights_load_by_hash_and_differ_from_random_init():
+    sidecar = backbones.shipped_weights(DEFAULT_BACKBONE)
+    assert sidecar is not None and sidecar["command"].startswith("raysim pretrain")
+    assert (backbones.WEIGHTS_DIR / sidecar["file"]).stat().st_size < 10 * 2**20
+    pretrained = build_backbone(DEFAULT_BACKBONE, pretrained=True)
+    random = build_backbone(DEFAULT_BACKBONE, pretrained=False, seed=0)
+    assert not torch.equal(pretrained.patch_embed.proj.weight, random.patch_embed.proj.weight)
+
+
+def test_tampered_shipped_weights_fail_the_hash_check(tmp_path, monkeypatch):
+    sidecar = backbones.shipped_weights(DEFAULT_BACKBONE)
+    shutil.copy(backbones.WEIGHTS_DIR / f"{DEFAULT_BACKBONE}.json", tmp_path)
+    data = bytearray((backbones.WEIGHTS_DIR / sidecar["file"]).read_bytes())
+    data[-1] ^= 0xFF
+    (tmp_path / sidecar["file"]).write_bytes(bytes(data))
+    monkeypatch.setattr(backbones, "WEIGHTS_DIR", tmp_path)
+    with pytest.raises(ConfigError, match="fail their SHA-256 check"):
+        build_backbone(DEFAULT_BACKBONE, pretrained=True)
+
+
+def test_recorded_command_sets_every_recipe_field():
+    recipe = PretrainRecipe(
+        per_class=7,
+        epochs=3,
+        batch_size=32,
+        lr=2.5e-3,
+        weight_decay=0.1,
+        warmup_epochs=0.5,
+        label_smoothing=0.0,
+        seed=4,
+        threads=1,
+        precision="fp32",
+    )
+    argv = shlex.split(recipe.command("my weights/w.safetensors"))
+    assert argv[:2] == ["raysim", "pretrain"]
+    params = main.commands["pretrain"].make_context("pretrain", argv[2:]).params
+    assert params.pop("out") == "my weights/w.safetensors" and params == asdict(recipe)
+
+
+def test_unknown_precision_is_refused():
+    with pytest.raises(ConfigError, match="unknown precision 'fp16'; use one of fp32, bf16"):
+        PretrainRecipe(precision="fp16")

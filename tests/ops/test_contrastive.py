@@ -1,0 +1,41 @@
+"""FedGC's formulas (FedGCR Eq. 4, 7, 8) and the GMM clustering, against hand-computed values."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from raysim.ops import contrastive as gc
+
+
+def test_class_balanced_mean_weighs_classes_not_rows():
+    h = torch.tensor([[1.0, 0.0], [3.0, 0.0], [0.0, 4.0]])
+    assert gc.class_balanced_mean(h, torch.tensor([0, 0, 1])).tolist() == pytest.approx([1.0, 2.0])
+    # the plain mean would leak the 2:1 label mix: [4/3, 4/3]
+
+
+def test_gc_loss_hand_computed_with_and_without_h_prev():
+    h, centres = torch.tensor([[1.0, 0.0]]), torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    # logits / tau = [2 (own centre), 0 (other), -2 (h_prev)]
+    with_prev = gc.gc_loss(h, centres, 0, torch.tensor([-1.0, 0.0]), tau=0.5)
+    assert with_prev.item() == pytest.approx(math.log(math.exp(2) + 1 + math.exp(-2)) - 2)
+    without = gc.gc_loss(h, centres, 0, None, tau=0.5)
+    assert without.item() == pytest.approx(math.log(1 + math.exp(-2)))
+    # the cluster index picks the numerator
+    assert gc.gc_loss(h, centres, 1, None, tau=0.5).item() == pytest.approx(math.log(math.exp(2) + 1))
+
+
+def test_gc_loss_cosine_variant_ignores_norms():
+    h, centres = torch.tensor([[10.0, 0.0]]), torch.tensor([[3.0, 0.0], [0.0, 7.0]])
+    assert gc.gc_loss(h, centres, 0, None, tau=0.5, kind="cosine").item() == pytest.approx(math.log(1 + math.exp(-2)))
+
+
+def test_ra_loss_hand_computed():
+    z, z0, z_prev = torch.tensor([[1.0, 0.0]]), torch.tensor([[1.0, 0.0]]), torch.tensor([[0.0, 1.0]])
+    assert gc.ra_loss(z, z0, z_prev, tau=0.5).item() == pytest.approx(math.log(1 + math.exp(-2)))
+    # dot products: z.z0 = 2, z.z_prev = 0 for z = [2, 0]; cosine (authors' code, no tau) sees 1 and 0
+    z2 = torch.tensor([[2.0, 0.0]])
+    assert gc.ra_loss(z2, z0, z_prev, tau=1.0).item() == pytest.approx(math.log(1 + math.exp(-2)))
+    assert gc.ra_loss(z2, z0, z_prev, tau=1.0, kind="cosine").item() == pytest.approx(math.log(1 + math.exp(-1)))

@@ -1,0 +1,82 @@
+"""Search-space files: the YAML grammar, its mapping onto Tune's samplers, and errors that name file and key."""
+
+from __future__ import annotations
+
+import pytest
+
+from raysim.core.errors import ConfigError
+from raysim.core.registry import METHODS
+from raysim.sweep.space import default_space_file, load_space
+
+
+def space_file(tmp_path, text):
+    path = tmp_path / "space.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_samplers_map_onto_tune_with_inclusive_randint(tmp_path):
+    from ray import tune
+
+    path = space_file(
+        tmp_path,
+        "fixed: {federation.rounds: 4}\nspace:\n"
+        "  fedgcr.clusters: {randint: [3, 5]}\n  fedgcr.q: {choice: [0.5, 2]}\n"
+        "  train.lr: {loguniform: [1.0e-4, 1.0e-2]}\n  fedgcr.delta: {uniform: [0.2, 0.4]}\n"
+        "  fedgcr.gamma: {grid: [0.1, 0.9]}\n",
+    )
+    space = load_space(path, "fedgcr", [], [])
+    assert space.fixed == {"federation.rounds": 4}
+    tuned = space.tune_space()
+    assert isinstance(tuned["fedgcr.clusters"], tune.search.sample.Integer)
+    assert (tuned["fedgcr.clusters"].lower, tuned["fedgcr.clusters"].upper) == (3, 6)  # Tune's upper is exclusive
+    assert tuned["fedgcr.q"].categories == [0.5, 2]
+    assert (tuned["fedgcr.delta"].lower, tuned["fedgcr.delta"].upper) == (0.2, 0.4)
+    assert tuned["fedgcr.gamma"] == {"grid_search": [0.1, 0.9]}
+    draws = {tuned["fedgcr.clusters"].sample() for _ in range(200)}
+    assert draws == {3, 4, 5}
+
+
+BAD = [
+    ("space:\n  fedgcr.deltaa: {uniform: [0, 1]}\n", "space key 'fedgcr.deltaa' = 0: unknown key fedgcr.deltaa"),
+    (
+        "space:\n  fedgcr.delta: {uniform: [0, 1.5]}\n",
+        "space key 'fedgcr.delta' = 1.5: fedgcr.delta=1.5 must be in [0, 1]",
+    ),
+    ("space:\n  fedgcr.delta: {uniform: [0.5, 0.5]}\n", "uniform bounds [0.5, 0.5] need low < high"),
+    ("space:\n  train.lr: {loguniform: [0, 1]}\n", "loguniform bounds [0, 1] must be > 0"),
+    ("space:\n  fedgcr.clusters: {randint: [3, 4.5]}\n", "randint bounds must be integers"),
+    ("space:\n  fedgcr.q: {normal: [0, 1]}\n", "valid samplers: choice, grid, uniform, loguniform, randint"),
+    ("space:\n  fedgcr.q: {choice: []}\n", "choice needs a non-empty list of values"),
+    ("space:\n  fedgcr.q: {choice: [1, -1]}\n", "space key 'fedgcr.q' = -1: fedgcr.q=-1.0 must be >= 0"),
+    ("space:\n  rounds: {choice: [1]}\n", "space key 'rounds' must look like section.key"),
+    ("fixed: {federation.rounds: 0}\nspace:\n  fedgcr.q: {choice: [1]}\n", "fixed key 'federation.rounds' = 0"),
+    ("space: {}\n", "must have a non-empty 'space:' mapping"),
+    ("spaces:\n  fedgcr.q: {choice: [1]}\n", "must have a non-empty 'space:' mapping"),
+    ("space:\n  fedgcr.q: {choice: [1]}\nextra: 1\n", "unknown top-level key 'extra'"),
+    ("space: [\n", "is not valid YAML"),
+]
+
+
+@pytest.mark.parametrize("text, fragment", BAD, ids=[b[1][:40] for b in BAD])
+def test_bad_space_files_name_the_file_and_key(tmp_path, text, fragment):
+    path = space_file(tmp_path, text)
+    with pytest.raises(ConfigError) as error:
+        load_space(path, "fedgcr", [{"data": {"partition": "domains"}}], [])
+    assert fragment in str(error.value) and str(path) in str(error.value)
+
+
+def test_every_shipped_space_is_valid_for_its_methods():
+    methods = list(METHODS)
+    covered = []
+    for method in methods:
+        try:
+            path = default_space_file(method)
+        except ConfigError as error:
+            assert "no search space ships" in str(error) and "ditto, fedgcr, fedprox, fedvz, fgpt, qffl, sgpt" in str(
+                error
+            )
+            continue
+        load_space(path, method, [], [])
+        covered.append(method)
+    assert {"sgpt", "fgpt", "fgpt-u", "fedgcr", "fedgc", "fedgr", "fedprox", "qffl", "fedvz", "ditto"} <= set(covered)

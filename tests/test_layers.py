@@ -1,0 +1,110 @@
+"""Guard rails on the package's shape: no import cycle among raysim's modules, and each layer imports only what it
+may (the method files and the pure math never reach for Ray or the engine)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FOLDERS = {"raysim": "raysim", "actors": "raysim.actors", "algorithms": "raysim.algorithms"}
+
+
+def modules() -> dict[str, Path]:
+    """Module name -> file, for every module of the distribution."""
+    found = {}
+    for folder, package in FOLDERS.items():
+        for path in (ROOT / folder).rglob("*.py"):
+            parts = list(path.relative_to(ROOT / folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            found[".".join([package, *parts])] = path
+    return found
+
+
+def imports_of(path: Path, name: str, known: set[str]) -> set[str]:
+    """The raysim modules ``path`` imports, at any depth of its code (imports inside functions count)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
+                )
+            names = [f"{base}.{alias.name}" for alias in node.names]  # a submodule, or a name defined in base
+            targets = [n if n in known else base for n in names]
+        else:
+            continue
+        for target in targets:
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target and target != name and target != "raysim":
+                out.add(target)
+    return out
+
+
+GRAPH = {name: imports_of(path, name, set(modules())) for name, path in modules().items()}
+
+
+def test_no_import_cycles():
+    """Depth-first search over the import graph; a cycle is reported with its modules in order."""
+    state: dict[str, str] = {}
+
+    def visit(node: str, trail: list[str]) -> None:
+        state[node] = "open"
+        for nxt in sorted(GRAPH[node]):
+            if state.get(nxt) == "open":
+                cycle = trail[trail.index(nxt) :] + [nxt] if nxt in trail else [node, nxt]
+                pytest.fail("import cycle: " + " -> ".join(cycle))
+            if nxt not in state:
+                visit(nxt, [*trail, nxt])
+        state[node] = "done"
+
+    for name in sorted(GRAPH):
+        if name not in state:
+            visit(name, [name])
+
+
+RAY_OR_ENGINE = ("ray", "raysim.engine", "raysim.actors", "raysim.sweep", "raysim.cli")
+
+
+def within(module: str, prefixes) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def third_party(path: Path) -> set[str]:
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            out.add(node.module or "")
+    return out
+
+
+@pytest.mark.parametrize("layer", ["raysim.algorithms", "raysim.ops", "raysim.core"])
+def test_methods_math_and_protocol_never_import_ray_or_the_engine(layer):
+    offenders = {
+        name: sorted(m for m in third_party(path) if within(m, RAY_OR_ENGINE))
+        for name, path in modules().items()
+        if within(name, [layer])
+    }
+    assert not {k: v for k, v in offenders.items() if v}
+
+
+def test_the_pure_math_imports_no_model_data_or_tracking_code():
+    for name, targets in GRAPH.items():
+        if within(name, ["raysim.ops"]):
+            assert all(within(t, ["raysim.ops", "raysim.core.errors"]) for t in targets), (name, targets)
+
+
+def test_tracking_never_imports_the_engine():
+    for name, targets in GRAPH.items():
+        if within(name, ["raysim.tracking"]):
+            assert not any(within(t, ["raysim.engine", "raysim.actors"]) for t in targets), (name, targets)

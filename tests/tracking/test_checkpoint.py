@@ -1,0 +1,143 @@
+"""Checkpoint files: round trip, incremental client states, atomic writes, retention, and refusal of damaged or
+foreign folders."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from raysim.core.errors import ConfigError
+from raysim.core.messages import GlobalState
+from raysim.tracking import checkpoint as ckpt
+
+
+def _checkpoint(round: int) -> ckpt.Checkpoint:
+    state = GlobalState(
+        params={"prompt": torch.full((2, 3), float(round)), "head.weight": torch.arange(6.0)},
+        server={"selection_total": torch.tensor([round, 1], dtype=torch.int64)},
+    )
+    clients = {7: {"h_prev": torch.ones(4) * round}, 3: {"h_prev": torch.zeros(4), "z_prev": torch.eye(2)}}
+    return ckpt.Checkpoint(
+        "run1",
+        round,
+        {"method": "fedvpt", "federation": {"rounds": 9}},
+        state,
+        clients,
+        "sqlite:///x.db",
+        history=[{"round": r, "global_acc": 10.0 * r} for r in range(1, round + 1)],
+        client_acc={3: 50.0},
+        records=[{"round": round, "clusters": {"3": 1}}],
+    )
+
+
+def test_round_trip_keeps_every_tensor_dtype_and_order(tmp_path):
+    saved = _checkpoint(4)
+    folder = ckpt.save(tmp_path / "run1", saved, keep=2)
+    assert folder.name == "round-000004"
+    loaded = ckpt.load(tmp_path / "run1")
+    assert (loaded.run_id, loaded.round, loaded.method, loaded.config) == ("run1", 4, "fedvpt", saved.config)
+    assert list(loaded.state.params) == ["prompt", "head.weight"]  # saved order, not sorted
+    for name, tensor in saved.state.params.items():
+        assert torch.equal(loaded.state.params[name], tensor)
+    assert loaded.state.server["selection_total"].dtype == torch.int64
+    assert list(loaded.client_states) == [3, 7] and set(loaded.client_states[3]) == {"h_prev", "z_prev"}
+    assert torch.equal(loaded.client_states[3]["z_prev"], torch.eye(2))
+    assert loaded.history == saved.history and loaded.client_acc == {3: 50.0} and loaded.records == saved.records
+
+
+def test_shared_storage_is_saved(tmp_path):
+    """Views of one tensor (a method may return them) are cloned; safetensors refuses shared storage."""
+    base = torch.arange(8.0)
+    state = GlobalState(params={"a": base[:4], "b": base[4:]})
+    ckpt.save(tmp_path, ckpt.Checkpoint("r", 1, {"method": "fedavg"}, state, {}, "u"), keep=0)
+    assert torch.equal(ckpt.load(tmp_path).state.params["b"], torch.tensor([4.0, 5, 6, 7]))
+
+
+def test_retention_keeps_the_newest_and_a_partial_write_is_ignored(tmp_path):
+    for round in range(1, 6):
+        ckpt.save(tmp_path, _checkpoint(round), keep=2)
+    assert [p.name for p in ckpt.rounds_in(tmp_path)] == ["round-000004", "round-000005"]
+    (tmp_path / ".partial-round-000006-1").mkdir()  # a crash mid-write leaves only this
+    assert ckpt.load(tmp_path).round == 5
+    for round in range(6, 9):
+        ckpt.save(tmp_path, _checkpoint(round), keep=0)
+    assert len(ckpt.rounds_in(tmp_path)) == 5
+    assert ckpt.load(tmp_path / "round-000006").round == 6  # a round folder loads that round
+
+
+def test_damaged_or_foreign_folders_are_one_line_errors(tmp_path):
+    with pytest.raises(ConfigError, match="holds no checkpoint"):
+        ckpt.load(tmp_path)
+    folder = ckpt.save(tmp_path / "run", _checkpoint(2), keep=0)
+    (folder / ckpt.TENSORS).write_bytes((folder / ckpt.TENSORS).read_bytes()[:-1] + b"\x00")
+    with pytest.raises(ConfigError, match="does not match the SHA-256"):
+        ckpt.load(folder)
+    (folder / ckpt.MANIFEST).write_text(json.dumps({"format": 99}))
+    with pytest.raises(ConfigError, match="is not a raysim checkpoint manifest"):
+        ckpt.load(folder)
+    (folder / ckpt.MANIFEST).write_text("{not json")
+    with pytest.raises(ConfigError, match="is not a raysim checkpoint manifest"):
+        ckpt.load(folder)
+
+
+def test_client_states_are_written_only_when_they_changed(tmp_path):
+    """Each checkpoint writes the states changed since the last one; its manifest maps every client to the file
+    with its latest state, and files no kept checkpoint refers to are removed."""
+    first = _checkpoint(1)
+    ckpt.save(tmp_path, first, keep=2)
+    assert first.client_files == {3: "round-000001.safetensors", 7: "round-000001.safetensors"}
+    second = _checkpoint(2)
+    second.client_states = {7: {"h_prev": torch.full((4,), 9.0)}}  # only client 7 trained since
+    ckpt.save(tmp_path, second, keep=2, client_files=first.client_files)
+    assert second.client_files == {3: "round-000001.safetensors", 7: "round-000002.safetensors"}
+    loaded = ckpt.load(tmp_path)
+    assert torch.equal(loaded.client_states[7]["h_prev"], torch.full((4,), 9.0))
+    assert torch.equal(loaded.client_states[3]["z_prev"], torch.eye(2))  # from round 1's file
+    assert ckpt.load(tmp_path, clients=False).client_states == {} and loaded.client_files == second.client_files
+    third = _checkpoint(3)
+    third.client_states = {3: {"h_prev": torch.ones(4), "z_prev": torch.zeros(2, 2)}}
+    ckpt.save(tmp_path, third, keep=1, client_files=second.client_files)
+    assert sorted(p.name for p in (tmp_path / ckpt.CLIENTS).iterdir()) == [
+        "round-000002.safetensors",
+        "round-000003.safetensors",
+    ]
+    cleared = _checkpoint(4)
+    cleared.client_states = {}
+    ckpt.save(tmp_path, cleared, keep=1, client_files={})  # every client started over (FedV's fedround)
+    assert ckpt.load(tmp_path).client_states == {} and not list((tmp_path / ckpt.CLIENTS).iterdir())
+
+
+def test_a_damaged_client_file_is_a_one_line_error(tmp_path):
+    ckpt.save(tmp_path, _checkpoint(1), keep=0)
+    path = tmp_path / ckpt.CLIENTS / "round-000001.safetensors"
+    path.write_bytes(path.read_bytes()[:-1] + b"\x00")
+    with pytest.raises(ConfigError, match="round-000001.safetensors is missing or does not match the SHA-256"):
+        ckpt.load(tmp_path)
+
+
+def test_a_format_1_checkpoint_still_loads(tmp_path):
+    """Written before client states were incremental: every client's state inside state.safetensors."""
+    folder = tmp_path / "round-000002"
+    folder.mkdir()
+    tensors = {"params/p": torch.ones(2), "server/v": torch.zeros(1), "client/4/h": torch.full((3,), 2.0)}
+    save_file(tensors, str(folder / ckpt.TENSORS))
+    manifest = {
+        "format": 1,
+        "run_id": "old",
+        "method": "fedvpt",
+        "round": 2,
+        "config": {"method": "fedvpt"},
+        "tracking_uri": "u",
+        "sha256": ckpt._sha256(folder / ckpt.TENSORS),
+        "order": list(tensors),
+        "history": [],
+        "records": [],
+        "client_acc": {},
+    }
+    (folder / ckpt.MANIFEST).write_text(json.dumps(manifest))
+    loaded = ckpt.load(tmp_path)
+    assert list(loaded.state.params) == ["p"] and list(loaded.state.server) == ["v"]
+    assert torch.equal(loaded.client_states[4]["h"], torch.full((3,), 2.0))

@@ -1,0 +1,116 @@
+"""Exact resume: a run continued from its round-2 checkpoint ends with the same metrics and tensors as the run
+that never stopped, for every registered method (and across backends)."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+from rich.console import Console
+
+from raysim.config import build_config
+from raysim.core.errors import ConfigError
+from raysim.core.registry import METHODS
+from raysim.engine.driver import run
+from raysim.ops.metrics import TIMING_KEYS
+from raysim.tracking import checkpoint as ckpt
+from raysim.tracking import resume
+
+SMALL = {
+    "federation": {"clients": 6, "rounds": 3, "participation": 0.5, "seed": 3, "eval_every": 1},
+    "data": {"dataset": "synthetic", "partition": "domains"},  # typed clients: FedGCR's family runs too
+    "model": {"backbone": "raysim_vit_nano_p4_16", "pretrained": False},
+    "resources": {"backend": "sequential"},
+    "checkpoint": {"keep": 0},
+    "fedgcr": {"clusters": 2},
+}
+
+
+def quiet_run(config, **kwargs):
+    return run(config, show_progress=False, console=Console(file=io.StringIO()), **kwargs)
+
+
+def comparable(history):
+    return [{k: v for k, v in h.items() if k not in TIMING_KEYS} for h in history]
+
+
+def start(method, tracking_uri, tmp_path):
+    layers = [
+        {
+            k: v
+            for k, v in SMALL.items()
+            if k in ("federation", "data", "model", "resources", "checkpoint")
+            or k == method
+            or (k == "fedgcr" and method in ("fedgc", "fedgr"))
+        },
+        {"tracking": {"tracking_uri": tracking_uri}, "checkpoint": {"dir": str(tmp_path / "ck")}},
+    ]
+    config = build_config(method, layers)
+    full = quiet_run(config)
+    folder = tmp_path / "ck" / full.run_id
+    final = ckpt.load(folder)  # round 3, before the resumed run rewrites it
+    return full, folder, final
+
+
+def assert_same_tensors(a: ckpt.Checkpoint, b: ckpt.Checkpoint):
+    for kind in ("params", "server"):
+        left, right = getattr(a.state, kind), getattr(b.state, kind)
+        assert list(left) == list(right)
+        for name in left:
+            assert torch.equal(left[name], right[name]), f"{kind}/{name}"
+    assert list(a.client_states) == list(b.client_states)
+    for client, tensors in a.client_states.items():
+        for name, tensor in tensors.items():
+            assert torch.equal(tensor, b.client_states[client][name]), f"client {client} {name}"
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_resumed_run_equals_the_uninterrupted_one(ray_session, tracking_uri, tmp_path, method):
+    full, folder, final = start(method, tracking_uri, tmp_path)
+    found = ckpt.load(folder / "round-000002")
+    resumed = quiet_run(resume.resumed_config(found, method, []), resume=found)
+    assert resumed.run_id == full.run_id
+    assert comparable(resumed.history) == comparable(full.history)
+    assert resumed.client_acc == full.client_acc and resumed.records == full.records
+    assert_same_tensors(ckpt.load(folder), final)
+    run_info = MlflowClient(tracking_uri).get_run(full.run_id).info
+    assert run_info.status == "FINISHED"
+
+
+def test_resume_on_the_ray_backend_with_more_rounds(ray_session, tracking_uri, tmp_path):
+    """A sequential run's checkpoint continues on 2 Ray workers, extended by a round: the first rounds equal the
+    uninterrupted sequential run's, and the MLflow run holds every round once."""
+    full, folder, _ = start("fedgcr", tracking_uri, tmp_path)
+    found = ckpt.load(folder / "round-000002")
+    config = resume.resumed_config(
+        found,
+        None,
+        [{"federation": {"rounds": 4}}, {"resources": {"backend": "ray", "workers": 2, "cpus_per_client": 0.5}}],
+    )
+    resumed = quiet_run(config, resume=found)
+    assert comparable(resumed.history[:3]) == comparable(full.history) and len(resumed.history) == 4
+    steps = [m.step for m in MlflowClient(tracking_uri).get_metric_history(full.run_id, "global_acc")]
+    assert sorted(steps) == [1, 2, 3, 3, 4]  # round 3 ran twice (rewound to 2), with the same value
+
+
+def test_resume_refuses_changes_that_would_change_the_numbers(ray_session, tracking_uri, tmp_path):
+    _, folder, _ = start("fedvpt", tracking_uri, tmp_path)
+    found = ckpt.load(folder)
+    with pytest.raises(ConfigError, match="has already run 3 of its 3 rounds; pass --rounds N with N > 3"):
+        resume.resumed_config(found, None, [])
+    with pytest.raises(ConfigError, match="train.lr cannot change when resuming"):
+        resume.resumed_config(found, None, [{"federation": {"rounds": 5}}, {"train": {"lr": 0.1}}])
+    with pytest.raises(ConfigError, match="is a fedvpt run, not sgpt"):
+        resume.resumed_config(found, "sgpt", [])
+    assert (
+        resume.resumed_config(found, None, [{"federation": {"rounds": 5}}]).train.precision
+        == found.config["train"]["precision"]
+    )
+    # a checkpoint written before train.precision existed ran in float32, and goes on in float32
+    older = {**found.config, "train": {k: v for k, v in found.config["train"].items() if k != "precision"}}
+    legacy = dataclasses.replace(found, config=older)
+    assert resume.resumed_config(legacy, None, [{"federation": {"rounds": 5}}]).train.precision == "fp32"
+    assert resume.find(found.run_id, checkpoint_dir=str(tmp_path / "ck")).round == 3
