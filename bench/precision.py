@@ -36,7 +36,7 @@ def measure() -> None:
 
     torch.set_num_threads(1)
     config = build_config("sgpt", [])
-    method = get_method("sgpt")(config)
+    method = get_method("sgpt").cls(config)
     model = build_model(config, method, 62)
     generator = torch.Generator().manual_seed(0)
     cpu = torch.device("cpu")

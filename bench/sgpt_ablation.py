@@ -30,7 +30,8 @@ from raysim.config import build_config
 from raysim.core.training import model_inputs
 from raysim.data.shards import ClientData
 from raysim.engine.client import ClientRuntime
-from raysim.engine.driver import initial_state, prepare_shards, run
+from raysim.engine.driver import run
+from raysim.testing.smoke import prepared
 
 SETTING = {
     "federation": {"clients": 100, "participation": 0.05, "eval_every": 2, "seed": 0},
@@ -98,8 +99,8 @@ def one_run(method: str, layer: dict, rounds: int, tracking: str) -> dict[str, f
 def inference_cost(ks=(1, 2, 5), rows: int = 512, repeats: int = 3) -> list[tuple[int, float, float]]:
     """(K, measured time ratio to K = 1, (u + K (U - u)) / U) for FGPT-U's forward on ``rows`` test rows."""
     config = build_config("fgpt-u", [SETTING, {"fgpt": {"k": max(ks)}, "resources": {"backend": "sequential"}}])
-    _, shards = initial_state(config, prepare_shards(config))
-    runtime = ClientRuntime(config, shards)
+    config, _, shards = prepared(config)
+    runtime = ClientRuntime(config, shards.info.num_classes)
     model = runtime.model
     test = slice(shards.test_offsets[0], shards.test_offsets[0] + rows)
     data = ClientData(
@@ -112,8 +113,8 @@ def inference_cost(ks=(1, 2, 5), rows: int = 512, repeats: int = 3) -> list[tupl
     timings = {}
     for k in ks:
         method = type(runtime.method)(build_config("fgpt-u", [SETTING, {"fgpt": {"k": k}}]))
-        method.forward(model, x[:32], data, index[:32])  # warm-up
-        timings[k] = min(_timed(lambda: method.forward(model, x, data, index)) for _ in range(repeats))
+        method.predict(model, x[:32], data, index[:32])  # warm-up
+        timings[k] = min(_timed(lambda: method.predict(model, x, data, index)) for _ in range(repeats))
     return [(k, timings[k] / timings[1], (u + k * (depth - u)) / depth) for k in ks]
 
 

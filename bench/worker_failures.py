@@ -20,6 +20,7 @@ import numpy as np
 from rich.console import Console
 
 from raysim.config import build_config, load_preset
+from raysim.engine.callbacks import Callback
 from raysim.engine.driver import run
 from raysim.ops.metrics import TIMING_KEYS
 from raysim.testing import chaos
@@ -27,7 +28,18 @@ from raysim.testing import chaos
 SHOWN = ("global_acc", "local_acc", "worst_local_acc", "train_loss")
 
 
-def one_run(args, tracking: str, on_round=None):
+class Between(Callback):
+    """Calls ``act(round, metrics)`` after each round, in the driver."""
+
+    def __init__(self, act):
+        self.act = act
+
+    def after_round(self, round, report) -> bool:
+        self.act(round, report.metrics)
+        return False
+
+
+def one_run(args, tracking: str, act=None):
     layers = [
         load_preset("quick"),
         {
@@ -38,8 +50,9 @@ def one_run(args, tracking: str, on_round=None):
         },
     ]
     start = time.perf_counter()
+    callbacks = [Between(act)] if act else []
     result = run(
-        build_config(args.method, layers), show_progress=False, console=Console(file=io.StringIO()), on_round=on_round
+        build_config(args.method, layers), show_progress=False, console=Console(file=io.StringIO()), callbacks=callbacks
     )
     return result, time.perf_counter() - start
 
@@ -54,7 +67,7 @@ def main() -> None:
     args = parser.parse_args()
     rng, kills, timers = np.random.default_rng(args.seed), [], []
 
-    def chaos_monkey(round, metrics, folder):  # runs between rounds; the timer fires inside the next one
+    def chaos_monkey(round, metrics):  # runs between rounds; the timer fires inside the next one
         if round % args.kill_every == 0 and round < args.rounds:
             delay = float(rng.uniform(0.1, 0.5)) * metrics["round_time_s"]
             # the coordinator dies once (rounds replayed after its recovery come here again)

@@ -21,9 +21,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors.torch import save_file
 
 from raysim.core.errors import ConfigError
+from raysim.data.glyphs import pretrain_corpus, renderer
 from raysim.engine.precision import autocast
+from raysim.models.backbones import build_backbone, input_spec
+from raysim.models.preprocess import to_model_input
 from raysim.models.pretrain_recipe import PretrainRecipe
 
 HELD_OUT = 0.05
@@ -54,7 +58,6 @@ def _lr_at(step: int, total: int, warmup: int, base: float) -> float:
 
 @torch.no_grad()
 def _accuracy(model, images: np.ndarray, labels: np.ndarray, size, mean, std) -> float:
-    from raysim.models.preprocess import to_model_input
 
     model.eval()
     hits = 0
@@ -75,11 +78,6 @@ def pretrain(
     Returns:
         The sidecar dict (also written next to ``out``).
     """
-    from safetensors.torch import save_file
-
-    from raysim.data.glyphs import pretrain_corpus, renderer
-    from raysim.models.backbones import build_backbone, input_spec
-    from raysim.models.preprocess import to_model_input
 
     out = Path(out)
     if not out.parent.exists():
@@ -157,8 +155,6 @@ def pretrain(
 @torch.no_grad()
 def backbone_features(vit, images: np.ndarray, batch: int = 512) -> np.ndarray:
     """Frozen pre-logits features (timm's pooling + fc_norm) for uint8 images."""
-    from raysim.models.backbones import input_spec
-    from raysim.models.preprocess import to_model_input
 
     size, mean, std = input_spec(vit)
     vit.eval()
