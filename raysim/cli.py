@@ -74,7 +74,8 @@ def main():
 
 def _flag_option(section: str, spec):
     """The click option of one config key, from its field metadata (one declaration per key)."""
-    meta, hint = spec.metadata, f" ({section}.{spec.name}; default {default_of(spec)})"
+    meta, default = spec.metadata, default_of(spec)
+    hint = f" ({section}.{spec.name})" if default is None else f" ({section}.{spec.name}; default {default})"
     if isinstance(spec.default, bool):
         return click.option(meta["flag"], spec.name, is_flag=True, default=None, help=meta["help"] + hint)
     kind = click.Choice(meta["choices"]) if meta["choices"] else {int: int, float: float}.get(type(spec.default), str)

@@ -1,10 +1,29 @@
-"""Shared fixtures: one local Ray session for the whole test run (ray.init costs ~4 s on 2 cores)."""
+"""Shared fixtures: one local Ray session for the whole test run (ray.init costs ~4 s on 2 cores), and the test
+matrix's options: ``--precision fp32|bf16`` decides every ``train.precision=auto`` and ``--torch-threads N`` every
+worker's torch threads, for this process and every process it starts (through the environment raysim reads)."""
 
 from __future__ import annotations
 
 import logging
+import os
 
 import pytest
+
+from raysim.engine.precision import AUTO_ENV
+from raysim.engine.setup import THREADS_ENV
+
+
+def pytest_addoption(parser):
+    parser.addoption("--precision", choices=("fp32", "bf16"), help=f"what train.precision=auto becomes (${AUTO_ENV})")
+    parser.addoption("--torch-threads", type=int, help=f"torch threads per client worker (${THREADS_ENV})")
+
+
+def pytest_configure(config):
+    for option, variable in (("precision", AUTO_ENV), ("torch_threads", THREADS_ENV)):
+        value = config.getoption(option)
+        if value is not None:
+            os.environ[variable] = str(value)
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a single user's local Ray, as raysim starts it
 
 
 @pytest.fixture(scope="session", autouse=True)

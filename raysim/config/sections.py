@@ -193,6 +193,9 @@ class ResourceConfig:
     address: str | None = setting(
         None, "Ray cluster to join ('auto', 'HOST:PORT' or 'ray://HOST:10001').", flag="--address"
     )
+    threads: int = setting(
+        0, "Torch threads per client worker (0: its CPUs, at least 1; $RAYSIM_TORCH_THREADS).", checks=(NON_NEGATIVE,)
+    )
     dashboard: bool = setting(False, "Start Ray's dashboard with a local Ray (on dashboard_host).", flag="--dashboard")
     dashboard_host: str = setting("127.0.0.1", "Where a local Ray's dashboard listens (with --dashboard).")
     server_cpus: float = setting(0.0, "CPUs of split learning's server.", checks=(NON_NEGATIVE,))
@@ -203,8 +206,9 @@ class ResourceConfig:
 
     @property
     def torch_threads(self) -> int:
-        """Threads each client worker gives torch; the same on every backend, so numbers match."""
-        return max(1, int(self.cpus_per_client))
+        """Threads each client worker gives torch (the same on every backend, so numbers match): ``threads``, or the
+        worker's CPUs (at least 1) before the driver resolved it."""
+        return self.threads or max(1, int(self.cpus_per_client))
 
 
 @dataclass(frozen=True)

@@ -37,9 +37,8 @@ from raysim.engine.callbacks import (
     StopOnCtrlC,
 )
 from raysim.engine.executors import Pool
-from raysim.engine.precision import resolved
 from raysim.engine.ray_session import connect_ray, release_pool, reserve_pool
-from raysim.engine.setup import initial_state, prepare_shards
+from raysim.engine.setup import initial_state, prepare_shards, resolved
 from raysim.engine.simulation import Simulation
 from raysim.ops.metrics import summarise
 from raysim.tracking import checkpoint as ckpt

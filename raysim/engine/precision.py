@@ -11,12 +11,13 @@ CPUs with native bf16 and for methods whose math tolerates it; the resolved valu
 from __future__ import annotations
 
 import contextlib
-import dataclasses
+import os
 from collections.abc import Callable
 
-from raysim.core.registry import get_method
+from raysim.core.errors import ConfigError
 
 _NATIVE_BF16_PROBES = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+AUTO_ENV = "RAYSIM_PRECISION"  # decides train.precision=auto for every run of this environment (a test matrix)
 
 
 def native_bf16_cpu() -> bool:
@@ -28,13 +29,19 @@ def native_bf16_cpu() -> bool:
 
 def resolve(precision: str, *, method_allows: bool, on_gpu: bool, native_cpu: Callable[[], bool]) -> str:
     """``auto`` -> "bf16" for CPU clients with native bf16 (``native_cpu()``, asked only when it matters) when the
-    method allows it, else "fp32"; "fp32" and "bf16" as given.
+    method allows it, else "fp32"; "fp32" and "bf16" as given. ``RAYSIM_PRECISION=fp32|bf16`` in the environment
+    decides ``auto`` instead (methods that need float32 keep it).
 
     GPUs resolve to fp32 because the driver cannot see the workers' GPUs; set ``train.precision=bf16`` there
     (Ampere and later do bf16 natively).
     """
     if precision != "auto":
         return precision
+    forced = os.environ.get(AUTO_ENV)
+    if forced:
+        if forced not in ("fp32", "bf16"):
+            raise ConfigError(f"{AUTO_ENV}={forced!r} must be fp32 or bf16 (what train.precision=auto becomes)")
+        return forced if method_allows else "fp32"
     return "bf16" if method_allows and not on_gpu and native_cpu() else "fp32"
 
 
@@ -55,18 +62,5 @@ def autocast(device, precision: str):
         return contextlib.nullcontext()
     raise ValueError(
         f"train.precision={precision!r} was not resolved; resolve the config first "
-        f"(raysim.engine.precision.resolved, as the driver does)"
+        f"(raysim.engine.setup.resolved, as the driver does)"
     )
-
-
-def resolved(config):
-    """``config`` with ``train.precision`` concrete for this (the driver's) machine: resolved once, before the run
-    starts, and recorded; every worker then computes in that precision."""
-    info = get_method(config.method)
-    precision = resolve(
-        config.train.precision,
-        method_allows=info.bf16,
-        on_gpu=config.resources.gpus_per_client > 0,
-        native_cpu=native_bf16_cpu,
-    )
-    return dataclasses.replace(config, train=dataclasses.replace(config.train, precision=precision))

@@ -29,9 +29,8 @@ from raysim.core.errors import ConfigError, SweepError
 from raysim.core.registry import get_method
 from raysim.engine.callbacks import Callback
 from raysim.engine.driver import run
-from raysim.engine.precision import resolved
 from raysim.engine.ray_session import connect_ray
-from raysim.engine.setup import prepare_shards
+from raysim.engine.setup import prepare_shards, resolved
 from raysim.ops.metrics import reported_metrics
 from raysim.sweep.space import SearchSpace, as_layer, default_space_file, load_space
 from raysim.tracking import checkpoint as ckpt

@@ -13,9 +13,8 @@ from contextlib import contextmanager
 from raysim.config import build_config
 from raysim.core.registry import get_method
 from raysim.engine.driver import make_simulation, stop
-from raysim.engine.precision import resolved
 from raysim.engine.ray_session import release_pool, reserve_pool
-from raysim.engine.setup import initial_state, prepare_shards
+from raysim.engine.setup import initial_state, prepare_shards, resolved
 from raysim.tracking.checkpoint import Checkpoint
 
 TINY = {

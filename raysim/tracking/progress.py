@@ -27,12 +27,13 @@ def format_metrics(metrics: dict[str, float]) -> str:
         if key in metrics
     ]
     if "bytes_up" in metrics and "bytes_down" in metrics:
-        parts.append(f"{(metrics['bytes_up'] + metrics['bytes_down']) / 2**20:.3g} MB")
+        parts.append(f"{(metrics['bytes_up'] + metrics['bytes_down']) / 1e6:.3g} MB")
     return " | ".join(parts)
 
 
 class RoundProgress:
-    """A progress bar over rounds whose text shows the latest metrics; plain lines when not a terminal."""
+    """A progress bar over rounds whose text shows the latest metrics; in a pipe or a file (not a terminal), one plain
+    line per evaluated round instead, so nothing is redrawn or cut to the console's width."""
 
     def __init__(self, rounds: int, headline: str, enabled: bool = True, console: Console | None = None, done: int = 0):
         """``done``: rounds already run (a resumed run's bar starts there)."""
@@ -48,7 +49,7 @@ class RoundProgress:
             TimeRemainingColumn(),
             TextColumn("{task.description}"),
             console=self.console,
-            disable=not enabled,
+            disable=not (enabled and self.console.is_terminal),
         )
 
     def __enter__(self):
@@ -93,8 +94,8 @@ def print_summary(
     down = [h["bytes_down"] for h in history if "bytes_down" in h]
     if up and down:
         console.print(
-            f"communication per round (mean): {sum(up) / len(up) / 2**20:.3g} MB up, "
-            f"{sum(down) / len(down) / 2**20:.3g} MB down",
+            f"communication per round (mean): {sum(up) / len(up) / 1e6:.3g} MB up, "
+            f"{sum(down) / len(down) / 1e6:.3g} MB down",
             highlight=False,
         )
     console.print(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import ray
+import torch
 
 from raysim.config import build_config
 from raysim.core.errors import ConfigError
@@ -26,7 +27,10 @@ def config_for(backend, workers=0, **resources):
 
 
 def metrics_of(config):
-    return [report.metrics for report in run_rounds(config)[1]]
+    """Every round's metrics; the run must have moved the global tensors (so equal metrics are not vacuous)."""
+    initial, reports, final = run_rounds(config)
+    assert any(not torch.equal(final.params[k], initial.params[k]) for k in initial.params)
+    return [report.metrics for report in reports]
 
 
 ACCURACY = ("global_acc", "local_acc", "worst_local_acc", "sigma_client", "train_loss")
@@ -44,7 +48,6 @@ def test_ray_matches_sequential_for_any_pool_size(ray_session, sequential_run, w
     for seq, par in zip(sequential_run, ray_run):
         for key in ACCURACY + ("bytes_up", "bytes_down"):
             assert par[key] == pytest.approx(seq[key], abs=1e-6), key
-    assert sequential_run[-1]["train_loss"] < sequential_run[0]["train_loss"]  # it trains (a monotone check)
 
 
 def test_workers_get_the_requested_fractional_resources_in_their_bundles(ray_session):

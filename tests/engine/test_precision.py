@@ -10,7 +10,8 @@ from raysim.config import build_config
 from raysim.core.errors import ConfigError
 from raysim.core.messages import Broadcast
 from raysim.engine.client import ClientRuntime
-from raysim.engine.precision import autocast, native_bf16_cpu, resolve, resolved
+from raysim.engine.precision import AUTO_ENV, autocast, native_bf16_cpu, resolve
+from raysim.engine.setup import THREADS_ENV, resolved
 from raysim.testing.smoke import prepared
 
 QUICK = {
@@ -19,6 +20,13 @@ QUICK = {
     "model": {"backbone": "raysim_vit_nano_p4_16", "pretrained": False},
     "resources": {"backend": "sequential"},
 }
+
+
+@pytest.fixture(autouse=True)
+def machine_defaults(monkeypatch):
+    """These tests are about what auto means on a machine: the test matrix's overrides do not apply here."""
+    monkeypatch.delenv(AUTO_ENV, raising=False)
+    monkeypatch.delenv(THREADS_ENV, raising=False)
 
 
 def never_asked() -> bool:
@@ -54,6 +62,24 @@ def test_build_config_is_pure_and_the_driver_resolves_auto_on_this_machine(monke
     assert resolved(build_config("sgpt", [{"train": {"precision": "fp32"}}])).train.precision == "fp32"
 
 
+def test_the_environment_decides_auto_for_a_test_matrix(monkeypatch):
+    monkeypatch.setenv(AUTO_ENV, "bf16")
+    assert resolve("auto", method_allows=True, on_gpu=True, native_cpu=never_asked) == "bf16"
+    assert resolve("auto", method_allows=False, on_gpu=False, native_cpu=never_asked) == "fp32"
+    assert resolve("fp32", method_allows=True, on_gpu=False, native_cpu=never_asked) == "fp32"  # explicit wins
+    monkeypatch.setenv(AUTO_ENV, "fp16")
+    with pytest.raises(ConfigError, match="RAYSIM_PRECISION='fp16' must be fp32 or bf16"):
+        resolve("auto", method_allows=True, on_gpu=False, native_cpu=never_asked)
+
+
+def test_threads_are_resolved_and_recorded(monkeypatch):
+    assert resolved(build_config("fedvpt", [{"resources": {"cpus_per_client": 2}}])).resources.threads == 2
+    assert resolved(build_config("fedvpt", [{"resources": {"cpus_per_client": 0.5}}])).resources.threads == 1
+    monkeypatch.setenv(THREADS_ENV, "2")
+    assert resolved(build_config("fedvpt", [])).resources.threads == 2
+    assert resolved(build_config("fedvpt", [{"resources": {"threads": 1}}])).resources.threads == 1  # explicit wins
+
+
 @pytest.mark.parametrize("method", ["fedv", "fedvz", "festa"])
 def test_bf16_is_refused_for_split_learning(method):
     with pytest.raises(ConfigError, match=rf"^{method} needs float32 client compute \(.+\); use train.precision=fp32"):
@@ -82,7 +108,7 @@ def test_bf16_autocast_runs_the_client_and_what_it_sends_is_float32(ray_session)
     changed = [n for n in initial.params if not torch.equal(bf16.params[n], fp32.params[n])]
     assert changed  # the local steps ran in bf16 ...
     for name in changed:  # ... and stay close to float32's
-        assert torch.allclose(bf16.params[name], fp32.params[name], atol=0.05), name
+        assert torch.allclose(bf16.params[name], fp32.params[name], atol=0.1), name
 
 
 def test_bf16_tensors_leave_the_client_as_float32_and_others_unchanged():
