@@ -84,6 +84,12 @@ class FederationConfig:
         checks=((lambda v: 0 <= v < 1, "must be in [0, 1)"),),
     )
     seed: int = setting(0, "The run seed; every random draw derives from it.", flag="--seed")
+    eval_clients: int = setting(
+        10_000,
+        "Clients evaluated on evaluated rounds: all of them up to this many, else a fixed sample of this many, drawn "
+        "once from the run seed (0: always all).",
+        checks=(NON_NEGATIVE,),
+    )
     bad_updates: str = setting(
         "reject",
         "An update with NaN/Inf or the wrong shapes: reject it and aggregate the rest, or fail the run.",

@@ -23,6 +23,7 @@ class Purpose(IntEnum):
     SERVER = 5  # a server-side draw for a client's contribution (FedVZ's SPSA direction): (round, client)
     BLOCK = 6  # a sub-stream of a client's seed (SGPT's BCD blocks, Ditto's personal pass): (number,)
     CLUSTER = 7  # the server's clustering (FedGCR's Gaussian mixture): ()
+    EVAL = 8  # the clients evaluated when a large population is evaluated on a sample: ()
 
 
 class Init(IntEnum):

@@ -48,7 +48,7 @@ import numpy as np
 
 from raysim.core.errors import ConfigError
 from raysim.data.shards import DatasetInfo
-from raysim.data.sources import fixed_test_split, rows_table, sklearn_digits
+from raysim.data.sources import cache_dir, fixed_test_split, rows_table, sklearn_digits
 
 log = logging.getLogger(__name__)
 
@@ -488,11 +488,6 @@ _PLANS: dict[str, Callable[[], tuple[_Plan, DatasetInfo]]] = {
 # Cache and Ray Data ----------------------------------------------------------------------------------
 
 
-def cache_dir() -> Path:
-    """``$RAYSIM_CACHE``, default ``~/.cache/raysim``."""
-    return Path(os.environ.get("RAYSIM_CACHE", "~/.cache/raysim")).expanduser()
-
-
 def _path(plan: _Plan) -> Path:
     return cache_dir() / f"{plan.name}-v{FORMAT_VERSION}-{plan.digest()}.parquet"
 
@@ -534,8 +529,9 @@ def _write_atomically(table, path: Path) -> None:
 
 
 def _read(plan: _Plan, info: DatasetInfo):
-    """The plan's rows from the cache, generating and caching them first if absent."""
-    import ray
+    """The plan's rows from the cache (read with pyarrow: nothing of Ray stays behind), generating and caching them
+    first if absent."""
+    import pyarrow.parquet as pq
 
     path = _path(plan)
     if path.exists():
@@ -544,7 +540,8 @@ def _read(plan: _Plan, info: DatasetInfo):
         start = time.perf_counter()
         _write_atomically(_generate(plan), path)
         log.info("generated %s (%d rows) in %.1f s into %s", plan.name, len(plan), time.perf_counter() - start, path)
-    return ray.data.read_parquet(str(path)), info
+    table = pq.read_table(path)
+    return {name: table[name].combine_chunks().to_numpy(zero_copy_only=False) for name in table.column_names}, info
 
 
 def read_glyphs62(_cfg):

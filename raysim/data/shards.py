@@ -1,18 +1,26 @@
 """Client shards: the whole federated dataset as one block sorted by client, plus an offsets table.
 
-The block is put in the Ray object store once; every worker holds a reference and reads a client's rows
-as a zero-copy numpy view (``images[lo:hi]``). 10,000 clients cost one object and two offset arrays
-rather than 10,000 objects (``bench/shards.py`` measures both layouts). Raw data never leaves a worker:
-only what a method returns (parameters and the statistics it defines) crosses to the coordinator.
+The image block lives in memory (put in the Ray object store once; every worker reads a client's rows as a
+zero-copy view) or, for a large population on one machine, in a file that every process maps read-only
+(:func:`build_shards` with ``folder``): a worker then touches only its cohort's rows, the page cache is shared, and
+a block larger than memory works. Either way 10,000 clients cost one block and two offset arrays rather than
+10,000 objects (``bench/shards.py`` measures both layouts). Raw data never leaves a worker: only what a method
+returns (parameters and the statistics it defines) crosses to the coordinator.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import os
+import uuid
+import weakref
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import numpy as np
 
 from raysim.data.partition import Partition
+
+GATHER_ROWS = 16_384  # rows copied at a time when a block is written to disk (bounds the memory it takes)
 
 
 @dataclass(frozen=True)
@@ -29,6 +37,15 @@ class ClientData:
 
     def __len__(self) -> int:
         return len(self.labels)
+
+    def slice(self, start: int, stop: int) -> ClientData:
+        """Rows ``start:stop`` (views)."""
+        return ClientData(
+            self.images[start:stop],
+            self.labels[start:stop],
+            self.domains[start:stop],
+            {name: values[start:stop] for name, values in self.features.items()},
+        )
 
     @staticmethod
     def concat(parts: list[ClientData]) -> ClientData:
@@ -96,6 +113,18 @@ class ShardStore:
         unseen = set(self.unseen)
         return [c for c in range(self.num_clients) if c not in unseen]
 
+    def __reduce_ex__(self, protocol):
+        """A store whose block is a file travels as the file's path (each process maps it); else as its arrays
+        (out of band, so the object store hands workers zero-copy views)."""
+        if isinstance(self.images, np.memmap) and self.images.filename:
+            fields = {f: getattr(self, f) for f in self.__dataclass_fields__ if f != "images"}
+            return _mapped_store, (self.images.filename, fields)
+        return super().__reduce_ex__(protocol)
+
+    def in_memory(self) -> ShardStore:
+        """This store with its block read into memory (to put in the object store for other machines)."""
+        return replace(self, images=np.ascontiguousarray(self.images)) if isinstance(self.images, np.memmap) else self
+
     def _rows(self, lo: int, hi: int) -> ClientData:
         return ClientData(
             self.images[lo:hi],
@@ -106,13 +135,20 @@ class ShardStore:
 
 
 def build_shards(
-    info: DatasetInfo, arrays: dict[str, np.ndarray], part: Partition, unseen: tuple[int, ...]
+    info: DatasetInfo,
+    arrays: dict[str, np.ndarray],
+    part: Partition,
+    unseen: tuple[int, ...],
+    folder: Path | None = None,
 ) -> ShardStore:
     """Sort the rows by (split, client) into one block; rows that no client holds are dropped.
 
     Args:
-        arrays: ``image``, ``label``, ``domain`` and ``is_test`` per row (train and test together).
+        arrays: ``image``, ``label``, ``domain`` and ``is_test`` per row (train and test together); ``image`` may be
+            a memory map.
         part: the partition, with a client id per train row and per test row.
+        folder: write the image block to a file here and map it (removed when no store of this process maps it any
+            more), instead of holding it in memory.
     """
     is_test = arrays["is_test"].astype(bool)
     train_rows, test_rows = np.flatnonzero(~is_test), np.flatnonzero(is_test)
@@ -125,15 +161,37 @@ def build_shards(
         order.append(rows[by_client])
         offsets.append(np.searchsorted(owner[by_client], np.arange(num_clients + 1)))
     order_all = np.concatenate(order)
-    train_offsets = offsets[0].astype(np.int64)
-    test_offsets = (offsets[1] + len(order[0])).astype(np.int64)
-    return ShardStore(
+    images = (
+        np.ascontiguousarray(arrays["image"][order_all])
+        if folder is None
+        else _gather(arrays["image"], order_all, folder)
+    )
+    store = ShardStore(
         info=info,
-        images=np.ascontiguousarray(arrays["image"][order_all]),
+        images=images,
         labels=arrays["label"][order_all].astype(np.int64),
         domains=arrays["domain"][order_all].astype(np.int64),
-        train_offsets=train_offsets,
-        test_offsets=test_offsets,
+        train_offsets=offsets[0].astype(np.int64),
+        test_offsets=(offsets[1] + len(order[0])).astype(np.int64),
         client_domain=part.client_domain,
         unseen=unseen,
     )
+    if folder is not None:  # the file goes with the last store that maps it here (replace() shares the map)
+        weakref.finalize(images, os.unlink, images.filename)
+    return store
+
+
+def _gather(images: np.ndarray, order: np.ndarray, folder: Path) -> np.memmap:
+    """``images[order]`` written to a new ``.npy`` file in ``folder`` a chunk at a time, then mapped read-only."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"shards-{uuid.uuid4().hex}.npy"
+    out = np.lib.format.open_memmap(path, mode="w+", dtype=images.dtype, shape=(len(order), *images.shape[1:]))
+    for start in range(0, len(order), GATHER_ROWS):
+        out[start : start + GATHER_ROWS] = images[order[start : start + GATHER_ROWS]]
+    out.flush()
+    del out
+    return np.load(path, mmap_mode="r")
+
+
+def _mapped_store(path: str, fields: dict) -> ShardStore:
+    return ShardStore(images=np.load(path, mmap_mode="r"), **fields)

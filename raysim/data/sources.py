@@ -1,14 +1,20 @@
-"""Data sources, read with Ray Data into one table of rows: ``image`` (uint8), ``label``, ``domain``, ``is_test``.
+"""Data sources: one table of rows, ``image`` (uint8), ``label``, ``domain``, ``is_test``.
 
-Every source returns a ``ray.data.Dataset`` and a :class:`DatasetInfo`; :func:`load_dataset` materialises
-it once on the driver (the simulated datasets fit in memory; the shards then live in the object store).
+Every source returns its rows (a ``ray.data.Dataset`` where generating or decoding runs in parallel tasks, or numpy
+arrays, e.g. from a parquet file read with pyarrow) and a :class:`DatasetInfo`; :func:`load_dataset` materialises
+them once on the driver.
 Train/test splits that a source does not define are made per (domain, class) cell with a fixed seed,
 so the test set never depends on the run seed.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import io
+import json
+import os
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
@@ -16,12 +22,20 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.dataset
 
 from raysim.core.errors import ConfigError
 from raysim.core.registry import Registry
 from raysim.data.shards import DatasetInfo
 
 SPLIT_SEED = 20240611
+
+
+def cache_dir() -> Path:
+    """Where generated and decoded data sets are cached: ``$RAYSIM_CACHE``, default ``~/.cache/raysim``."""
+    return Path(os.environ.get("RAYSIM_CACHE", "~/.cache/raysim")).expanduser()
+
+
 TEST_FRACTION = 0.2
 
 
@@ -128,57 +142,81 @@ def _synthetic_prototypes() -> np.ndarray:
 
 
 PARQUET_LAYOUT = (
-    "a parquet file or folder with columns 'image' (PNG/JPEG bytes or a uint8 array, all one size), "
+    "a parquet file or folder with columns 'image' (PNG/JPEG bytes or a uint8 array or fixed-shape tensor, all one "
+    "size), "
     "'label' (int), optional 'domain' (int) and 'split' ('train'/'test')"
 )
 
 
 def _read_parquet(cfg):
-    """Any parquet table in the documented layout (``data.data_dir``)."""
-    import ray
-
+    """Any parquet file or folder in the documented layout (``data.data_dir``), decoded once into a memory-mapped
+    cache (``parquet-<key>.npy`` in the data cache, keyed by the files, ``data.image_size`` and the Pillow that
+    decodes them) a batch at a time: a file larger than memory streams through, and the next run maps the cache."""
     if not cfg.data_dir or not Path(cfg.data_dir).exists():
         raise ConfigError(f"dataset 'parquet' needs data.data_dir: {PARQUET_LAYOUT}; got {cfg.data_dir!r}")
     try:
-        raw = ray.data.read_parquet(cfg.data_dir)
-        columns = set(raw.columns())
+        dataset = pyarrow.dataset.dataset(cfg.data_dir, format="parquet")
+        columns = set(dataset.schema.names)
     except Exception as error:
         raise ConfigError(
             f"could not read parquet at {cfg.data_dir} ({type(error).__name__}); expected {PARQUET_LAYOUT}"
         ) from None
     if not {"image", "label"} <= columns:
         raise ConfigError(f"parquet at {cfg.data_dir} has columns {sorted(columns)}; expected {PARQUET_LAYOUT}")
+    small = dataset.to_table(columns=[c for c in ("label", "domain", "split") if c in columns])
+    labels = small["label"].to_numpy().astype(np.int64)
+    domains = small["domain"].to_numpy().astype(np.int64) if "domain" in columns else np.zeros(len(labels), np.int64)
+    if "split" in columns:
+        is_test = np.asarray([str(v) == "test" for v in small["split"].to_pylist()])
+    else:
+        is_test = fixed_test_split(labels, domains)
+    images = _decoded_images(dataset, len(labels), cfg)
+    info = DatasetInfo("parquet", int(labels.max()) + 1, int(domains.max()) + 1, tuple(images.shape[1:]))
+    return {"image": images, "label": labels, "domain": domains, "is_test": is_test}, info
 
-    sizes = set(
-        raw.map_batches(lambda b: {"size": np.array([_size_of(v) for v in b["image"]])}, batch_format="numpy").unique(
-            "size"
-        )
-    )
-    if len(sizes) > 1 and not cfg.image_size:
-        raise ConfigError(
-            f"parquet images at {cfg.data_dir} differ in size ({', '.join(sorted(sizes)[:3])}); "
-            "pass --set data.image_size=N to resize them to N x N"
-        )
 
-    def decode(batch: dict) -> dict:
-        images = [_decode_image(value, cfg.image_size) for value in batch["image"]]
-        out = {"image": np.stack(images), "label": np.asarray(batch["label"], dtype=np.int64)}
-        out["domain"] = (
-            np.asarray(batch["domain"], dtype=np.int64) if "domain" in batch else np.zeros(len(images), np.int64)
-        )
-        if "split" in batch:
-            out["is_test"] = np.asarray([str(s) == "test" for s in batch["split"]])
-        return out
+def _decoded_images(dataset, rows: int, cfg) -> np.ndarray:
+    """Every row's image, decoded (and resized to ``data.image_size``), as a read-only map of the cache file."""
+    import PIL
 
-    ds = raw.map_batches(decode, batch_format="numpy").materialize()
-    arrays = _to_numpy(ds)
-    if "is_test" not in arrays:
-        arrays["is_test"] = fixed_test_split(arrays["label"], arrays["domain"])
-    info = DatasetInfo(
-        "parquet", int(arrays["label"].max()) + 1, int(arrays["domain"].max()) + 1, tuple(arrays["image"].shape[1:])
-    )
-    table = rows_table(arrays["image"], arrays["label"], arrays["domain"], arrays["is_test"])
-    return ray.data.from_arrow(table), info
+    files = sorted(dataset.files)
+    stamp = [(f, os.stat(f).st_size, os.stat(f).st_mtime_ns) for f in files]
+    key = hashlib.sha256(json.dumps([stamp, cfg.image_size, PIL.__version__]).encode()).hexdigest()[:16]
+    path = cache_dir() / f"parquet-{key}.npy"
+    if path.exists():
+        return np.load(path, mmap_mode="r")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
+    out, done, first = None, 0, None
+    try:
+        for batch in dataset.to_batches(columns=["image"], batch_size=4096):
+            decoded = _decode_column(batch.column(0), cfg.image_size)
+            for image in decoded:
+                first = first or image.shape
+                if image.shape != first:
+                    raise ConfigError(
+                        f"parquet images at {cfg.data_dir} differ in size ({'x'.join(map(str, first[:2]))}, "
+                        f"{'x'.join(map(str, image.shape[:2]))}); pass --set data.image_size=N to resize them to N x N"
+                    )
+            if out is None:
+                out = np.lib.format.open_memmap(partial, mode="w+", dtype=np.uint8, shape=(rows, *first))
+            out[done : done + len(decoded)] = np.stack(decoded)
+            done += len(decoded)
+            out.flush()  # written pages can leave memory
+        out.flush()
+        del out
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
+    return np.load(path, mmap_mode="r")
+
+
+def _decode_column(column, size: int | None) -> list[np.ndarray] | np.ndarray:
+    """A batch of the ``image`` column as uint8 arrays: a fixed-shape tensor column (Arrow's canonical
+    ``arrow.fixed_shape_tensor``) in one step, PNG/JPEG bytes or nested lists image by image."""
+    if isinstance(column.type, pa.FixedShapeTensorType) and not size:
+        return column.to_numpy_ndarray().astype(np.uint8, copy=False)
+    return [_decode_image(value, size) for value in column.to_pylist()]
 
 
 def fit_image(image, size: int) -> np.ndarray:
@@ -201,16 +239,6 @@ def _decode_image(value, size: int | None = None) -> np.ndarray:
     return fit_image(image if image is not None else Image.fromarray(np.asarray(value, dtype=np.uint8)), size)
 
 
-def _size_of(value) -> str:
-    """'HxW' of an encoded image (header only) or of an array."""
-    if isinstance(value, (bytes, bytearray)):
-        from PIL import Image
-
-        width, height = Image.open(io.BytesIO(value)).size
-        return f"{height}x{width}"
-    return "x".join(str(d) for d in np.asarray(value).shape[:2])
-
-
 SOURCES: Registry[Source] = Registry("dataset", load="raysim.data")  # the package adds the glyph and real sources
 for _source in (
     Source("digits", "scikit-learn's real handwritten digits, 8x8, 10 classes, 1,797 images", _read_digits),
@@ -222,18 +250,34 @@ for _source in (
     SOURCES.add(_source.name, _source)
 
 
-def _to_numpy(ds) -> dict[str, np.ndarray]:
-    batches = list(ds.iter_batches(batch_size=None, batch_format="numpy"))
+def _to_numpy(rows) -> dict[str, np.ndarray]:
+    """A source's rows as numpy arrays: already arrays, or a Ray Dataset materialised."""
+    if isinstance(rows, dict):
+        return rows
+    batches = list(rows.iter_batches(batch_size=None, batch_format="numpy"))
     return {key: np.concatenate([b[key] for b in batches]) for key in batches[0]}
 
 
+RAY_DATA_ACTORS = (
+    ("datasets_stats_actor", "_dataset_stats_actor"),
+    ("AutoscalingCoordinator", "AutoscalingCoordinator"),
+)
+
+
 def load_dataset(cfg) -> tuple[DatasetInfo, dict[str, np.ndarray]]:
-    """Read ``cfg.dataset`` with Ray Data and materialise its rows as numpy arrays (in source order)."""
+    """``cfg.dataset``'s rows as numpy arrays (in source order; the image block may be a read-only map).
+
+    Sources that generate or decode in parallel do it with Ray Data; its helper actors are stopped afterwards, so
+    nothing of the data phase holds memory for the rest of the run.
+    """
     import ray
 
     ray.data.DataContext.get_current().execution_options.preserve_order = True
-    ds, info = SOURCES[cfg.dataset].read(cfg)
-    arrays = _to_numpy(ds)
+    rows, info = SOURCES[cfg.dataset].read(cfg)
+    arrays = _to_numpy(rows)
+    for name, namespace in RAY_DATA_ACTORS:
+        with contextlib.suppress(ValueError):  # Ray Data did not run
+            ray.kill(ray.get_actor(name, namespace=namespace))
     if len(arrays["label"]) == 0:
         raise ConfigError(f"dataset {cfg.dataset} has no rows")
     return info, arrays

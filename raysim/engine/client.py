@@ -15,12 +15,30 @@ from raysim.core.messages import Broadcast, ClientUpdate, Tensors
 from raysim.core.protocol import ClientContext, Personalised, SplitLearning
 from raysim.core.registry import get_method
 from raysim.core.seeding import Purpose, derive_seed
-from raysim.core.training import correct_per_row
+from raysim.core.training import EVAL_BATCH, correct_per_row
 from raysim.data.shards import ClientData, ShardStore
 from raysim.engine.precision import autocast, full_width
 from raysim.models.factory import build_model, pick_device
 
 Task = tuple[int, Tensors, Tensors | None]  # (client id, per-client instructions, client state)
+EVAL_WINDOW = 32 * EVAL_BATCH  # rows of several clients evaluated together: batches as one concatenation would give
+
+
+def windows(parts: list[ClientData], size: int):
+    """The rows of ``parts`` one after another, ``size`` rows at a time (the last window may be shorter), without
+    holding all of them at once."""
+    pending, held = [], 0
+    for part in parts:
+        start = 0
+        while start < len(part):
+            take = min(size - held, len(part) - start)
+            pending.append(part.slice(start, start + take))
+            held, start = held + take, start + take
+            if held == size:
+                yield ClientData.concat(pending)
+                pending, held = [], 0
+    if pending:
+        yield ClientData.concat(pending)
 
 
 def _to_cpu(tensors: Tensors | None) -> Tensors | None:
@@ -92,7 +110,7 @@ class ClientRuntime:
             self.model.load_trainable(params)
             parts = [shards.test(c) for c in shared]
             owner = np.repeat(np.arange(len(shared)), [len(p) for p in parts])
-            correct = self._correct(ClientData.concat(parts))
+            correct = np.concatenate([np.zeros(0), *(self._correct(window) for window in windows(parts, EVAL_WINDOW))])
             hits = np.bincount(owner, weights=correct, minlength=len(shared)).astype(np.int64)
             out.update({c: (int(hits[i]), len(parts[i])) for i, c in enumerate(shared)})
         return out

@@ -15,13 +15,19 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from raysim.core.errors import ConfigError
 from raysim.engine.executors import Pool
 
+LEAN = {  # a local Ray for one run: no idle workers started up front, and none kept once idle (actors are not idle)
+    "prestart_worker_first_driver": False,
+    "num_workers_soft_limit": 0,
+}
+
 
 def connect_ray(resources) -> None:
     """Join ``resources.address`` or start a local Ray; reuse an open session.
 
     A local Ray is a single user's: token authentication (Ray 2.60's default) is turned off for it unless the user
-    set ``RAY_AUTH_MODE``, and the dashboard starts only with ``--dashboard`` (then on ``dashboard_host``,
-    127.0.0.1 by default). A cluster's auth is the cluster's own (cluster/README.md).
+    set ``RAY_AUTH_MODE``, the dashboard starts only with ``--dashboard`` (then on ``dashboard_host``, 127.0.0.1 by
+    default), and it keeps no idle worker processes (``LEAN``). A cluster's settings are the cluster's own
+    (cluster/README.md).
     """
     if ray.is_initialized():
         return
@@ -38,7 +44,12 @@ def connect_ray(resources) -> None:
             ) from None
     else:
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-        ray.init(include_dashboard=resources.dashboard, dashboard_host=resources.dashboard_host, **kwargs)
+        ray.init(
+            include_dashboard=resources.dashboard,
+            dashboard_host=resources.dashboard_host,
+            _system_config=LEAN,
+            **kwargs,
+        )
     ray.data.DataContext.get_current().enable_progress_bars = False
     logging.getLogger("ray.data").setLevel(logging.ERROR)
 

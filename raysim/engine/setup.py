@@ -7,6 +7,7 @@ import dataclasses
 import os
 
 import numpy as np
+import ray
 import torch
 
 from raysim.config import Config
@@ -19,7 +20,7 @@ from raysim.core.seeding import Init, Purpose
 from raysim.core.training import EVAL_BATCH, model_inputs
 from raysim.data.partition import PartitionParams, partition
 from raysim.data.shards import ShardStore, build_shards
-from raysim.data.sources import load_dataset
+from raysim.data.sources import cache_dir, load_dataset
 from raysim.engine.precision import autocast, full_width, native_bf16_cpu, resolve
 from raysim.models.factory import build_model, pick_device
 
@@ -47,8 +48,12 @@ def resolved(config: Config) -> Config:
     )
 
 
+ON_DISK_BYTES = 256 * 2**20  # an image block larger than this is written to a file and mapped (on one machine)
+
+
 def prepare_shards(config: Config) -> ShardStore:
-    """Read the dataset, partition it over the clients and lay out the shard block."""
+    """Read the dataset, partition it over the clients and lay out the shard block: in memory, or, when it is larger
+    than ``ON_DISK_BYTES`` and Ray runs on one machine, in a file every process maps (``data`` cache, ``shards/``)."""
     data = config.data
     info, arrays = load_dataset(data)
     is_test = arrays["is_test"].astype(bool)
@@ -70,7 +75,9 @@ def prepare_shards(config: Config) -> ShardStore:
     )
     fed = config.federation
     unseen = seeding.rng(fed.seed, Purpose.UNSEEN).choice(fed.clients, size=fed.unseen_clients, replace=False)
-    return build_shards(info, arrays, part, tuple(sorted(int(c) for c in unseen)))
+    on_disk = arrays["image"].nbytes > ON_DISK_BYTES and len([n for n in ray.nodes() if n["Alive"]]) == 1
+    folder = cache_dir() / "shards" if on_disk else None
+    return build_shards(info, arrays, part, tuple(sorted(int(c) for c in unseen)), folder)
 
 
 def initial_state(config: Config, shards: ShardStore) -> tuple[GlobalState, ShardStore]:

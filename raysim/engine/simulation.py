@@ -22,8 +22,9 @@ from raysim.core.errors import BadUpdateError
 from raysim.core.messages import ClientUpdate, GlobalState, Tensors
 from raysim.core.protocol import Personalised, SendsExtras, SplitLearning, split_encoder
 from raysim.core.registry import get_method
-from raysim.core.seeding import sample_clients
+from raysim.core.seeding import Purpose, rng, sample_clients
 from raysim.engine.callbacks import Callback, Checkpointing
+from raysim.engine.client_states import ClientStates
 from raysim.engine.executors import Pool, start_executor
 from raysim.ops.metrics import accuracy_metrics, client_accuracies
 from raysim.tracking.checkpoint import Checkpoint
@@ -104,31 +105,15 @@ def screen(
     return kept, rejected
 
 
-class ClientStates:
-    """The clients' persistent states, created on first participation, with the clients changed since the last
-    checkpoint (so a checkpoint writes only those)."""
-
-    def __init__(self, states: dict[int, Tensors] | None = None):
-        self.states: dict[int, Tensors] = dict(states or {})
-        self.dirty: set[int] = set()
-        self.cleared = False
-
-    def get(self, client: int) -> Tensors | None:
-        return self.states.get(client)
-
-    def put(self, client: int, state: Tensors) -> None:
-        self.states[client] = state
-        self.dirty.add(client)
-
-    def clear(self) -> None:
-        """Every client starts over (FedV's head/tail averaging replaces what each kept)."""
-        self.states, self.dirty, self.cleared = {}, set(), True
-
-    def take_changes(self) -> tuple[bool, dict[int, Tensors]]:
-        """(whether all were cleared, the states changed) since the last call."""
-        changes = (self.cleared, {c: self.states[c] for c in sorted(self.dirty)})
-        self.dirty, self.cleared = set(), False
-        return changes
+def evaluated_clients(fed, seen: list[int], unseen: list[int]) -> tuple[list[int], list[int]]:
+    """The (seen, unseen) clients evaluated on evaluated rounds: all, or for a population over
+    ``federation.eval_clients`` a fixed sample of that many drawn once from the run seed, seen and held-out clients
+    alike (the global model's accuracy is then that of the sample's test rows)."""
+    everyone = seen + unseen
+    if not fed.eval_clients or len(everyone) <= fed.eval_clients:
+        return seen, unseen
+    chosen = set(rng(fed.seed, Purpose.EVAL).choice(everyone, size=fed.eval_clients, replace=False).tolist())
+    return [c for c in seen if c in chosen], [c for c in unseen if c in chosen]
 
 
 class Simulation:
@@ -156,6 +141,7 @@ class Simulation:
         self.history, self.client_acc, self.records = list(start.history), dict(start.client_acc), list(start.records)
         self.seen = self.shards.seen_clients()
         self.unseen = list(self.shards.unseen)
+        self.eval_seen, self.eval_unseen = evaluated_clients(config.federation, self.seen, self.unseen)
         self.callbacks = list(callbacks)
         for callback in self.callbacks:
             callback.on_start(self)
@@ -235,9 +221,9 @@ class Simulation:
     def _evaluate(self, report: RoundReport) -> None:
         start = time.perf_counter()
         # client states travel to the workers only for methods that evaluate with them (personalised ones)
-        states = self.clients.states if isinstance(self.method, Personalised) else {}
-        counts = self.executor.evaluate(self.state.params, self.seen + self.unseen, states)
-        report.metrics.update(accuracy_metrics(counts, self.seen, self.unseen, self.shards.client_domain))
+        states = self.clients if isinstance(self.method, Personalised) else {}
+        counts = self.executor.evaluate(self.state.params, self.eval_seen + self.eval_unseen, states)
+        report.metrics.update(accuracy_metrics(counts, self.eval_seen, self.eval_unseen, self.shards.client_domain))
         report.metrics["eval_time_s"] = time.perf_counter() - start
         report.client_acc = client_accuracies(counts)
 

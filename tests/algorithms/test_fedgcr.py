@@ -64,7 +64,7 @@ def test_contrastive_terms_start_once_centres_exist(simulate):
     executor, method = simulation.executor, simulation.method
     first = executor.train(1, *_tasks(method, 1, simulation.global_state(), {}))
     assert all(u.metrics["train_loss"] == pytest.approx(u.metrics["train_ce"]) for u in first)  # CE only in round 1
-    later = executor.train(2, *_tasks(method, 2, simulation.global_state(), simulation.clients.states))
+    later = executor.train(2, *_tasks(method, 2, simulation.global_state(), simulation.clients))
     assert all(u.metrics["train_loss"] > u.metrics["train_ce"] for u in later)  # + lambda1 l_GC + lambda2 l_RA
 
 
@@ -80,7 +80,7 @@ def test_fedgr_represents_clients_by_the_class_balanced_frozen_class_token(simul
         data = shards.train(client)
         expected = gc.class_balanced_mean(torch.as_tensor(data.features["cls"]), torch.as_tensor(data.labels))
         assert torch.allclose(latest[client], expected, atol=1e-6)
-    assert not simulation.clients.states  # no GC-Net, no contrastive state
+    assert not simulation.clients  # no GC-Net, no contrastive state
 
 
 @pytest.mark.parametrize(
@@ -105,9 +105,7 @@ def test_aggregation_weights_follow_the_method_and_round(method, options, round,
 
 def test_updates_carry_only_the_parameters_and_h_tilde(simulate):
     _, _, simulation, _ = simulate("fedgcr", rounds=1)
-    updates = simulation.executor.train(
-        2, *_tasks(simulation.method, 2, simulation.global_state(), simulation.clients.states)
-    )
+    updates = simulation.executor.train(2, *_tasks(simulation.method, 2, simulation.global_state(), simulation.clients))
     for update in updates:  # nothing per row crosses to the server
         assert set(update.params) == set(simulation.global_state().params) and set(update.extras) == {"client_repr"}
 

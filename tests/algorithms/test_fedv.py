@@ -148,7 +148,7 @@ def run(method, rounds=3, backend="sequential", workers=0, **options):
     with open_simulation(config) as (simulation, _, shards):
         reports = [simulation.run_round(r) for r in range(1, rounds + 1)]
         state = simulation.global_state()
-        client_states = dict(simulation.clients.states) if backend == "sequential" else None
+        client_states = dict(simulation.clients) if backend == "sequential" else None
     return config, shards, reports, state, client_states
 
 

@@ -40,4 +40,5 @@ def test_purpose_values_never_change():
         ("SERVER", 5),
         ("BLOCK", 6),
         ("CLUSTER", 7),
+        ("EVAL", 8),
     ]

@@ -91,7 +91,7 @@ def test_a_poisoned_channel_is_rejected_named_and_the_rest_aggregate(monkeypatch
     with open_simulation(config) as (simulation, _, _), caplog.at_level("WARNING", logger="raysim"):
         report = simulation.run_round(1)
         state = simulation.global_state()
-        states = dict(simulation.clients.states)
+        states = dict(simulation.clients)
     assert report.metrics["rejected_updates"] == 1.0
     label = {"params": "params", "extras": "extra", "metrics": "metric", "state": "state"}[channel]
     assert f"round 1: rejected the update of client {VICTIM} ({label} {name} " in caplog.text

@@ -1,0 +1,319 @@
+"""What a user waits for: raysim's console script against a hand-written single-process loop, at several scales.
+
+Both run the same work in one invocation: a parquet file of 32x32 RGB images in 10 classes split IID over the
+clients, the default ViT-Tiny architecture from random init with a 4-token VPT-shallow prompt and head, SGD 0.01,
+batch 32, one local epoch, the same clients per round, 5 rounds, evaluated after the last. For each it prints wall
+time (process start to exit), start-up (process start to the first round), the first and the steady round (median
+of rounds 2-4), evaluation time, peak RSS and PSS summed over the process tree (sampled from /proc), the most
+processes alive at once, and each figure as a ratio to the plain loop.
+
+    python bench/scale.py                       # 100 x 200 (5 a round), 1,000 x 20 and 10,000 x 20 (10 a round)
+    python bench/scale.py --scales 100000x5     # CLIENTSxROWS[:PER_ROUND], comma-separated
+    python bench/scale.py --raysim-args "--set train.cohort=off"   # extra raysim run arguments
+
+The plain loop (``--plain``, run in its own process by this script) reads the parquet with pyarrow, partitions it
+the same way, and trains with raysim's model builder but none of its engine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROUNDS, CLASSES, SIZE = 5, 10, 32
+TRAIN = ["--set", "train.optimizer=sgd", "--set", "train.lr=0.01", "--set", "train.batch_size=32"]
+
+
+def write_parquet(path: Path, rows: int, seed: int = 0) -> None:
+    """``rows`` 32x32 RGB PNG images: a smooth class pattern under noise; 80% train, 20% test."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    patterns = rng.random((CLASSES, 4, 4, 3))
+    labels = rng.integers(0, CLASSES, rows)
+    writer, chunk = None, 20_000
+    for start in range(0, rows, chunk):
+        part = labels[start : start + chunk]
+        base = np.kron(patterns[part], np.ones((1, 8, 8, 1)))
+        images = np.clip(255 * (0.7 * base + 0.3 * rng.random((len(part), SIZE, SIZE, 3))), 0, 255).astype(np.uint8)
+        encoded = []
+        for image in images:
+            buffer = io.BytesIO()
+            Image.fromarray(image).save(buffer, format="PNG")
+            encoded.append(buffer.getvalue())
+        split = np.where(np.arange(start, start + len(part)) % 5 == 0, "test", "train")
+        table = pa.table({"image": encoded, "label": part.astype(np.int64), "split": split})
+        writer = writer or pq.ParquetWriter(str(path), table.schema)
+        writer.write_table(table)
+    writer.close()
+
+
+class TreeSampler:
+    """Peak RSS and PSS (MB) summed over a process and its descendants, and the most processes alive at once."""
+
+    def __init__(self, pid: int, every_s: float = 0.25):
+        self.pid, self.every_s = pid, every_s
+        self.peak_rss = self.peak_pss = 0.0
+        self.peak_processes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            pids = [self.pid, *descendants(self.pid)]
+            rss = pss = 0.0
+            for pid in pids:
+                try:
+                    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                        if line.startswith("Rss:"):
+                            rss += int(line.split()[1]) / 1024
+                        elif line.startswith("Pss:"):
+                            pss += int(line.split()[1]) / 1024
+                except OSError:
+                    continue
+            self.peak_rss, self.peak_pss = max(self.peak_rss, rss), max(self.peak_pss, pss)
+            self.peak_processes = max(self.peak_processes, len(pids))
+            self._stop.wait(self.every_s)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry.name))
+    found, stack = [], [root]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            found.append(child)
+            stack.append(child)
+    return found
+
+
+def measured(command: list[str], env: dict) -> tuple[float, TreeSampler, str]:
+    start = time.time()
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    sampler = TreeSampler(process.pid)
+    out, _ = process.communicate()
+    sampler.stop()
+    if process.returncode:
+        raise SystemExit(f"{shlex.join(command)} failed:\n{out[-3000:]}")
+    return start, sampler, out
+
+
+def raysim_figures(data: Path, clients: int, per_round: int, extra: list[str], tmp: Path) -> dict:
+    from mlflow.tracking import MlflowClient
+
+    store = f"sqlite:///{tmp}/mlflow.db"
+    command = [
+        "raysim",
+        "run",
+        "fedvpt",
+        "--dataset",
+        "parquet",
+        "--data-dir",
+        str(data),
+        "--clients",
+        str(clients),
+        "--participation",
+        str(per_round / clients),
+        "--rounds",
+        str(ROUNDS),
+        "--local-epochs",
+        "1",
+        "--partition",
+        "iid",
+        "--eval-every",
+        str(ROUNDS),
+        "--workers",
+        "1",
+        "--cpus-per-client",
+        "2",
+        "--precision",
+        "fp32",
+        "--tracking-uri",
+        store,
+        "--no-progress",
+        *TRAIN,
+        "--set",
+        "fedvpt.prompt_length=4",
+        "--set",
+        "model.pretrained=false",
+        "--set",
+        "checkpoint.every=0",
+        *extra,
+    ]
+    start, sampler, _ = measured(command, dict(os.environ))
+    wall = time.time() - start
+    client = MlflowClient(store)
+    (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    history = {m.step: m for m in client.get_metric_history(run.info.run_id, "round_time_s")}
+    first_end = history[1].timestamp / 1000
+    rounds = [history[r].value for r in sorted(history)]
+    evaluation = client.get_metric_history(run.info.run_id, "eval_time_s")[-1].value
+    return {
+        "wall": wall,
+        "start-up": first_end - rounds[0] - start,
+        "first round": rounds[0],
+        "steady round": float(np.median(rounds[1:4])),
+        "evaluation": evaluation,
+        "peak RSS MB": sampler.peak_rss,
+        "peak PSS MB": sampler.peak_pss,
+        "processes": sampler.peak_processes,
+    }
+
+
+def plain_figures(data: Path, clients: int, per_round: int) -> dict:
+    start, sampler, out = measured(
+        [sys.executable, __file__, "--plain", str(data), str(clients), str(per_round)], dict(os.environ)
+    )
+    wall = time.time() - start
+    figures = json.loads(out.strip().splitlines()[-1])
+    figures["start-up"] -= start
+    return {
+        "wall": wall,
+        **figures,
+        "peak RSS MB": sampler.peak_rss,
+        "peak PSS MB": sampler.peak_pss,
+        "processes": sampler.peak_processes,
+    }
+
+
+def plain_loop(data: str, clients: int, per_round: int) -> None:
+    """The same workload in one process, no raysim engine; prints its figures as one JSON line."""
+    import pyarrow.parquet as pq
+    import torch
+    from PIL import Image
+
+    from raysim.config import build_config
+    from raysim.core.registry import get_method
+    from raysim.core.seeding import Purpose, derive_seed, sample_clients
+    from raysim.models.factory import build_model
+    from raysim.models.preprocess import to_model_input
+
+    torch.set_num_threads(2)
+    table = pq.read_table(data)
+    images = np.stack([np.asarray(Image.open(io.BytesIO(b)).convert("RGB")) for b in table["image"].to_pylist()])
+    labels, is_test = table["label"].to_numpy(), table["split"].to_numpy(zero_copy_only=False) == "test"
+    config = build_config(
+        "fedvpt", [{"fedvpt": {"prompt_length": 4}, "model": {"pretrained": False}, "federation": {"clients": clients}}]
+    )
+    model = build_model(config, get_method("fedvpt").cls(config), CLASSES)
+    size, mean, std = model.input_spec
+    train_rows = np.flatnonzero(~is_test)
+    owner = np.random.default_rng(0).permutation(len(train_rows)) % clients  # IID: equal shares
+    by_client = [train_rows[owner == c] for c in range(clients)]
+    names = model.trainable_names()
+    params = dict(model.named_parameters())
+    global_state = {k: params[k].detach().clone() for k in names}
+    rounds, started = [], time.time()
+    for round in range(1, ROUNDS + 1):
+        begin = time.perf_counter()
+        updates, sizes = [], []
+        for client in sample_clients(0, round, list(range(clients)), per_round):
+            with torch.no_grad():
+                for k in names:
+                    params[k].copy_(global_state[k])
+            optimizer = torch.optim.SGD([params[k] for k in names], lr=0.01, momentum=0.9, weight_decay=1e-5)
+            rows = by_client[client]
+            generator = torch.Generator().manual_seed(derive_seed(0, Purpose.CLIENT, round, client))
+            model.train()
+            for batch in torch.randperm(len(rows), generator=generator).split(32):
+                x = to_model_input(torch.tensor(images[rows[batch.numpy()]]), size, mean, std)
+                loss = torch.nn.functional.cross_entropy(model(x), torch.tensor(labels[rows[batch.numpy()]]))
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+            model.eval()
+            updates.append({k: params[k].detach().clone() for k in names})
+            sizes.append(len(rows))
+        weights = torch.tensor(sizes, dtype=torch.float64) / sum(sizes)
+        global_state = {
+            k: torch.tensordot(weights, torch.stack([u[k].double() for u in updates]), 1).float() for k in names
+        }
+        rounds.append(time.perf_counter() - begin)
+    begin = time.perf_counter()
+    with torch.no_grad():
+        for k in names:
+            params[k].copy_(global_state[k])
+        test = np.flatnonzero(is_test)
+        correct = sum(
+            int(
+                (
+                    model(to_model_input(torch.tensor(images[test[s : s + 256]]), size, mean, std)).argmax(1)
+                    == torch.tensor(labels[test[s : s + 256]])
+                ).sum()
+            )
+            for s in range(0, len(test), 256)
+        )
+    evaluation = time.perf_counter() - begin
+    print(
+        json.dumps(
+            {
+                "start-up": started,
+                "first round": rounds[0],
+                "steady round": float(np.median(rounds[1:4])),
+                "evaluation": evaluation,
+                "accuracy": 100 * correct / len(test),
+            }
+        )
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--scales",
+        default="100x200:5,1000x20:10,10000x20:10",
+        help="CLIENTSxROWS[:CLIENTS_PER_ROUND], comma-separated (rows per client, train and test)",
+    )
+    parser.add_argument("--raysim-args", default="", help="extra arguments for raysim run")
+    parser.add_argument("--plain", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.plain:
+        plain_loop(args.plain[0], int(args.plain[1]), int(args.plain[2]))
+        return
+    keys = ("wall", "start-up", "first round", "steady round", "evaluation", "peak RSS MB", "peak PSS MB", "processes")
+    print("| scale | run | " + " | ".join(keys) + " |")
+    print("|---|---|" + "---|" * len(keys))
+    for scale in args.scales.split(","):
+        shape, _, per_round = scale.partition(":")
+        clients, rows = (int(v) for v in shape.split("x"))
+        per_round = int(per_round or 10)
+        with tempfile.TemporaryDirectory() as tmp:
+            tmp = Path(tmp)
+            data = tmp / "data.parquet"
+            write_parquet(data, clients * rows)
+            plain = plain_figures(data, clients, per_round)
+            ours = raysim_figures(data, clients, per_round, shlex.split(args.raysim_args), tmp)
+        label = f"{clients:,} x {rows} ({per_round}/round)"
+        for name, figures in (("plain loop", plain), ("raysim", ours)):
+            cells = [f"{figures[k]:,.1f}" if isinstance(figures[k], float) else f"{figures[k]:,}" for k in keys]
+            print(f"| {label} | {name} | " + " | ".join(cells) + " |")
+        ratios = [f"{ours[k] / plain[k]:.2f}x" if plain[k] else "-" for k in keys]
+        print(f"| {label} | raysim / plain | " + " | ".join(ratios) + " |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
