@@ -14,14 +14,14 @@ import torch
 
 from raysim.core import training
 from raysim.core.messages import Broadcast, ClientUpdate, GlobalState
-from raysim.core.protocol import ClientContext, Method, ModelParts
+from raysim.core.protocol import ClientContext, CohortPhase, CohortTraining, Method, ModelParts
 from raysim.core.registry import register
 from raysim.models.prompted import PromptSpec
 from raysim.ops.aggregate import weighted_mean
 
 
 @register("fedavg", "FedAvg, full fine-tuning of backbone + head (McMahan et al. 2017)", family="global")
-class FedAvg(Method):
+class FedAvg(CohortTraining, Method):
     def parts(self, vit, generator) -> ModelParts:
         return ModelParts(PromptSpec(train_backbone=True))
 
@@ -34,15 +34,22 @@ class FedAvg(Method):
 
     def client_update(self, ctx: ClientContext, broadcast: Broadcast, client_state, data) -> ClientUpdate:
         """E local epochs on the trainable tensors from the broadcast ones; sends the trained tensors."""
-        ctx.model.load_trainable(broadcast.params)
-        metrics = training.local_train(ctx, data, lambda x, y, rows: self.loss(ctx, ctx.model(x), y, broadcast))
-        return ClientUpdate(ctx.client_id, len(data), ctx.model.trainable_state(), metrics=metrics)
+        model = ctx.model
+        model.load_trainable(broadcast.params)
+        metrics = training.local_train(ctx, data, lambda x, y, rows: self.loss(model, model(x), y, broadcast))
+        return ClientUpdate(ctx.client_id, len(data), model.trainable_state(), metrics=metrics)
 
-    def loss(
-        self, ctx: ClientContext, logits: torch.Tensor, labels: torch.Tensor, broadcast: Broadcast
-    ) -> torch.Tensor:
-        """The local objective (template hook); cross-entropy."""
+    def loss(self, model, logits: torch.Tensor, labels: torch.Tensor, broadcast: Broadcast) -> torch.Tensor:
+        """The local objective (template hook); cross-entropy. ``model`` holds the client's current tensors."""
         return torch.nn.functional.cross_entropy(logits, labels)
+
+    def cohort_phases(self, model, broadcast) -> list[CohortPhase]:
+        """One pass over every trainable tensor with :meth:`loss` (for the methods registered ``cohort=True``)."""
+
+        def objective(x, y, features):
+            return self.loss(model, model(x), y, broadcast), x.new_zeros(())
+
+        return [CohortPhase(tuple(model.trainable_names()), objective)]
 
     def aggregate(self, round, state, updates) -> GlobalState:
         """Sample-weighted mean (N_i / N) of the clients' tensors."""

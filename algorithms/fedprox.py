@@ -30,10 +30,11 @@ def proximal_term(params: dict[str, torch.Tensor], anchor: dict[str, torch.Tenso
     "FedProx on prompts + head: local loss + (mu/2)||w - w_global||^2 (Li et al. 2020)",
     family="global",
     options=ProxOptions,
+    cohort=True,
 )
 class FedProx(FedVPT):
-    def loss(self, ctx, logits, labels, broadcast):
+    def loss(self, model, logits, labels, broadcast):
         anchor = broadcast.params
-        trained = {n: p for n, p in ctx.model.named_parameters() if n in anchor}
+        trained = {n: p for n, p in model.named_parameters() if n in anchor}
         ce = torch.nn.functional.cross_entropy(logits, labels)
         return ce + 0.5 * self.options.mu * proximal_term(trained, anchor)

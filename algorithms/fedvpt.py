@@ -30,7 +30,11 @@ class PromptOptions:
 
 
 @register(
-    "fedvpt", "prompt tuning (VPT-shallow) + head with FedAvg, a.k.a. PT-FedAvg", family="global", options=PromptOptions
+    "fedvpt",
+    "prompt tuning (VPT-shallow) + head with FedAvg, a.k.a. PT-FedAvg",
+    family="global",
+    options=PromptOptions,
+    cohort=True,
 )
 class FedVPT(FedAvg):
     def parts(self, vit, generator) -> ModelParts:

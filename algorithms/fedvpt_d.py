@@ -14,6 +14,7 @@ from raysim.models.prompted import PromptSlot, PromptSpec
     family="global",
     options=PromptOptions,
     options_key="fedvpt",
+    cohort=True,
 )
 class FedVPTDeep(FedAvg):
     def parts(self, vit, generator) -> ModelParts:

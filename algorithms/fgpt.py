@@ -20,7 +20,7 @@ from raysim.algorithms.fedavg import FedAvg
 from raysim.core import training
 from raysim.core.errors import ConfigError
 from raysim.core.messages import ClientUpdate, GlobalState
-from raysim.core.protocol import CachesRowFeatures, ModelParts, SendsExtras
+from raysim.core.protocol import CachesRowFeatures, CohortPhase, ModelParts, SendsExtras
 from raysim.core.registry import register
 from raysim.models.prompted import PromptSlot, PromptSpec, xavier_prompt
 from raysim.ops import selection as sel
@@ -58,6 +58,7 @@ class FGPTOptions:
     family="group prompts",
     options=FGPTOptions,
     metrics=gp.GroupDiagnostics.metrics,
+    cohort=True,
 )
 class FGPT(gp.GroupDiagnostics, CachesRowFeatures, SendsExtras, FedAvg):
     top_k = 1  # groups whose logits are averaged at inference
@@ -119,6 +120,24 @@ class FGPT(gp.GroupDiagnostics, CachesRowFeatures, SendsExtras, FedAvg):
         metrics = training.local_train(ctx, data, step)
         return ClientUpdate(ctx.client_id, len(data), model.trainable_state(), {COUNTS: selected_counts}, metrics)
 
+    def cohort_phases(self, model, broadcast) -> list[CohortPhase]:
+        """The same joint step as :meth:`client_update`, with each step's selected groups as its aux."""
+
+        def objective(x, y, features):
+            picked = sel.cosine(features["query"].to(x.device), model.extra["fixed_keys"]).argmax(dim=1)
+            return torch.nn.functional.cross_entropy(self.logits(model, x, picked[:, None]), y), picked
+
+        return [CohortPhase(tuple(model.trainable_names()), objective)]
+
+    def cohort_update(self, ctx, broadcast, trained, aux, metrics) -> ClientUpdate:
+        (picks,) = aux
+        counts = (
+            sel.counts(torch.cat(picks), self.options.groups)
+            if picks
+            else torch.zeros(self.options.groups, dtype=torch.float64)
+        )
+        return ClientUpdate(ctx.client_id, int(metrics.pop("rows")), trained, {COUNTS: counts}, metrics)
+
     def predict(self, model, x, data, rows):
         """FGPT: the best group; FGPT-U: the mean logits of the top-K groups by cosine."""
         cos = gp.cached_cosine(data, rows, model.extra["fixed_keys"])
@@ -135,6 +154,7 @@ class FGPT(gp.GroupDiagnostics, CachesRowFeatures, SendsExtras, FedAvg):
     options=FGPTOptions,
     options_key="fgpt",
     metrics=gp.GroupDiagnostics.metrics,
+    cohort=True,
 )
 class FGPTU(FGPT):
     def __init__(self, config):

@@ -6,7 +6,9 @@ from raysim.core.registry import register
 from raysim.models.prompted import PromptSpec
 
 
-@register("head-tune", "FedAvg of the classifier head only, frozen backbone (linear probe)", family="global")
+@register(
+    "head-tune", "FedAvg of the classifier head only, frozen backbone (linear probe)", family="global", cohort=True
+)
 class HeadTune(FedAvg):
     def parts(self, vit, generator) -> ModelParts:
         return ModelParts(PromptSpec())

@@ -24,7 +24,7 @@ from raysim.algorithms.fedavg import FedAvg
 from raysim.core import training
 from raysim.core.errors import ConfigError
 from raysim.core.messages import Broadcast, ClientUpdate, GlobalState
-from raysim.core.protocol import CachesRowFeatures, ModelParts, SendsExtras
+from raysim.core.protocol import CachesRowFeatures, CohortPhase, ModelParts, SendsExtras
 from raysim.core.registry import register
 from raysim.core.seeding import Purpose, derive_seed
 from raysim.models.prompted import PromptSlot, PromptSpec, xavier_prompt
@@ -77,6 +77,7 @@ class SGPTOptions:
     family="group prompts",
     options=SGPTOptions,
     metrics=gp.GroupDiagnostics.metrics,
+    cohort=True,
 )
 class SGPT(gp.GroupDiagnostics, CachesRowFeatures, SendsExtras, FedAvg):
     @property
@@ -131,22 +132,20 @@ class SGPT(gp.GroupDiagnostics, CachesRowFeatures, SendsExtras, FedAvg):
         pool = ("group",) if dynamic and self.options.head_pooling == "cls+group" else ()
         return model.head_from(model.run_blocks(model.embed(x), 0, len(model.vit.blocks), dynamic), pool=pool)
 
-    def client_update(self, ctx, broadcast, client_state, data) -> ClientUpdate:
-        model, o = ctx.model, self.options
-        model.load_trainable(broadcast.params)
-        share = broadcast.extras.get(SHARE)
-        selected_counts = torch.zeros(o.groups, dtype=torch.float64)
+    def steps(self, model, broadcast) -> list[tuple[tuple[str, ...], object]]:
+        """Block coordinate descent as (trainable tensors, step) in order; a step maps (x, y, cached queries) to
+        (loss, the groups it selected, or a zero scalar for Block I)."""
+        o, share = self.options, broadcast.extras.get(SHARE)
 
-        def shared_step(x, y, rows):
-            return torch.nn.functional.cross_entropy(self.logits(model, x, None), y)
+        def shared_step(x, y, query):
+            return torch.nn.functional.cross_entropy(self.logits(model, x, None), y), x.new_zeros(())
 
-        def group_step(x, y, rows):
-            nonlocal selected_counts
-            cos = gp.cached_cosine(data, rows, model.extra["selection_keys"])
+        def group_step(x, y, query):
+            cos = sel.cosine(query.to(x.device), model.extra["selection_keys"])
             with torch.no_grad():
                 picked = sel.select_calibrated(cos, share, o.eps) if share is not None else cos.argmax(dim=1)
-            selected_counts += sel.counts(picked, o.groups)
-            return torch.nn.functional.cross_entropy(self.logits(model, x, picked), y) + sel.key_loss(cos, picked)
+            loss = torch.nn.functional.cross_entropy(self.logits(model, x, picked), y) + sel.key_loss(cos, picked)
+            return loss, picked
 
         shared_part = ({SHARED} if o.prompts != "group" else set()) | set(HEAD)
         group_part = {GROUP, KEYS} | set(HEAD)
@@ -157,14 +156,48 @@ class SGPT(gp.GroupDiagnostics, CachesRowFeatures, SendsExtras, FedAvg):
         else:
             plan = [(shared_part, shared_step), (group_part, group_step)]
             plan = plan[::-1] if o.bcd == "bcd-inv" else plan
+        return [(tuple(sorted(names)), step) for names, step in plan]
+
+    def client_update(self, ctx, broadcast, client_state, data) -> ClientUpdate:
+        model = ctx.model
+        model.load_trainable(broadcast.params)
+        picks = []
+
+        def objective(step):
+            def run(x, y, rows):
+                loss, picked = step(x, y, torch.as_tensor(data.features["query"][rows]) if self.uses_groups else None)
+                picks.append(picked)
+                return loss
+
+            return run
+
         metrics = {"steps": 0, "samples": 0, "compute_s": 0.0}
-        for number, (names, step) in enumerate(plan):
+        for number, (names, step) in enumerate(self.steps(model, broadcast)):
             with model.training_only(names):  # each block shuffles with its own seed
                 block_ctx = replace(ctx, seed=derive_seed(ctx.seed, Purpose.BLOCK, number))
-                block = training.local_train(block_ctx, data, step)
+                block = training.local_train(block_ctx, data, objective(step))
             metrics = {k: metrics[k] + block[k] for k in metrics} | {"train_loss": block["train_loss"]}
-        extras = {COUNTS: selected_counts} if self.uses_groups else {}
-        return ClientUpdate(ctx.client_id, len(data), model.trainable_state(), extras, metrics)
+        return ClientUpdate(ctx.client_id, len(data), model.trainable_state(), self._counts(picks), metrics)
+
+    def cohort_phases(self, model, broadcast) -> list[CohortPhase]:
+        return [
+            CohortPhase(names, lambda x, y, f, step=step: step(x, y, f.get("query")), block=number)
+            for number, (names, step) in enumerate(self.steps(model, broadcast))
+        ]
+
+    def cohort_update(self, ctx, broadcast, trained, aux, metrics) -> ClientUpdate:
+        picks = [picked for phase in aux for picked in phase]
+        return ClientUpdate(ctx.client_id, int(metrics.pop("rows")), trained, self._counts(picks), metrics)
+
+    def _counts(self, picks: list[torch.Tensor]) -> dict[str, torch.Tensor]:
+        """N_g^i: the groups selected over the client's group steps (none for Block I's zero scalars)."""
+        if not self.uses_groups:
+            return {}
+        counts = torch.zeros(self.options.groups, dtype=torch.float64)
+        for picked in picks:
+            if picked.dim():
+                counts += sel.counts(picked, self.options.groups)
+        return {COUNTS: counts}
 
     def predict(self, model, x, data, rows):
         """Inference: plain Select(x) = argmax_g cos(q(x), k_g) (no q_g calibration)."""

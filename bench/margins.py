@@ -46,7 +46,7 @@ def bf16_gap(seed: int, _precision: str) -> float:
         layers = [QUICK, {"federation": {"seed": seed}, "train": {"precision": precision}}]
         config, initial, shards = prepared(build_config("sgpt", layers))
         runtime = ClientRuntime(config, shards.info.num_classes)
-        (update,) = runtime.train(1, Broadcast(initial.params), [(shards.seen_clients()[0], {}, None)], shards)
+        (update,) = runtime.train(1, Broadcast(initial.params), [[(shards.seen_clients()[0], {}, None)]], shards)
         updates.append(update.params)
     return max(float((updates[1][k] - updates[0][k]).abs().max()) for k in updates[0])
 

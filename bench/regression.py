@@ -9,7 +9,8 @@ precision:
     python bench/regression.py --save /tmp/before            # on the old commit
     python bench/regression.py --compare /tmp/before         # on the new one: exit 1 on any difference
 
-``--precision fp32|bf16`` forces the precision (default: what ``auto`` picks here); ``--methods a,b`` a subset.
+``--precision fp32|bf16`` forces the precision (default: what ``auto`` picks here); ``--cohort off`` trains client by
+client (cohort training is exact only within float tolerance); ``--methods a,b`` a subset.
 """
 
 from __future__ import annotations
@@ -42,18 +43,18 @@ SMALL = {
 OPTIONS = {"fedgcr": {"clusters": 2}, "fedv": {"fedround": 2}, "fedvz": {"fedround": 2}, "festa": {"fedround": 2}}
 
 
-def layers_for(method: str, precision: str | None, store: Path) -> list[dict]:
+def layers_for(method: str, precision: str | None, cohort: str, store: Path) -> list[dict]:
     options_key = METHODS.get(method).options_key
     own = {options_key: OPTIONS[options_key]} if options_key in OPTIONS else {}
-    forced = {"train": {"precision": precision}} if precision else {}
+    forced = {"train": {"cohort": cohort, **({"precision": precision} if precision else {})}}
     where = {"tracking": {"tracking_uri": f"sqlite:///{store}/mlflow.db"}, "checkpoint": {"dir": str(store / "ck")}}
     return [SMALL, own, forced, where]
 
 
-def run_method(method: str, precision: str | None) -> tuple[list[dict], dict[str, torch.Tensor], str]:
+def run_method(method: str, precision: str | None, cohort: str) -> tuple[list[dict], dict[str, torch.Tensor], str]:
     """(per-round metrics without timings, every final tensor by name, the resolved precision)."""
     with tempfile.TemporaryDirectory() as tmp:
-        config = build_config(method, layers_for(method, precision, Path(tmp)))
+        config = build_config(method, layers_for(method, precision, cohort, Path(tmp)))
         result = run(config, show_progress=False, console=Console(file=io.StringIO()))
         final = load_checkpoint(Path(tmp) / "ck" / result.run_id)
     history = [{k: v for k, v in h.items() if k not in TIMING_KEYS} for h in result.history]
@@ -85,13 +86,14 @@ def main() -> None:
     target.add_argument("--save", type=Path, help="write the dump here")
     target.add_argument("--compare", type=Path, help="compare with the dump here; exit 1 on any difference")
     parser.add_argument("--precision", choices=("fp32", "bf16"))
+    parser.add_argument("--cohort", choices=("auto", "off"), default="auto")
     parser.add_argument("--methods", help="comma-separated subset (default: every registered method)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     methods = args.methods.split(",") if args.methods else list(METHODS)
     failed = 0
     for method in methods:
-        history, tensors, precision = run_method(method, args.precision)
+        history, tensors, precision = run_method(method, args.precision, args.cohort)
         if args.save:
             args.save.mkdir(parents=True, exist_ok=True)
             save_file(tensors, str(args.save / f"{method}.safetensors"))

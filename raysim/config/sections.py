@@ -124,6 +124,15 @@ class TrainConfig:
     lr: float = setting(3e-3, "The client learning rate.", checks=(POSITIVE,))
     momentum: float = setting(0.9, "SGD momentum.", checks=((lambda v: 0 <= v < 1, "must be in [0, 1)"),))
     weight_decay: float = setting(1e-5, "Weight decay of the client optimiser.", checks=(NON_NEGATIVE,))
+    cohort: str = setting(
+        "auto",
+        "Train several clients of a worker together (one forward over their batches; methods that support it): "
+        "auto or off.",
+        choices=("auto", "off"),
+    )
+    cohort_size: int = setting(
+        8, "Clients per cohort: the round's clients, in order, in groups of this many.", checks=(at_least(1),)
+    )
     precision: str = setting(
         "auto",
         "Client compute: bf16 autocast or fp32; auto picks fp32 unless bf16 is known to cost nothing here.",

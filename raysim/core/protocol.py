@@ -14,11 +14,12 @@ Core hooks:
     ``predict(model, x, data, rows)``  inference logits.
 
 Capabilities (mix in the ones a method needs): :class:`CachesRowFeatures`, :class:`SendsExtras`,
-:class:`Personalised`, :class:`SplitLearning`, :class:`Diagnostics`.
+:class:`Personalised`, :class:`SplitLearning`, :class:`Diagnostics`, :class:`CohortTraining`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -176,3 +177,39 @@ class Diagnostics:
     def artifacts(self, records: list[dict[str, Any]], folder: Path) -> list[Path]:
         """Files made at the end from every round's records, logged to MLflow."""
         return []
+
+
+@dataclass(frozen=True)
+class CohortPhase:
+    """One pass of local training as a pure objective, for cohort training.
+
+    Attributes:
+        names: the trainable tensors this pass trains (the others keep the values they have).
+        objective: ``(x, y, features) -> (loss, aux)`` written against the worker's model, whose trainable tensors
+            are the client's own while it runs; ``features`` are the batch's rows of the cached row features; ``aux``
+            is a tensor the method collects per step (SGPT's selected groups; a zero scalar when it needs none).
+        block: the batch order's seed is ``derive_seed(client seed, BLOCK, block)``; None: the client's seed.
+    """
+
+    names: tuple[str, ...]
+    objective: Callable
+    block: int | None = None
+
+
+class CohortTraining:
+    """Local training is steps of pure objectives over the trainable tensors, from the broadcast ones, with no
+    client state: the engine may train several clients together (``train.cohort``), one forward of the frozen
+    backbone over their batches side by side, each client's gradient exactly its own. Declared at registration
+    (``cohort=True``), so a subclass that changes the local update (a mixin measuring a loss first) does not
+    inherit it by accident."""
+
+    def cohort_phases(self, model: PromptedViT, broadcast: Broadcast) -> list[CohortPhase]:
+        """The passes of local training, in order, as objectives over ``model`` (the worker's)."""
+        raise NotImplementedError
+
+    def cohort_update(
+        self, ctx: ClientContext, broadcast: Broadcast, trained: Tensors, aux: list, metrics: dict[str, float]
+    ) -> ClientUpdate:
+        """The client's update from its trained tensors and its objectives' aux (per phase, one per step, in order);
+        default: the tensors."""
+        return ClientUpdate(ctx.client_id, int(metrics.pop("rows")), trained, metrics=metrics)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from raysim.core.errors import unknown_name
+from raysim.core.protocol import CohortTraining
 
 T = TypeVar("T")
 
@@ -68,6 +69,8 @@ class MethodInfo:
         bf16: whether client compute may run under bf16 autocast; ``fp32_reason`` says why not.
         needs_client_types: the method is evaluated per client type (FedGCR's sigma_type): clients need a domain.
         smoke: config layers under which the method runs in seconds on the tests' tiny settings.
+        cohort: the method trains several clients together when ``train.cohort`` allows
+            (:class:`~raysim.core.protocol.CohortTraining`).
     """
 
     name: str
@@ -81,6 +84,7 @@ class MethodInfo:
     fp32_reason: str = ""
     needs_client_types: bool = False
     smoke: dict[str, Any] = field(default_factory=dict)
+    cohort: bool = False
 
 
 METHODS: Registry[MethodInfo] = Registry("method", load="raysim.algorithms")
@@ -98,28 +102,30 @@ def register(
     fp32_reason: str = "",
     needs_client_types: bool = False,
     smoke: dict[str, Any] | None = None,
+    cohort: bool = False,
 ):
     """Class decorator: make a :class:`~raysim.core.protocol.Method` subclass runnable as ``raysim run NAME``."""
     if family not in FAMILIES:
         raise ValueError(f"method {name!r}: family {family!r} is not one of {', '.join(FAMILIES)}")
 
     def wrap(cls):
-        cls.info = METHODS.add(
+        if cohort and not issubclass(cls, CohortTraining):
+            raise TypeError(f"method {name!r} is registered with cohort=True but is not a CohortTraining")
+        info = MethodInfo(
             name,
-            MethodInfo(
-                name,
-                description,
-                family,
-                cls,
-                options,
-                options_key or name,
-                tuple(metrics),
-                bf16,
-                fp32_reason,
-                needs_client_types,
-                smoke or {},
-            ),
+            description,
+            family,
+            cls,
+            options,
+            options_key or name,
+            tuple(metrics),
+            bf16,
+            fp32_reason,
+            needs_client_types,
+            smoke or {},
+            cohort,
         )
+        cls.info = METHODS.add(name, info)
         return cls
 
     return wrap

@@ -35,6 +35,11 @@ def batches(n: int, batch_size: int, generator: torch.Generator):
         yield order[start : start + batch_size].numpy()
 
 
+def batch_plan(n: int, batch_size: int, epochs: int, generator: torch.Generator) -> list[list[np.ndarray]]:
+    """Every epoch's index batches, drawn as :func:`local_train` draws them (cohort training plans ahead)."""
+    return [list(batches(n, batch_size, generator)) for _ in range(epochs)]
+
+
 def steps_per_round(rows: int, cfg, epochs: int | None = None) -> int:
     """Local steps :func:`local_train` takes on ``rows`` rows: epochs x ceil(rows / batch size)."""
     epochs = cfg.local_epochs if epochs is None else epochs

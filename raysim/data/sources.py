@@ -10,6 +10,7 @@ so the test set never depends on the run seed.
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import io
 import json
@@ -275,6 +276,8 @@ def load_dataset(cfg) -> tuple[DatasetInfo, dict[str, np.ndarray]]:
     ray.data.DataContext.get_current().execution_options.preserve_order = True
     rows, info = SOURCES[cfg.dataset].read(cfg)
     arrays = _to_numpy(rows)
+    del rows
+    gc.collect()  # a finished dataset's executor tells Ray Data's actors it is done; let it, then stop them
     for name, namespace in RAY_DATA_ACTORS:
         with contextlib.suppress(ValueError):  # Ray Data did not run
             ray.kill(ray.get_actor(name, namespace=namespace))

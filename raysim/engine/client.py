@@ -17,6 +17,7 @@ from raysim.core.registry import get_method
 from raysim.core.seeding import Purpose, derive_seed
 from raysim.core.training import EVAL_BATCH, correct_per_row
 from raysim.data.shards import ClientData, ShardStore
+from raysim.engine.cohort import train_cohort
 from raysim.engine.precision import autocast, full_width
 from raysim.models.factory import build_model, pick_device
 
@@ -48,6 +49,18 @@ def _to_cpu(tensors: Tensors | None) -> Tensors | None:
     return {k: full_width(v.detach().cpu()) for k, v in tensors.items()}
 
 
+def cohort_training(config) -> bool:
+    """Whether the run trains a worker's clients in cohorts: the method supports it and ``train.cohort`` is auto."""
+    return config.train.cohort == "auto" and get_method(config.method).cohort
+
+
+def cohorts_of(tasks: list, config) -> list[list]:
+    """The round's tasks in cohorts of ``train.cohort_size`` (in order; one client each when the run does not train
+    in cohorts): a function of the round alone, so every backend and pool size trains the same cohorts."""
+    size = config.train.cohort_size if cohort_training(config) else 1
+    return [tasks[i : i + size] for i in range(0, len(tasks), size)]
+
+
 class ClientRuntime:
     """Runs the client hooks of one method on a model built once."""
 
@@ -68,22 +81,34 @@ class ClientRuntime:
         return True
 
     def train(
-        self, round: int, broadcast: Broadcast, tasks: list[Task], shards: ShardStore, server=None
+        self, round: int, broadcast: Broadcast, cohorts: list[list[Task]], shards: ShardStore, server=None
     ) -> list[ClientUpdate]:
-        """Local updates of the given clients from the shared broadcast, in the order given; ``server`` is split
-        learning's server (or a handle on it)."""
+        """Local updates of the given clients from the shared broadcast, cohort by cohort, in the order given: a
+        cohort of several clients trains together when the method and ``train.cohort`` allow (:mod:`.cohort`), else
+        client by client. ``server`` is split learning's server (or a handle on it)."""
         if self.remote is not None:
             self.remote.server = server
         updates = []
-        for client_id, instructions, state in tasks:
-            seed = derive_seed(self.config.federation.seed, Purpose.CLIENT, round, client_id)
-            ctx = ClientContext(round, client_id, seed, self.model, self.device, self.config, instructions)
+        for cohort in cohorts:
+            ctxs = [self._context(round, client_id, instructions) for client_id, instructions, _ in cohort]
             with autocast(self.device, self.config.train.precision):
-                update = self.method.client_update(ctx, broadcast, state, shards.train(client_id))
-            update.params, update.extras = _to_cpu(update.params), _to_cpu(update.extras)
-            update.state = _to_cpu(update.state)
-            updates.append(update)
+                if len(cohort) > 1 and cohort_training(self.config):
+                    datas = [shards.train(ctx.client_id) for ctx in ctxs]
+                    done = train_cohort(self.method, self.model, ctxs, broadcast, datas, self.config.train)
+                else:
+                    done = [
+                        self.method.client_update(ctx, broadcast, state, shards.train(ctx.client_id))
+                        for ctx, (_, _, state) in zip(ctxs, cohort)
+                    ]
+            for update in done:
+                update.params, update.extras = _to_cpu(update.params), _to_cpu(update.extras)
+                update.state = _to_cpu(update.state)
+            updates += done
         return updates
+
+    def _context(self, round: int, client_id: int, instructions: Tensors) -> ClientContext:
+        seed = derive_seed(self.config.federation.seed, Purpose.CLIENT, round, client_id)
+        return ClientContext(round, client_id, seed, self.model, self.device, self.config, instructions)
 
     def evaluate(
         self, params: Tensors, client_ids: list[int], states: dict[int, Tensors], shards: ShardStore, server=None

@@ -15,7 +15,7 @@ from raysim.actors.proxy import ActorProxy
 from raysim.core.messages import Broadcast, ClientUpdate, Tensors
 from raysim.core.protocol import SplitLearning
 from raysim.core.registry import get_method
-from raysim.engine.client import ClientRuntime
+from raysim.engine.client import ClientRuntime, cohorts_of
 from raysim.models.factory import build_model
 
 
@@ -49,7 +49,7 @@ class SequentialExecutor:
         self.shards, self.server = shards, server
 
     def train(self, round: int, broadcast: Broadcast, tasks: list) -> list[ClientUpdate]:
-        return self.runtime.train(round, broadcast, tasks, self.shards, self.server)
+        return self.runtime.train(round, broadcast, cohorts_of(tasks, self.runtime.config), self.shards, self.server)
 
     def evaluate(
         self, params: Tensors, client_ids: list[int], states: dict[int, Tensors]
@@ -67,13 +67,14 @@ class RayExecutor:
     """A pool of ``ClientWorker`` actors with fractional resources; virtual clients are multiplexed over it.
 
     Each round the broadcast is put in the object store once and every worker gets one task with its share of
-    the sampled clients, balanced by rows, so per-round overhead is one call per worker, not one per client. The
-    shards travel by reference with each call, so a worker Ray restarts after a crash needs nothing else.
+    the sampled clients' cohorts, balanced by rows, so per-round overhead is one call per worker, not one per
+    client. The shards travel by reference with each call, so a worker Ray restarts after a crash needs nothing
+    else.
     """
 
     def __init__(self, config, shards, shards_ref, pool: Pool, server=None):
         res = config.resources
-        self.shards_ref, self.server = shards_ref, server
+        self.config, self.shards_ref, self.server = config, shards_ref, server
         self.workers = [
             ClientWorker.options(
                 num_cpus=res.cpus_per_client,
@@ -89,7 +90,9 @@ class RayExecutor:
 
     def train(self, round, broadcast, tasks):
         broadcast_ref = ray.put(broadcast)
-        chunks = balance(tasks, [1 + self.train_sizes[task[0]] for task in tasks], len(self.workers))
+        cohorts = cohorts_of(tasks, self.config)
+        costs = [sum(1 + self.train_sizes[task[0]] for task in cohort) for cohort in cohorts]
+        chunks = balance(cohorts, costs, len(self.workers))
         refs = [
             w.train.remote(round, broadcast_ref, chunk, self.shards_ref, self.server)
             for w, chunk in zip(self.workers, chunks)

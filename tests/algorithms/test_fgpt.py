@@ -99,7 +99,7 @@ def test_fgpt_u_with_k1_is_fgpt_and_with_k2_is_the_mean_of_full_passes_at_lower_
 
 def test_training_selects_one_group_per_row_with_the_fixed_keys():
     runtime, initial, shards = runtime_for("fgpt")
-    (result,) = runtime.train(1, Broadcast(initial.params), [(0, {}, None)], shards)
+    (result,) = runtime.train(1, Broadcast(initial.params), [[(0, {}, None)]], shards)
     counts = result.extras["selection_counts"]
     data = shards.train(0)
     keys = initial.server["fixed_keys"]

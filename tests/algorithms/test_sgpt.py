@@ -107,7 +107,7 @@ def trace_blocks(monkeypatch, **options):
 
     monkeypatch.setattr(train, "local_train", spy)
     broadcast = runtime.method.configure(1, initial, [0])
-    (update,) = runtime.train(1, broadcast, [(0, {}, None)], shards)
+    (update,) = runtime.train(1, broadcast, [[(0, {}, None)]], shards)
     return calls, update, len(shards.train(0))
 
 

@@ -94,7 +94,7 @@ def test_unresolved_precision_is_a_programming_error():
 def client_update(precision: str):
     config, initial, shards = prepared(build_config("sgpt", [QUICK, {"train": {"precision": precision}}]))
     runtime = ClientRuntime(config, shards.info.num_classes)
-    (result,) = runtime.train(1, Broadcast(initial.params), [(shards.seen_clients()[0], {}, None)], shards)
+    (result,) = runtime.train(1, Broadcast(initial.params), [[(shards.seen_clients()[0], {}, None)]], shards)
     return initial, shards, result
 
 

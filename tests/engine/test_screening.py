@@ -18,7 +18,10 @@ from raysim.testing.smoke import open_simulation, smoke_config
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
-ONE_ROUND = {"federation": {"rounds": 1, "participation": 1.0, "seed": 4}}
+ONE_ROUND = {
+    "federation": {"rounds": 1, "participation": 1.0, "seed": 4},
+    "train": {"cohort": "off"},
+}  # poisons client_update
 VICTIM = 2
 
 
