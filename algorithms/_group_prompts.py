@@ -67,15 +67,15 @@ def query_layer(option: str, layer: int, depth: int) -> int:
 
 
 @torch.no_grad()
-def backbone_query(vit, x: torch.Tensor, layer: int) -> torch.Tensor:
+def backbone_query(vit, x: torch.Tensor, layer: int, relu: bool = True) -> torch.Tensor:
     """q(x): the frozen, prompt-free backbone's class token after block ``layer`` (1-based; the last block
-    includes the final norm), ReLU then L2-normalise."""
+    includes the final norm), ReLU (SGPT/FGPT; DualPrompt has none) then L2-normalise."""
     tokens = vit.norm_pre(vit.patch_drop(vit._pos_embed(vit.patch_embed(x))))
     for block in vit.blocks[:layer]:
         tokens = block(tokens)
     if layer == len(vit.blocks):
         tokens = vit.norm(tokens)
-    return torch.nn.functional.normalize(torch.relu(tokens[:, 0]), dim=1)
+    return torch.nn.functional.normalize(torch.relu(tokens[:, 0]) if relu else tokens[:, 0], dim=1)
 
 
 def cached_cosine(data, rows, keys: torch.Tensor) -> torch.Tensor:

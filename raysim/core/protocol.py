@@ -72,7 +72,8 @@ class Method:
         self.options = config.options
 
     def parts(self, vit: torch.nn.Module, generator: torch.Generator) -> ModelParts:
-        """The trainable parts on ``vit`` (a timm VisionTransformer); ``generator`` draws the method's own tensors."""
+        """The trainable parts on ``vit`` (a timm VisionTransformer whose classifier already has the run's
+        ``vit.num_classes``); ``generator`` draws the method's own tensors."""
         raise NotImplementedError
 
     def init_global(self, model: PromptedViT, generator: torch.Generator) -> GlobalState:
@@ -106,7 +107,12 @@ class CachesRowFeatures:
 
 
 class SendsExtras:
-    """A method whose updates carry named extras; screening checks each against the declared shape."""
+    """A method whose updates carry named extras; screening checks each against the declared shape.
+
+    ``sent_once`` names the extras a client sends only on its first participation (FedMix's data means).
+    """
+
+    sent_once: ClassVar[frozenset[str]] = frozenset()
 
     def uplink_extras(self, state: GlobalState) -> dict[str, tuple[int, ...]]:
         """Name -> shape of every extra an update carries (a client without data may send none)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 import torch
@@ -47,10 +48,26 @@ def steps_per_round(rows: int, cfg, epochs: int | None = None) -> int:
 
 
 Objective = Callable[[torch.Tensor, torch.Tensor, np.ndarray], torch.Tensor]  # (inputs, labels, rows) -> loss
+# (optimiser, trained tensors, closure computing the batch's loss) -> that loss, after one update
+Step = Callable[[torch.optim.Optimizer, list[torch.Tensor], Callable[[], torch.Tensor]], torch.Tensor]
+
+
+def plain_step(optimizer: torch.optim.Optimizer, params: list[torch.Tensor], closure) -> torch.Tensor:
+    """One descent step: the loss's gradient, then the optimiser's update."""
+    optimizer.zero_grad(set_to_none=True)
+    loss = closure()
+    loss.backward()
+    optimizer.step()
+    return loss
 
 
 def local_train(
-    ctx, data: ClientData, objective: Objective, epochs: int | None = None, extra: tuple[torch.Tensor, ...] = ()
+    ctx,
+    data: ClientData,
+    objective: Objective,
+    epochs: int | None = None,
+    extra: tuple[torch.Tensor, ...] = (),
+    step: Step = plain_step,
 ) -> dict[str, float]:
     """E epochs of minibatch descent on the parameters of ``ctx.model`` that currently require grad.
 
@@ -59,6 +76,7 @@ def local_train(
         objective: (inputs, labels, rows) -> scalar loss; ``rows`` index ``data`` (for its cached features).
         epochs: defaults to ``train.local_epochs``.
         extra: tensors outside the model (requiring grad) the same optimiser trains (Fed-RoD's personal head).
+        step: how one batch updates the tensors (FedSAM's two-pass sharpness-aware step, FedPR's projected one).
 
     Returns:
         ``train_loss`` (mean over steps of the last epoch), ``steps``, ``samples`` (rows processed), ``compute_s``.
@@ -77,10 +95,8 @@ def local_train(
         losses = []
         for rows in batches(len(data), cfg.batch_size, generator):
             x = model_inputs(model, data.images[rows], ctx.device)
-            loss = objective(x, labels_all[rows].to(ctx.device), rows)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+            y = labels_all[rows].to(ctx.device)
+            loss = step(optimizer, params, partial(objective, x, y, rows))
             losses.append(loss.item())
             steps, samples = steps + 1, samples + len(rows)
     model.eval()
@@ -124,3 +140,16 @@ def mean_loss(
         labels = torch.tensor(data.labels[rows], device=logits.device)
         total += torch.nn.functional.cross_entropy(logits, labels, reduction="sum").item()
     return total / len(data) if len(data) else float("nan")
+
+
+@torch.no_grad()
+def mean_input(
+    model, data: ClientData, device: torch.device, transform: Callable[[torch.Tensor], torch.Tensor] = torch.clone
+) -> torch.Tensor:
+    """The mean over every row of ``data`` of ``transform(model input)`` (float64; FedMix's mean image, HarmoFL's
+    mean amplitude)."""
+    total = torch.zeros((), dtype=torch.float64)
+    for start in range(0, len(data), EVAL_BATCH):
+        rows = np.arange(start, min(start + EVAL_BATCH, len(data)))
+        total = total + transform(model_inputs(model, data.images[rows], device)).double().sum(dim=0).cpu()
+    return total / len(data)

@@ -19,6 +19,8 @@ def build_model(config, method, num_classes: int) -> PromptedViT:
         pretrained=config.model.pretrained,
         seed=derive_seed(seed, Purpose.INIT, Init.BACKBONE),
     )
+    with torch.random.fork_rng(devices=[]):  # the wrapper draws the head; this one only tells parts the classes
+        vit.reset_classifier(num_classes)
     parts = method.parts(vit, torch.Generator().manual_seed(derive_seed(seed, Purpose.INIT, Init.EXTRAS)))
     model = PromptedViT(
         vit, parts.spec, num_classes, seed=derive_seed(seed, Purpose.INIT, Init.WRAPPER), extras=parts.extras

@@ -145,10 +145,13 @@ class PromptedViT(nn.Module):
             for b in range(len(vit.blocks))
         )
 
-    def forward(self, x: torch.Tensor, dynamic: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
-        """Logits for images ``x`` ``[B, C, H, W]``; ``dynamic`` holds the tokens of dynamic slots."""
+    def forward(
+        self, x: torch.Tensor, dynamic: dict[str, torch.Tensor] | None = None, pre_logits: bool = False
+    ) -> torch.Tensor:
+        """Logits for images ``x`` ``[B, C, H, W]``; ``dynamic`` holds the tokens of dynamic slots. With
+        ``pre_logits``, the head's input instead (the representation MOON contrasts)."""
         tokens, slices = self.forward_features(x, dynamic)
-        return self.forward_head(tokens, slices)
+        return self.forward_head(tokens, slices, pre_logits=pre_logits)
 
     def forward_features(
         self, x: torch.Tensor, dynamic: dict[str, torch.Tensor] | None = None
@@ -192,18 +195,23 @@ class PromptedViT(nn.Module):
         return self.forward_head(self.vit.norm(state[0]), self._slices(state[1]), pool)
 
     def forward_head(
-        self, tokens: torch.Tensor, slices: dict[str, slice], pool: tuple[str, ...] | None = None
+        self,
+        tokens: torch.Tensor,
+        slices: dict[str, slice],
+        pool: tuple[str, ...] | None = None,
+        pre_logits: bool = False,
     ) -> torch.Tensor:
         """Logits from :meth:`forward_features`' output, pooled as ``spec.head_pooling`` says, or, with
-        ``pool``, as the mean of the class token and the outputs of the named slots (SGPT: CLS + group)."""
+        ``pool``, as the mean of the class token and the outputs of the named slots (SGPT: CLS + group).
+        ``pre_logits``: the classifier's input instead of its output."""
         vit = self.vit
         if pool is None and self.spec.head_pooling == "backbone":
-            return vit.forward_head(_without(tokens, slices))
+            return vit.forward_head(_without(tokens, slices), pre_logits=pre_logits)
         if pool is None:
             pool = tuple(slices) if self.spec.head_pooling == "cls+prompts" else ()
         picked = [tokens[:, :1]] + [tokens[:, slices[name]] for name in pool]
-        pooled = torch.cat(picked, dim=1).mean(dim=1)
-        return vit.head(vit.head_drop(vit.fc_norm(pooled)))
+        features = vit.head_drop(vit.fc_norm(torch.cat(picked, dim=1).mean(dim=1)))
+        return features if pre_logits else vit.head(features)
 
     @contextmanager
     def training_only(self, names):
