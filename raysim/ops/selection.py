@@ -53,6 +53,14 @@ def key_loss(cos: torch.Tensor, selected: torch.Tensor) -> torch.Tensor:
     return -cos.gather(1, selected[:, None]).mean()
 
 
+def pool_select(queries: torch.Tensor, keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """DualPrompt's prompt-pool query (Wang et al., ECCV 2022): each query picks the key of highest cosine, and the
+    matching loss mean_b (1 - cos(q_b, k_s(b))) pulls the picked keys towards their queries."""
+    cos = cosine(queries, keys)
+    picked = cos.argmax(dim=1)
+    return picked, 1.0 + key_loss(cos, picked)
+
+
 def counts(selected: torch.Tensor, groups: int) -> torch.Tensor:
     """How many samples chose each group (N_g^i over the selections given)."""
     return torch.bincount(selected.flatten().cpu(), minlength=groups).to(torch.float64)

@@ -39,3 +39,10 @@ def test_ra_loss_hand_computed():
     z2 = torch.tensor([[2.0, 0.0]])
     assert gc.ra_loss(z2, z0, z_prev, tau=1.0).item() == pytest.approx(math.log(1 + math.exp(-2)))
     assert gc.ra_loss(z2, z0, z_prev, tau=1.0, kind="cosine").item() == pytest.approx(math.log(1 + math.exp(-1)))
+
+
+def test_moon_model_contrastive_term_hand_computed():
+    # MOON (Li, He, Song, CVPR 2021): cos(z, z_glob) = 0.6, cos(z, z_prev) = 0, tau = 0.5:
+    # -log e^1.2 / (e^1.2 + e^0) = log(1 + e^-1.2) = 0.263282; l_RA in its cosine form is the same term
+    z, z_glob, z_prev = torch.tensor([[2.0, 0.0]]), torch.tensor([[0.6, 0.8]]), torch.tensor([[0.0, 3.0]])
+    assert gc.ra_loss(z, z_glob, z_prev, tau=0.5, kind="cosine").item() == pytest.approx(0.263282, abs=1e-6)

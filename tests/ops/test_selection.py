@@ -94,3 +94,10 @@ def test_purity_entropy_and_congruence_by_hand():
     assert sel.congruence(assigned, kmeans, classes) == pytest.approx(1.0 / (3 / 5))
     assert sel.normalised_entropy(torch.full((4,), 0.25)) == pytest.approx(1.0)
     assert sel.normalised_entropy(torch.tensor([1.0, 0.0, 0.0])) == 0.0
+
+
+def test_dualprompt_pool_selection_hand_computed():
+    # q = [1, 0]; keys [1, 1] and [0, -1]: cos = [0.707107, 0] -> key 0, matching loss 1 - 0.707107
+    picked, pull = sel.pool_select(torch.tensor([[1.0, 0.0]]), torch.tensor([[1.0, 1.0], [0.0, -1.0]]))
+    assert picked.tolist() == [0]
+    assert pull.item() == pytest.approx(0.292893, abs=1e-6)
