@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -11,7 +13,11 @@ from raysim.ops.aggregate import tensor_bytes
 from raysim.ops.metrics import reported_metrics
 from raysim.testing.smoke import prepared, run_rounds, smoke_config
 
-ELEMENT_BYTES = {"selection_counts": 8, "client_repr": 4}  # N_g^i counts in float64, h_tilde in float32
+ELEMENT_BYTES = {"selection_counts": 8}  # N_g^i counts in float64; every other extra is float32
+
+
+def extra_bytes(shapes: dict[str, tuple[int, ...]]) -> int:
+    return sum(ELEMENT_BYTES.get(name, 4) * math.prod(shape) for name, shape in shapes.items())
 
 
 @pytest.mark.parametrize("method", list(METHODS))
@@ -21,19 +27,25 @@ def test_every_method_trains_and_reports_the_shared_metrics(ray_session, method)
     assert set(final.params) == set(initial.params)
     assert any(not torch.equal(final.params[k], initial.params[k]) for k in initial.params)
     method_obj = get_method(method).cls(config)
-    broadcast = method_obj.configure(1, initial, [])
-    down = tensor_bytes(broadcast.params) + tensor_bytes(broadcast.extras)  # e.g. SGPT's q shares
-    # up: the parameters and every declared extra
+    broadcast = method_obj.configure(1, initial, reports[0].sampled)
+    # down: params and extras (e.g. SGPT's q shares) to every client, plus its instructions (pFedHN's generated tensors)
+    own = max((tensor_bytes(t) for t in broadcast.instructions.values()), default=0)
+    down = tensor_bytes(broadcast.params) + tensor_bytes(broadcast.extras) + own
+    # up: the parameters and every declared extra, those sent once (FedMix's data means) on first participations only
     extras = method_obj.uplink_extras(initial) if isinstance(method_obj, SendsExtras) else {}
-    up = tensor_bytes(initial.params) + sum(ELEMENT_BYTES[name] * shape[0] for name, shape in extras.items())
+    once = {n: shape for n, shape in extras.items() if n in method_obj.sent_once}
+    up = tensor_bytes(initial.params) + extra_bytes({n: s for n, s in extras.items() if n not in once})
+    joined: set[int] = set()
     for report in reports:
         m = report.metrics
+        first = len(set(report.sampled) - joined)
+        joined |= set(report.sampled)
         if not isinstance(
             method_obj, SplitLearning
         ):  # split learning counts activations (tests/algorithms/test_fedv.py)
-            assert m["bytes_up"] == pytest.approx(3 * up)
-            if not broadcast.instructions and get_method(method).family != "domain":  # from round 2 FedGCR also
-                assert m["bytes_down"] == pytest.approx(3 * down)  # sends the centres H and a cluster id
+            assert m["bytes_up"] == pytest.approx(3 * up + first * extra_bytes(once))
+            if get_method(method).family != "domain":  # from round 2 FedGCR also sends the centres H and a cluster id
+                assert m["bytes_down"] == pytest.approx(3 * down)
         assert {
             "global_acc",
             "local_acc",

@@ -80,6 +80,10 @@ CHANNELS = [  # one per method family and side channel
     ("ditto", "state", "vit.head.weight"),
     ("qffl", "metrics", "global_loss"),
     ("fedvz", "metrics", "spsa_coefficient"),
+    ("fedmix", "extras", "data_mean"),
+    ("moon", "state", "prompts.shallow"),
+    ("fedem", "state", "extra.mixture"),
+    ("pfedhn", "params", "vit.head.weight"),
 ]
 
 
@@ -87,9 +91,9 @@ CHANNELS = [  # one per method family and side channel
 def test_a_poisoned_channel_is_rejected_named_and_the_rest_aggregate(monkeypatch, caplog, method, channel, name):
     config = smoke_config(method, ONE_ROUND)
     with open_simulation(config) as (clean, _, _):
-        expected_updates = clean.executor.train(
-            1, clean.method.configure(1, clean.state, list(range(6))), [(c, {}, None) for c in range(6)]
-        )
+        broadcast = clean.method.configure(1, clean.state, list(range(6)))
+        tasks = [(c, broadcast.instructions.get(c, {}), None) for c in range(6)]
+        expected_updates = clean.executor.train(1, broadcast, tasks)
     poison(monkeypatch, method, channel, name)
     with open_simulation(config) as (simulation, _, _), caplog.at_level("WARNING", logger="raysim"):
         report = simulation.run_round(1)

@@ -1,0 +1,88 @@
+"""HarmoFL (Jiang, Wang, Dou, "HarmoFL: Harmonizing Local and Global Drifts in Federated Learning on Heterogeneous
+Medical Images", AAAI 2022), a FedGCR baseline (Tables 1-2), on prompts + head.
+
+Local drift, amplitude normalisation: an input x (what the backbone sees) keeps the phase P of its Fourier transform
+and takes the global mean amplitude A_g, x_hat = Re F^-1(A' exp(j P(x))), A' = A_g inside a centred low-frequency
+window of half-width floor(window * side) and |F(x)| outside. A client's statistic is its mean amplitude over its
+training rows; the global one is their N_i-weighted mean, formed at the first aggregation and then fixed (the
+authors' ``fix_amp``); until then a client normalises with its own. Training and inference both see x_hat.
+
+Global drift, weight perturbation: each local step is SAM with radius alpha on the trained tensors (the authors'
+``WPOptim``: ascend by alpha g / ||g||, take the gradient there, restore, base step). Server: FedAvg, N_i / N.
+
+The amplitude travels as the parameter ``extra.amplitude`` (C x H x W, never trained): a client's own the first
+time, the global one afterwards, and back, as the authors' code averages ``running_amp`` with the state dict every
+round (the paper shares it once); so clients are evaluated with it. Defaults: alpha = 0.05 (the authors' and
+FedGCR's code); window 0.5, the whole amplitude as the paper describes. The authors' (and FedGCR's) ``amp_utils``
+use L = 0, only the DC term, i.e. each channel's mean intensity (the FedGCR presets use it), and their running
+amplitude is the first batch's mean (a float momentum passed as a C int), where here it is over all rows.
+"""
+
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+
+from raysim.algorithms.fedvpt import FedVPT, PromptOptions
+from raysim.core import training
+from raysim.core.errors import ConfigError
+from raysim.core.messages import ClientUpdate, GlobalState
+from raysim.core.protocol import ModelParts
+from raysim.core.registry import register
+from raysim.models.backbones import input_spec
+from raysim.ops.fourier import amplitude, normalise_amplitude
+from raysim.ops.sam import sam_step
+
+AMP = "extra.amplitude"
+
+
+@dataclass(frozen=True)
+class HarmoOptions(PromptOptions):
+    alpha: float = 0.05
+    window: float = 0.5
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.alpha < 0:
+            raise ConfigError(f"alpha={self.alpha} must be >= 0 (0: no weight perturbation)")
+        if not 0 <= self.window <= 0.5:
+            raise ConfigError(f"window={self.window} must be in [0, 0.5] (0: the DC term, 0.5: the whole amplitude)")
+
+
+@register(
+    "harmofl",
+    "HarmoFL: inputs take the global mean Fourier amplitude, SAM-like weight perturbation (Jiang et al. 2022)",
+    family="domain",
+    options=HarmoOptions,
+)
+class HarmoFL(FedVPT):
+    def parts(self, vit, generator) -> ModelParts:
+        side = input_spec(vit)[0]
+        amp = torch.nn.Parameter(torch.zeros(vit.in_chans, side, side))  # communicated, never trained
+        return ModelParts(super().parts(vit, generator).spec, {"amplitude": amp})
+
+    def normalised(self, model, x: torch.Tensor) -> torch.Tensor:
+        return normalise_amplitude(x, model.extra["amplitude"].detach(), self.options.window)
+
+    def client_update(self, ctx, broadcast, client_state, data) -> ClientUpdate:
+        model = ctx.model
+        model.load_trainable(broadcast.params)
+        if not broadcast.params[AMP].any() and len(data):  # no global amplitude yet: the client's own
+            with torch.no_grad():
+                model.extra["amplitude"].copy_(training.mean_input(model, data, ctx.device, amplitude))
+        step = partial(sam_step, radius=self.options.alpha)
+        with model.training_only(set(model.trainable_names()) - {AMP}):
+            metrics = training.local_train(
+                ctx, data, lambda x, y, rows: self.loss(ctx, model(self.normalised(model, x)), y, broadcast), step=step
+            )
+        return ClientUpdate(ctx.client_id, len(data), model.trainable_state(), metrics=metrics)
+
+    def predict(self, model, x, data, rows):
+        return model(self.normalised(model, x))
+
+    def aggregate(self, round, state, updates) -> GlobalState:
+        """FedAvg; the amplitude is the clients' weighted mean once, then stays."""
+        new = super().aggregate(round, state, updates)
+        if state.params[AMP].any():
+            new.params[AMP] = state.params[AMP]
+        return new

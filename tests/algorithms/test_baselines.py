@@ -1,0 +1,119 @@
+"""The seeds' baselines (FedMix, FedSAM, MOON, HarmoFL, pFedHN, pFedPG, FedEM, FedPR, Fed-DualPrompt): each one's
+mechanism on the tiny setting; their formulas are tested in tests/ops."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from raysim.ops.nullspace import null_space_projector
+from raysim.testing.smoke import open_simulation, run_rounds, smoke_config
+
+pytestmark = pytest.mark.usefixtures("ray_session")  # the data source reads with Ray Data
+
+
+def rounds(method: str, *layers: dict):
+    """(simulation's states after each round, the updates of each round) of a 2-round tiny run."""
+    states, updates = [], []
+    with open_simulation(smoke_config(method, *layers)) as (simulation, initial, _):
+        states.append(initial)
+        original = simulation.method.aggregate
+
+        def keep(round, state, received):
+            updates.append(received)
+            return original(round, state, received)
+
+        simulation.method.aggregate = keep
+        for r in (1, 2):
+            simulation.run_round(r)
+            states.append(simulation.state)
+        return states, updates, dict(simulation.clients.states), simulation.method
+
+
+@pytest.mark.parametrize("method, off", [("fedsam", {"rho": 0.0}), ("moon", {"mu": 0.0}), ("fedmix", {"lam": 0.0})])
+def test_with_its_term_off_a_baseline_is_fedvpt(method, off):
+    _, _, plain = run_rounds(smoke_config("fedvpt", {"train": {"precision": "fp32"}}))
+    _, _, same = run_rounds(smoke_config(method, {method: off, "train": {"precision": "fp32"}}))
+    for key in plain.params:
+        assert torch.allclose(plain.params[key], same.params[key], atol=1e-6), key
+
+
+def test_fedmix_shares_each_clients_means_once():
+    states, updates, client_states, _ = rounds("fedmix")
+    senders = [u.client_id for round_updates in updates for u in round_updates if "data_mean" in u.extras]
+    assert len(senders) == len(set(senders)) == len(client_states)  # once each, by every client that took part
+    server = states[-1].server
+    assert server["clients_shared"].item() == len(senders)
+    assert server["label_mean_sum"].sum().item() == pytest.approx(len(senders))  # label distributions sum to 1
+
+
+def test_harmofl_forms_the_global_amplitude_once_then_keeps_it():
+    states, updates, _, _ = rounds("harmofl", {"harmofl": {"window": 0.0}})
+    amp = "extra.amplitude"
+    assert not states[0].params[amp].any()
+    first = updates[0]
+    total = sum(u.num_samples for u in first)
+    expected = sum(u.num_samples * u.params[amp].double() for u in first) / total
+    assert torch.allclose(states[1].params[amp].double(), expected, atol=1e-5)
+    assert torch.equal(states[2].params[amp], states[1].params[amp])
+    assert all(torch.equal(u.params[amp], states[1].params[amp]) for u in updates[1])  # the global one, echoed
+
+
+def test_pfedhn_sends_each_client_its_own_tensors_and_steps_the_embeddings_of_those_that_trained():
+    states, updates, client_states, method = rounds("pfedhn")
+    broadcast = method.configure(3, states[-1], [0, 1])
+    assert broadcast.params == {} and set(broadcast.instructions) == {0, 1}
+    assert not torch.equal(broadcast.instructions[0]["vit.head.weight"], broadcast.instructions[1]["vit.head.weight"])
+    before, after = states[0].server["hn.embeddings"], states[1].server["hn.embeddings"]
+    moved = (after - before).norm(dim=1)
+    trained = [u.client_id for u in updates[0]]
+    idle = [c for c in range(len(moved)) if c not in trained]
+    assert moved[trained].min() > moved[idle].max()  # others only decay (weight decay)
+    assert set(client_states) == {u.client_id for r in updates for u in r}
+    assert torch.equal(
+        method.eval_params(states[-1].params, client_states[trained[0]])["vit.head.bias"],
+        client_states[trained[0]]["vit.head.bias"],
+    )
+
+
+def test_pfedpg_heads_stay_personal_and_prompts_come_from_the_generator():
+    states, updates, client_states, method = rounds("pfedpg")
+    broadcast = method.configure(3, states[-1], [0, 1])
+    assert set(broadcast.params) == {"vit.head.weight", "vit.head.bias"}
+    assert set(broadcast.instructions[0]) == {"prompts.shallow"}
+    a, b = sorted(client_states)[:2]
+    assert not torch.equal(client_states[a]["vit.head.weight"], client_states[b]["vit.head.weight"])
+    assert not torch.equal(states[1].server["gen.base"], states[0].server["gen.base"])
+
+
+def test_fedem_clients_keep_mixture_weights_and_predict_with_them():
+    states, _, client_states, method = rounds("fedem")
+    weights = torch.stack([s["extra.mixture"] for s in client_states.values()])
+    assert torch.allclose(weights.sum(dim=1), torch.ones(len(weights)))
+    assert torch.equal(states[-1].params["extra.mixture"], torch.full((3,), 1 / 3))  # the prior never moves
+    own = method.eval_params(states[-1].params, next(iter(client_states.values())))
+    assert torch.equal(own["extra.prompts_0"], states[-1].params["extra.prompts_0"])
+    assert not torch.equal(own["extra.mixture"], states[-1].params["extra.mixture"])
+
+
+def test_fedpr_updates_leave_the_global_prompts_top_directions_alone():
+    states, updates, _, _ = rounds("fedpr", {"fedpr": {"ratio": 0.5}})
+    received = states[1].params["prompts.shallow"][0]  # what round 2's clients started from
+    protected = torch.linalg.svd(received.double().T @ received.double()).U[:, : received.shape[1] // 2]
+    for update in updates[1]:
+        change = update.params["prompts.shallow"][0].double() - received.double()
+        assert change.norm() > 0 and (change @ protected).abs().max() < 1e-5
+    assert null_space_projector(received, 0.5).shape == (received.shape[1],) * 2
+    round_one = updates[0][0].params["prompts.shallow"][0].double() - states[0].params["prompts.shallow"][0].double()
+    first = states[0].params["prompts.shallow"][0].double()
+    top = torch.linalg.svd(first.T @ first).U[:, :1]
+    assert (round_one @ top).abs().max() > 1e-6  # round 1 is not projected
+
+
+@pytest.mark.parametrize("pull, keys_move", [(0.0, False), (1.0, True)])
+def test_fed_dualprompt_keys_learn_only_from_the_matching_loss(pull, keys_move):
+    layers = {"fed-dualprompt": {"pull": pull}, "train": {"weight_decay": 0.0}}
+    initial, _, final = run_rounds(smoke_config("fed-dualprompt", layers))
+    keys = "extra.prompt_keys"
+    assert torch.equal(initial.params[keys], final.params[keys]) is not keys_move
+    assert not torch.equal(initial.params["extra.expert_prompts"], final.params["extra.expert_prompts"])
