@@ -14,7 +14,7 @@ import click
 from raysim.config import TrackingConfig, build_config, load_preset, parse_override, preset_for_method, presets
 from raysim.config.sections import SECTIONS, default_of, flagged_fields
 from raysim.core.errors import BadUpdateError, ConfigError, RunInterrupted, SweepError
-from raysim.core.registry import METHODS
+from raysim.core.registry import FAMILIES, METHODS
 from raysim.data.partition import PARTITIONERS
 from raysim.data.sources import SOURCES
 from raysim.models.pretrain_recipe import PretrainRecipe
@@ -285,16 +285,21 @@ LISTS = ("methods", "datasets", "partitions", "backbones", "presets")
 @main.command(name="ls")
 @click.argument("what", required=False, type=click.Choice(LISTS))
 def ls(what):
-    """List what raysim knows by name, with one line each."""
+    """List what raysim knows by name, with one line each (methods grouped by family)."""
     for kind in [what] if what else LISTS:
         click.echo(f"{kind}:")
+        if kind == "methods":
+            for family in FAMILIES:
+                click.echo(f"  {family}:")
+                for name, info in METHODS.items():
+                    if info.family == family:
+                        click.echo(f"    {name:<34} {info.description}")
+            continue
         for name, text in sorted(_listing(kind).items()):
             click.echo(f"  {name:<36} {text}")
 
 
 def _listing(kind: str) -> dict[str, str]:
-    if kind == "methods":
-        return {name: f"[{info.family}] {info.description}" for name, info in METHODS.items()}
     if kind == "datasets":
         return {name: s.description for name, s in SOURCES.items()}
     if kind == "partitions":

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from importlib import resources
+
 import pytest
 
 from raysim.core.errors import ConfigError
@@ -68,15 +70,17 @@ def test_bad_space_files_name_the_file_and_key(tmp_path, text, fragment):
 
 def test_every_shipped_space_is_valid_for_its_methods():
     methods = list(METHODS)
+    shipped = sorted(p.name[:-5] for p in resources.files("raysim.tune_spaces").iterdir() if p.name.endswith(".yaml"))
     covered = []
     for method in methods:
         try:
             path = default_space_file(method)
         except ConfigError as error:
-            assert "no search space ships" in str(error) and "ditto, fedgcr, fedprox, fedvz, fgpt, qffl, sgpt" in str(
-                error
-            )
+            assert "no search space ships" in str(error) and ", ".join(shipped) in str(error)
             continue
         load_space(path, method, [], [])
         covered.append(method)
     assert {"sgpt", "fgpt", "fgpt-u", "fedgcr", "fedgc", "fedgr", "fedprox", "qffl", "fedvz", "ditto"} <= set(covered)
+    assert {"fedmix", "fedsam", "moon", "harmofl", "pfedhn", "pfedpg", "fedem", "fedpr", "fed-dualprompt"} <= set(
+        covered
+    )
