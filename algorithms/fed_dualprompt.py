@@ -47,8 +47,9 @@ class DualPromptOptions:
     pull: float = 1.0
 
     def __post_init__(self):
-        if self.pool < 1 or self.general_length < 1 or self.expert_length < 1:
-            raise ConfigError(f"pool={self.pool} and the prompt lengths must be at least 1")
+        for key in ("pool", "general_length", "expert_length"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"{key}={getattr(self, key)} must be at least 1")
         if self.pull < 0:
             raise ConfigError(f"pull={self.pull} must be >= 0 (lambda of the key-matching loss)")
 

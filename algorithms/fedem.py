@@ -47,7 +47,7 @@ class EMOptions(PromptOptions):
     def __post_init__(self):
         super().__post_init__()
         if self.components < 1:
-            raise ConfigError(f"components={self.components} must be at least 1 (K; 1 is FedVPT)")
+            raise ConfigError(f"components={self.components} must be at least 1 (the number of components K)")
 
 
 def component(k: int) -> tuple[str, str, str]:

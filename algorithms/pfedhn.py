@@ -49,14 +49,17 @@ class HNOptions(PromptOptions):
 
     def __post_init__(self):
         super().__post_init__()
-        if self.embed_dim == 0 or self.embed_dim < -1:
-            raise ConfigError(f"embed_dim={self.embed_dim} must be at least 1 (-1: 1 + clients / 4)")
-        if self.hidden < 1 or self.hidden_layers < 0:
-            raise ConfigError(f"hidden={self.hidden} must be at least 1 and hidden_layers >= 0")
-        if self.hn_lr <= 0 or self.clip <= 0:
-            raise ConfigError(f"hn_lr={self.hn_lr} and clip must be > 0")
-        if not (0 <= self.hn_momentum < 1 and self.hn_weight_decay >= 0):
-            raise ConfigError(f"hn_momentum={self.hn_momentum} must be in [0, 1) and hn_weight_decay >= 0")
+        for key, ok, need in (
+            ("embed_dim", self.embed_dim >= 1 or self.embed_dim == -1, "at least 1 (-1: 1 + clients / 4)"),
+            ("hidden", self.hidden >= 1, "at least 1"),
+            ("hidden_layers", self.hidden_layers >= 0, ">= 0"),
+            ("hn_lr", self.hn_lr > 0, "> 0"),
+            ("hn_momentum", 0 <= self.hn_momentum < 1, "in [0, 1)"),
+            ("hn_weight_decay", self.hn_weight_decay >= 0, ">= 0"),
+            ("clip", self.clip > 0, "> 0"),
+        ):
+            if not ok:
+                raise ConfigError(f"{key}={getattr(self, key)} must be {need}")
 
 
 def server_part(server: Tensors, prefix: str) -> Tensors:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from raysim.config import build_config
+from raysim.core.errors import ConfigError
 from raysim.ops.nullspace import null_space_projector
 from raysim.testing.smoke import open_simulation, run_rounds, smoke_config
 
@@ -117,3 +119,23 @@ def test_fed_dualprompt_keys_learn_only_from_the_matching_loss(pull, keys_move):
     keys = "extra.prompt_keys"
     assert torch.equal(initial.params[keys], final.params[keys]) is not keys_move
     assert not torch.equal(initial.params["extra.expert_prompts"], final.params["extra.expert_prompts"])
+
+
+@pytest.mark.parametrize(
+    "method, option, message",
+    [
+        ("fedmix", {"lam": 1.0}, "fedmix.lam=1.0 must be in [0, 1)"),
+        ("fedsam", {"rho": -1}, "fedsam.rho=-1.0 must be >= 0"),
+        ("moon", {"tau": 0}, "moon.tau=0.0 must be > 0"),
+        ("harmofl", {"window": 0.7}, "harmofl.window=0.7 must be in [0, 0.5]"),
+        ("pfedhn", {"hidden_layers": -1}, "pfedhn.hidden_layers=-1 must be >= 0"),
+        ("pfedpg", {"server_lr": 0}, "pfedpg.server_lr=0.0 must be > 0"),
+        ("fedem", {"components": 0}, "fedem.components=0 must be at least 1"),
+        ("fedpr", {"ratio": 0}, "fedpr.ratio=0.0 must be in (0, 1]"),
+        ("fed-dualprompt", {"expert_length": 0}, "fed-dualprompt.expert_length=0 must be at least 1"),
+    ],
+)
+def test_bad_options_are_one_line_naming_the_key(method, option, message):
+    with pytest.raises(ConfigError) as error:
+        build_config(method, [{method: option}])
+    assert str(error.value).startswith(message) and "\n" not in str(error.value)
