@@ -29,7 +29,7 @@ def rounds(method: str, *layers: dict):
         for r in (1, 2):
             simulation.run_round(r)
             states.append(simulation.state)
-        return states, updates, dict(simulation.clients.states), simulation.method
+        return states, updates, dict(simulation.clients), simulation.method
 
 
 @pytest.mark.parametrize("method, off", [("fedsam", {"rho": 0.0}), ("moon", {"mu": 0.0}), ("fedmix", {"lam": 0.0})])
