@@ -11,7 +11,7 @@ blocks before u run once and only blocks u..U-1 run per group: (u + K (U - u)) /
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -20,7 +20,7 @@ from raysim.algorithms.fedavg import FedAvg
 from raysim.core import training
 from raysim.core.errors import ConfigError
 from raysim.core.messages import ClientUpdate, GlobalState
-from raysim.core.protocol import CachesRowFeatures, CohortPhase, ModelParts, SendsExtras
+from raysim.core.protocol import CachesRowFeatures, CohortPhase, ModelParts, ResolvesOptions, SendsExtras
 from raysim.core.registry import register
 from raysim.models.prompted import PromptSlot, PromptSpec, xavier_prompt
 from raysim.ops import selection as sel
@@ -60,7 +60,7 @@ class FGPTOptions:
     metrics=gp.GroupDiagnostics.metrics,
     cohort=True,
 )
-class FGPT(gp.GroupDiagnostics, CachesRowFeatures, SendsExtras, FedAvg):
+class FGPT(gp.GroupDiagnostics, CachesRowFeatures, SendsExtras, ResolvesOptions, FedAvg):
     top_k = 1  # groups whose logits are averaged at inference
 
     def group_block(self, depth: int) -> int:
@@ -69,6 +69,13 @@ class FGPT(gp.GroupDiagnostics, CachesRowFeatures, SendsExtras, FedAvg):
         if u >= depth:
             raise ConfigError(f"fgpt.group_block={u} is outside the backbone's blocks 0..{depth - 1}")
         return u
+
+    def resolved_options(self, depth: int) -> FGPTOptions:
+        return replace(
+            self.options,
+            group_block=self.group_block(depth),
+            select_layer=gp.query_layer("fgpt.select_layer", self.options.select_layer, depth),
+        )
 
     def parts(self, vit, generator) -> ModelParts:
         depth = len(vit.blocks)

@@ -3,12 +3,13 @@ head: the q-FedAvg server step, which weighs clients by F_k^q so that clients wi
 F_k is the received global model's loss on the client's train rows; L (the Lipschitz estimate) is 1 / lr unless
 set; each client also counts with its data share (q = 0 is FedAvg). A FedGCR baseline (Table 1)."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from raysim.algorithms._fairness import ReportsGlobalLoss, client_losses, with_data
 from raysim.algorithms.fedvpt import FedVPT, PromptOptions
 from raysim.core.errors import ConfigError
 from raysim.core.messages import GlobalState
+from raysim.core.protocol import ResolvesOptions
 from raysim.core.registry import register
 from raysim.ops.reweighting import qffl_step
 
@@ -32,16 +33,23 @@ class QFFLOptions(PromptOptions):
     family="fairness",
     options=QFFLOptions,
 )
-class QFFL(ReportsGlobalLoss, FedVPT):
+class QFFL(ReportsGlobalLoss, ResolvesOptions, FedVPT):
+    @property
+    def lipschitz(self) -> float:
+        """L: ``qffl.lipschitz``, or 1 / train.lr."""
+        return self.options.lipschitz or 1.0 / self.config.train.lr
+
+    def resolved_options(self, depth: int) -> QFFLOptions:
+        return replace(self.options, lipschitz=self.lipschitz)
+
     def aggregate(self, round, state, updates):
         updates = with_data(updates)
-        lipschitz = self.options.lipschitz or 1.0 / self.config.train.lr
         params = qffl_step(
             state.params,
             [u.params for u in updates],
             client_losses(updates),
             [u.num_samples for u in updates],
             self.options.q,
-            lipschitz,
+            self.lipschitz,
         )
         return GlobalState(params=params, server=state.server)

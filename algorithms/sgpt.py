@@ -24,7 +24,7 @@ from raysim.algorithms.fedavg import FedAvg
 from raysim.core import training
 from raysim.core.errors import ConfigError
 from raysim.core.messages import Broadcast, ClientUpdate, GlobalState
-from raysim.core.protocol import CachesRowFeatures, CohortPhase, ModelParts, SendsExtras
+from raysim.core.protocol import CachesRowFeatures, CohortPhase, ModelParts, ResolvesOptions, SendsExtras
 from raysim.core.registry import register
 from raysim.core.seeding import Purpose, derive_seed
 from raysim.models.prompted import PromptSlot, PromptSpec, xavier_prompt
@@ -79,22 +79,35 @@ class SGPTOptions:
     metrics=gp.GroupDiagnostics.metrics,
     cohort=True,
 )
-class SGPT(gp.GroupDiagnostics, CachesRowFeatures, SendsExtras, FedAvg):
+class SGPT(gp.GroupDiagnostics, CachesRowFeatures, SendsExtras, ResolvesOptions, FedAvg):
     @property
     def uses_groups(self) -> bool:
         return self.options.prompts != "shared"
 
+    def shared_blocks(self, depth: int) -> tuple[int, ...]:
+        """U_S: ``shared_blocks`` or the paper's 1st-3rd of 12 blocks scaled to ``depth``."""
+        return gp.check_blocks("sgpt.shared_blocks", self.options.shared_blocks or gp.paper_blocks(depth, 0, 3), depth)
+
     def group_blocks(self, depth: int) -> tuple[int, ...]:
         """U_G: ``group_blocks`` or the paper's 4th-6th of 12 blocks scaled to ``depth``."""
         return gp.check_blocks("sgpt.group_blocks", self.options.group_blocks or gp.paper_blocks(depth, 3, 3), depth)
+
+    def resolved_options(self, depth: int) -> SGPTOptions:
+        """The blocks of the prompts in use and the query's block, as the model is built with them."""
+        o = self.options
+        return replace(
+            o,
+            shared_blocks=self.shared_blocks(depth) if o.prompts != "group" else o.shared_blocks,
+            group_blocks=self.group_blocks(depth) if self.uses_groups else o.group_blocks,
+            select_layer=gp.query_layer("sgpt.select_layer", o.select_layer, depth),
+        )
 
     def parts(self, vit, generator: torch.Generator) -> ModelParts:
         o, depth = self.options, len(vit.blocks)
         gp.query_layer("sgpt.select_layer", o.select_layer, depth)
         slots = []
         if o.prompts != "group":
-            blocks = gp.check_blocks("sgpt.shared_blocks", o.shared_blocks or gp.paper_blocks(depth, 0, 3), depth)
-            slots.append(PromptSlot("shared", blocks, length=1, mode="insert", init="zeros"))
+            slots.append(PromptSlot("shared", self.shared_blocks(depth), length=1, mode="insert", init="zeros"))
         if not self.uses_groups:
             return ModelParts(PromptSpec(slots=tuple(slots), head_pooling="cls"))
         slots.append(PromptSlot("group", self.group_blocks(depth), length=1, mode="insert", dynamic=True))

@@ -113,7 +113,7 @@ def main() -> None:
 
     ray.init(num_cpus=max(2, int(args.cpus)), include_dashboard=False, logging_level=logging.WARNING)
     connect_ray(config.resources)
-    initial, shards = initial_state(config, prepare_shards(config))
+    config, initial, shards = initial_state(config, prepare_shards(config))
     ray_time, ray_acc = raysim_loop(config, shards, initial)
     plain_time, plain_acc = plain_loop(config, shards, initial)
     same = np.allclose(ray_acc, plain_acc, atol=1e-6)

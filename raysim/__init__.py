@@ -30,6 +30,7 @@ _EXPORTS = {
     "Personalised": "raysim.core.protocol",
     "SplitLearning": "raysim.core.protocol",
     "Diagnostics": "raysim.core.protocol",
+    "ResolvesOptions": "raysim.core.protocol",
     "GlobalState": "raysim.core.messages",
     "Broadcast": "raysim.core.messages",
     "ClientUpdate": "raysim.core.messages",

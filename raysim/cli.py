@@ -1,4 +1,4 @@
-"""``raysim`` command line: ``raysim run METHOD``, ``raysim ls``.
+"""``raysim`` command line: ``raysim run METHOD``, ``tune``, ``report``, ``ui``, ``pretrain``, ``ls``.
 
 Bad input ends in one line on stderr (``raysim: error: ...``) and exit code 2, never a traceback.
 """
@@ -68,6 +68,7 @@ def main():
 
     \b
     raysim run sgpt --clients 100        run a method on the offline default
+    raysim ui                            compare the runs in MLflow's UI
     raysim ls                            list methods, datasets, partitions, backbones, presets
     """
 
@@ -184,26 +185,26 @@ def tune(method, space, num_samples, max_concurrent, metric, mode, scheduler, na
         found, folder = sweeping.load_sweep(resume)
         sweeping.check_store_and_ray(found)
         click.echo(f"resuming sweep {found.name} in {folder}", err=True)
-        report_best(found, folder, sweeping.run_sweep(found, str(folder)))
+        report_best(found, sweeping.execute(found, folder, str(folder)))
         return
     if method is None:
         raise click.UsageError("Missing argument 'METHOD' (raysim ls methods), or --resume SWEEP_DIR")
     found = sweeping.plan(
         method, space, num_samples, max_concurrent, metric, mode, scheduler, name, preset, flag_layers(overrides, flags)
     )
+    found = sweeping.open_parent(found)
     folder = sweeping.save_sweep(found)
+    experiment = found.trial_config({}).tracking.experiment
     click.echo(
         f"sweep {found.name}: {found.num_samples} trials, {found.max_concurrent} at once, MLflow experiment "
-        f"{found.name!r}; resume with: raysim tune --resume {folder}",
+        f"{experiment!r} (run {found.parent_run_id}); resume with: raysim tune --resume {folder}",
         err=True,
     )
-    report_best(found, folder, sweeping.run_sweep(found))
+    report_best(found, sweeping.execute(found, folder))
 
 
-def report_best(found, folder, results) -> None:
-    from raysim.sweep import tune as sweeping
-
-    best = sweeping.finish(found, results, folder)
+def report_best(found, best) -> None:
+    """Print the best trial and the command that reproduces it."""
     shown = {k: round(v, 6) if isinstance(v, float) else v for k, v in best["params"].items()}
     click.echo(
         f"best trial: {found.metric} {best['metrics'][found.metric]:.4f} with {shown} "
@@ -226,6 +227,25 @@ def report(experiment, tracking_uri, out):
     table, paths = write_report(uri, experiment, out or f"raysim-report-{experiment}")
     click.echo(table)
     click.echo(f"wrote {', '.join(str(p) for p in paths)}")
+
+
+@main.command()
+@click.option("--tracking-uri", help="MLflow store (default sqlite:///./raysim-runs/mlflow.db, as raysim run).")
+@click.option("--experiment", default="raysim", show_default=True, help="The experiment whose runs the URL opens.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Where the UI listens (127.0.0.1: this machine).")
+@click.option("--port", type=int, default=5000, show_default=True, help="The UI's port.")
+def ui(tracking_uri, experiment, host, port):
+    """Start MLflow's UI on the run store and print the URL of the runs table.
+
+    The URL opens the experiment's runs in MLflow's classic view (table, charts, compare), not its GenAI pages.
+    A store that is an MLflow server (an http:// tracking URI) is not started again: its URL is printed. Ctrl-C
+    stops the UI.
+    """
+    from raysim.tracking.ui import serve  # imports MLflow: only when the UI is asked for
+
+    code = serve(TrackingConfig(tracking_uri=tracking_uri).resolved_uri, experiment, host, port)
+    if code:
+        sys.exit(code)
 
 
 def _recipe_options(command):

@@ -21,3 +21,12 @@ def test_readme_has_two_setup_commands_and_ci_runs_the_test_one():
         if line and not line.startswith(("#", "set ", "cd "))
     ]
     assert ci_lines == [test_command]
+
+
+def test_readme_shows_raysim_ui_help_as_it_is():
+    from click.testing import CliRunner
+
+    from raysim.cli import main
+
+    shown = CliRunner().invoke(main, ["ui", "--help"], terminal_width=80, prog_name="raysim").output.rstrip()
+    assert f"```text\n$ raysim ui --help\n{shown}\n```" in ROOT.joinpath("README.md").read_text()

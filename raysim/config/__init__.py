@@ -4,6 +4,7 @@ Imports: core, data (the names of sources and partitioners). Never the engine.
 """
 
 from raysim.config.build import (  # noqa: F401
+    NOT_COMPUTED,
     Config,
     build_config,
     dump_yaml,

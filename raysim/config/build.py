@@ -31,6 +31,8 @@ from raysim.config.sections import (
 from raysim.core.errors import ConfigError, unknown_name
 from raysim.core.registry import METHODS, NoOptions, get_method
 
+NOT_COMPUTED = ("tracking", "resources", "checkpoint")  # where and how a run goes, not what it computes
+
 
 @dataclass(frozen=True)
 class Config:

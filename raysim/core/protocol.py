@@ -14,7 +14,8 @@ Core hooks:
     ``predict(model, x, data, rows)``  inference logits.
 
 Capabilities (mix in the ones a method needs): :class:`CachesRowFeatures`, :class:`SendsExtras`,
-:class:`Personalised`, :class:`SplitLearning`, :class:`Diagnostics`, :class:`CohortTraining`.
+:class:`Personalised`, :class:`SplitLearning`, :class:`Diagnostics`, :class:`CohortTraining`,
+:class:`ResolvesOptions`.
 """
 
 from __future__ import annotations
@@ -219,3 +220,13 @@ class CohortTraining:
         """The client's update from its trained tensors and its objectives' aux (per phase, one per step, in order);
         default: the tensors."""
         return ClientUpdate(ctx.client_id, int(metrics.pop("rows")), trained, metrics=metrics)
+
+
+class ResolvesOptions:
+    """A method with options whose default is decided by the run (SGPT's blocks: the paper's layout scaled to the
+    backbone): the engine records the values the run used, not the placeholders."""
+
+    def resolved_options(self, depth: int) -> Any:
+        """``self.options`` with every value left to the method made concrete for a ``depth``-block backbone
+        (the same run: the method computes with them exactly as with the placeholders)."""
+        raise NotImplementedError

@@ -45,13 +45,15 @@ class PartitionParams:
 
 @dataclass(frozen=True)
 class Partitioner:
-    """A registered partitioner; ``fn(D, C, M, params, rng, coarse_of_class)`` returns shares [D, C, M]."""
+    """A registered partitioner; ``fn(D, C, M, params, rng, coarse_of_class)`` returns shares [D, C, M]; ``reads``:
+    the :class:`PartitionParams` it uses (they name a partition, e.g. in run names)."""
 
     name: str
     description: str
     fn: Callable[..., np.ndarray]
     needs_domains: bool = False
     needs_coarse: bool = False
+    reads: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -146,19 +148,23 @@ def _domains(num_domains, num_classes, num_clients, params, rng, coarse_of_class
 PARTITIONERS: Registry[Partitioner] = Registry("partition")
 for _partitioner in (
     Partitioner("iid", "every (domain, class) cell split equally among all clients", _iid),
-    Partitioner("pathological", "each client holds s classes with U(0.4, 0.6) shares (SGPT)", _pathological),
-    Partitioner("dirichlet", "per class, client shares ~ Dirichlet(alpha)", _dirichlet),
+    Partitioner(
+        "pathological", "each client holds s classes with U(0.4, 0.6) shares (SGPT)", _pathological, reads=("s",)
+    ),
+    Partitioner("dirichlet", "per class, client shares ~ Dirichlet(alpha)", _dirichlet, reads=("alpha",)),
     Partitioner(
         "pachinko",
         "per client, Dirichlet(beta) over coarse labels then Dirichlet(beta_fine) over fine labels (FGPT)",
         _pachinko,
         needs_coarse=True,
+        reads=("beta", "beta_fine"),
     ),
     Partitioner(
         "domains",
         "each client holds one domain; clients per domain geometric with ratio dif (FedGCR)",
         _domains,
         needs_domains=True,
+        reads=("dif",),
     ),
 ):
     PARTITIONERS.add(_partitioner.name, _partitioner)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 _MAX_ROWS = 200
 
@@ -46,6 +47,8 @@ def plot_partition(train_client: np.ndarray, labels: np.ndarray, num_clients: in
     fig.colorbar(image, ax=heat, label="train samples")
     heat.set_xlabel("class")
     heat.set_ylabel("client")
+    for axis in (heat.xaxis, heat.yaxis, bars.xaxis):  # classes, clients and sample counts are whole numbers
+        axis.set_major_locator(MaxNLocator(integer=True))
     title = "samples per client and class"
     if num_clients > shown:
         title += f" (first {shown} of {num_clients} clients)"

@@ -1,9 +1,9 @@
 """Round callbacks (pfl-research's pattern): everything that happens around a round besides the round itself.
 
 Two places run them. Where the state lives (the :class:`~raysim.engine.simulation.Simulation`, inside the
-coordinator on Ray): :class:`MethodDiagnostics` and :class:`Checkpointing`, so neither the state nor the clients'
-states travel to the driver. In the driver: MLflow logging, the progress bar, Ctrl-C and (in a sweep) Tune
-reporting, which only need the round's report.
+coordinator on Ray): :class:`MethodDiagnostics`, :class:`CommunicationTotals` and :class:`Checkpointing`, so neither
+the state, the clients' states nor the history travel to the driver. In the driver: MLflow logging, the progress
+bar, Ctrl-C and (in a sweep) Tune reporting, which only need the round's report.
 """
 
 from __future__ import annotations
@@ -50,6 +50,20 @@ class MethodDiagnostics(Callback):
                 round, sim.state, sim.updates, sim.shards, report.evaluated
             )
             report.metrics.update(metrics)
+
+
+class CommunicationTotals(Callback):
+    """``bytes_up_total`` and ``bytes_down_total``: the bytes sent so far, logged every round (what accuracy is
+    plotted against). Summed over the simulation's history, so a resumed or replayed run continues its totals."""
+
+    def on_start(self, simulation) -> None:
+        self.simulation = simulation
+
+    def on_round(self, round, report) -> None:
+        for key in ("bytes_up", "bytes_down"):
+            if key in report.metrics:
+                before = sum(h.get(key, 0.0) for h in self.simulation.history)
+                report.metrics[f"{key}_total"] = before + report.metrics[key]
 
 
 class Checkpointing(Callback):

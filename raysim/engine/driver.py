@@ -9,6 +9,7 @@ the run ends as if nothing had happened.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import tempfile
 import time
@@ -31,6 +32,7 @@ from raysim.data.shards import ShardStore
 from raysim.engine.callbacks import (
     Callback,
     Checkpointing,
+    CommunicationTotals,
     MethodDiagnostics,
     MLflowLogger,
     ProgressBar,
@@ -42,7 +44,8 @@ from raysim.engine.setup import initial_state, prepare_shards, resolved
 from raysim.engine.simulation import Simulation
 from raysim.ops.metrics import summarise
 from raysim.tracking import checkpoint as ckpt
-from raysim.tracking.mlflow import Tracker, check_run, check_store
+from raysim.tracking import provenance
+from raysim.tracking.mlflow import Tracker, check_run, check_store, summary_metrics
 from raysim.tracking.plots import plot_accuracy_curves, plot_client_accuracy, plot_type_accuracy, type_accuracy_table
 from raysim.tracking.progress import RoundProgress, print_summary
 
@@ -67,7 +70,7 @@ def make_simulation(
 ):
     """A Simulation in this process (sequential backend, ``pool`` None) or a Coordinator actor on this node behind
     a proxy (Ray): checkpoints it writes land where the driver reads them."""
-    callbacks = [MethodDiagnostics(), *callbacks]
+    callbacks = [MethodDiagnostics(), CommunicationTotals(), *callbacks]
     if pool is None:
         return Simulation(config, shards, start, None, callbacks)
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
@@ -169,6 +172,7 @@ def run(
     resume: ckpt.Checkpoint | None = None,
     callbacks: list[Callback] = (),
     shards: ShardStore | None = None,
+    tags: dict[str, str] | None = None,
 ) -> RunResult:
     """Run one simulation end to end (or continue ``resume``'s) and return its history; the MLflow run ends
     FINISHED, FAILED or KILLED.
@@ -177,32 +181,32 @@ def run(
     runs before the MLflow run is created or reopened, so bad input leaves nothing behind. The first Ctrl-C
     finishes the round, writes a checkpoint and raises :class:`RunInterrupted` with the resume command.
     ``callbacks`` run in the driver after the built-in ones (a Tune trial reports there); ``shards``: the data
-    already partitioned for this config (a sweep prepares them once for all its trials).
+    already partitioned for this config (a sweep prepares them once for all its trials); ``tags``: added to a new
+    run's own (a sweep's trial names its parent run).
     """
     uri = config.tracking.resolved_uri
     check_store(uri)
     if resume is not None:
         check_run(uri, resume.run_id)
     connect_ray(config.resources)
-    config = resolved(config)
-    initial, shards = initial_state(config, shards if shards is not None else prepare_shards(config))
+    given, config = config, resolved(config)
+    config, initial, shards = initial_state(config, shards if shards is not None else prepare_shards(config))
+    if resume is None:
+        config = named(config)
     pool, owned = reserve_pool(config) if config.resources.backend == "ray" else (None, False)
     tracker = Tracker(uri)
     status = "FAILED"
     try:
         if resume is None:
-            run_name = config.tracking.run_name or default_run_name(config)
-            tags = {
-                "method": config.method,
-                "dataset": config.data.dataset,
-                "partition": config.data.partition,
-                "seed": str(config.federation.seed),
-                "backend": config.resources.backend,
-            }
-            run_id = tracker.start(config.tracking.experiment, run_name, config.flat(), tags)
+            record = recorded(config, pool)
+            run_tags = {**provenance.run_tags(config, given), **(tags or {})}
+            dataset = provenance.dataset_input(config, shards)
+            run_id = tracker.start(
+                config.tracking.experiment, config.tracking.run_name, record.flat(), run_tags, dataset
+            )
             start = ckpt.Checkpoint(run_id, 0, config.to_dict(), initial, {}, uri)
             run_folder = config.checkpoint.root(uri) / run_id
-            _log_setup(tracker, config, shards)
+            _log_setup(tracker, record, shards)
         else:
             tracker.attach(resume.run_id)
             run_id, start, run_folder = resume.run_id, resume, resume.folder.parent
@@ -232,8 +236,27 @@ def run(
             release_pool(pool, owned)
 
 
-def default_run_name(config: Config) -> str:
-    return f"{config.method}-{config.data.dataset}-{config.data.partition}-s{config.federation.seed}"
+def named(config: Config) -> Config:
+    """``config`` with its run's name: the user's, else one that identifies the run (the same config, the same
+    name: :func:`raysim.tracking.provenance.run_name`)."""
+    if config.tracking.run_name:
+        return config
+    return dataclasses.replace(
+        config, tracking=dataclasses.replace(config.tracking, run_name=provenance.run_name(config))
+    )
+
+
+def recorded(config: Config, pool: Pool | None) -> Config:
+    """``config`` as the run records it (params, ``config.yaml``): where it tracks and checkpoints, and the size of
+    the pool it ran on (1 in-process worker for the sequential backend), made concrete. The run itself keeps the
+    settings as given, so a resumed run sizes its pool and finds its store as the user asks."""
+    uri = config.tracking.resolved_uri
+    return dataclasses.replace(
+        config,
+        resources=dataclasses.replace(config.resources, workers=pool.workers if pool is not None else 1),
+        tracking=dataclasses.replace(config.tracking, tracking_uri=uri),
+        checkpoint=dataclasses.replace(config.checkpoint, dir=str(config.checkpoint.root(uri))),
+    )
 
 
 def resume_command(config: Config, run_id: str, run_folder: Path) -> str:
@@ -296,7 +319,4 @@ def _log_results(tracker: Tracker, config: Config, last: ckpt.Checkpoint, summar
             *method_files,
         ]:
             tracker.log_artifact(path)
-    tracker.log_metrics(
-        {f"summary.{k}.{stat}": v for k, stats in summary.items() for stat, v in stats.items()},
-        step=config.federation.rounds,
-    )
+    tracker.log_metrics(summary_metrics(summary), step=0)  # one value per run: MLflow draws step-0 metrics as bars

@@ -14,7 +14,7 @@ from raysim.config import Config
 from raysim.core import seeding
 from raysim.core.errors import ConfigError
 from raysim.core.messages import GlobalState
-from raysim.core.protocol import CachesRowFeatures
+from raysim.core.protocol import CachesRowFeatures, ResolvesOptions
 from raysim.core.registry import get_method
 from raysim.core.seeding import Init, Purpose
 from raysim.core.training import EVAL_BATCH, model_inputs
@@ -80,8 +80,9 @@ def prepare_shards(config: Config) -> ShardStore:
     return build_shards(info, arrays, part, tuple(sorted(int(c) for c in unseen)), folder)
 
 
-def initial_state(config: Config, shards: ShardStore) -> tuple[GlobalState, ShardStore]:
-    """Build the model once on the driver: checks the weights file, yields the initial global state, and the
+def initial_state(config: Config, shards: ShardStore) -> tuple[Config, GlobalState, ShardStore]:
+    """Build the model once on the driver: checks the weights file, yields the config with the method's options
+    resolved on the backbone (:class:`~raysim.core.protocol.ResolvesOptions`), the initial global state, and the
     shards with the per-row values the method caches for the whole run (e.g. SGPT's frozen-backbone query),
     computed here in one batched pass so no client recomputes them."""
     info = get_method(config.method)
@@ -94,6 +95,8 @@ def initial_state(config: Config, shards: ShardStore) -> tuple[GlobalState, Shar
         )
     device = pick_device()
     model = build_model(config, method, shards.info.num_classes).to(device)
+    if isinstance(method, ResolvesOptions):
+        config = dataclasses.replace(config, options=method.resolved_options(len(model.vit.blocks)))
     generator = torch.Generator().manual_seed(
         seeding.derive_seed(config.federation.seed, Purpose.INIT, Init.GLOBAL_STATE)
     )
@@ -101,7 +104,7 @@ def initial_state(config: Config, shards: ShardStore) -> tuple[GlobalState, Shar
     if isinstance(method, CachesRowFeatures):
         with autocast(device, config.train.precision):
             features = row_features(method, model, shards.images, device)
-    return method.init_global(model.cpu(), generator), dataclasses.replace(shards, features=features)
+    return config, method.init_global(model.cpu(), generator), dataclasses.replace(shards, features=features)
 
 
 @torch.no_grad()

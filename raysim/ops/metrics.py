@@ -22,6 +22,8 @@ ROUND_KEYS = (
     "train_loss",
     "bytes_down",
     "bytes_up",
+    "bytes_down_total",
+    "bytes_up_total",
     "round_time_s",
     "train_samples_per_s",
     "eval_time_s",

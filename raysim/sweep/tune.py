@@ -3,8 +3,9 @@
 A trial reserves its driver and its worker pool together (one placement group: a bundle for the trial, which
 loads the data and logs to MLflow, and one per client worker; the coordinator needs no CPU), reports every
 evaluated round to Tune with the round's raysim checkpoint (so ASHA can stop it early and an interrupted sweep
-resumes mid-trial), and logs to the experiment named after the sweep. At the end the best trial's config is
-saved as a preset file and printed as a ``raysim run`` command that reproduces its metrics.
+resumes mid-trial), and logs to the experiment named after the sweep, nested under the sweep's own run (its
+description, the space, and at the end the report of its trials as artifacts). At the end the best trial's config
+is saved as a preset file and printed as a ``raysim run`` command that reproduces its metrics.
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from typing import Any
 import ray
 import yaml
 from mlflow.tracking import MlflowClient
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NOTE, MLFLOW_SOURCE_NAME
 from ray import tune
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 from rich.console import Console
 
-from raysim.config import Config, beside_store, build_config, load_preset, preset_for_method
+from raysim.config import NOT_COMPUTED, Config, beside_store, build_config, load_preset, preset_for_method
 from raysim.core.errors import ConfigError, SweepError
 from raysim.core.registry import get_method
 from raysim.engine.callbacks import Callback
@@ -34,11 +36,12 @@ from raysim.engine.setup import prepare_shards, resolved
 from raysim.ops.metrics import reported_metrics
 from raysim.sweep.space import SearchSpace, as_layer, default_space_file, load_space
 from raysim.tracking import checkpoint as ckpt
-from raysim.tracking.mlflow import check_store
+from raysim.tracking import provenance
+from raysim.tracking.mlflow import KIND, SWEEP, Tracker, check_store
+from raysim.tracking.report import write_report
 
 SCHEDULERS = ("asha", "fifo")
 SWEEP_FILE, BEST_FILE = "sweep.json", "best.yaml"
-NOT_REPRODUCED = ("tracking", "resources", "checkpoint")  # where and how a run goes; not what it computes
 
 
 @dataclass(frozen=True)
@@ -56,9 +59,20 @@ class Sweep:
     max_concurrent: int
     scheduler: str
     storage: str
+    parent_run_id: str | None = None  # the sweep's MLflow run (None: a sweep planned before sweeps had one)
+    command: str = ""  # the command line that started it: its trials' source (they run in Ray's workers)
 
     def trial_config(self, params: dict[str, Any]) -> Config:
         return build_config(self.method, [*self.before, as_layer(self.space.fixed), *self.after, as_layer(params)])
+
+    def describe(self) -> str:
+        """One line: what is sampled, how trials are ranked, and what every trial runs."""
+        sampled = ", ".join(f"{k} {kind} {provenance.show(v)}" for k, (kind, v) in self.space.samplers.items())
+        base = self.trial_config({})
+        return (
+            f"raysim tune {self.method}: {self.num_samples} trials sampling {sampled} ({Path(self.space.source).name}),"
+            f" ranked by {self.mode} {self.metric} ({self.scheduler}); each trial {provenance.describe(base, base)}"
+        )
 
 
 def check_objective(method: str, metric: str, mode: str, scheduler: str) -> None:
@@ -125,13 +139,15 @@ class TuneReporter(Callback):
 
 
 def _trial(params: dict[str, Any], sweep: Sweep, shards) -> None:
-    """One trial: a whole raysim run, resumed after a restore from the run's own checkpoint of the round Tune's
-    copy names (Tune copies only the round's folder; client states stay with the run's checkpoints)."""
+    """One trial: a whole raysim run nested under the sweep's, resumed after a restore from the run's own
+    checkpoint of the round Tune's copy names (Tune copies only the round's folder; client states stay with the
+    run's checkpoints). It is named as ``raysim run`` names it, so the best trial's command gives a run of its name."""
     config = sweep.trial_config(params)
-    config = dataclasses.replace(
-        config,
-        tracking=dataclasses.replace(config.tracking, run_name=f"{sweep.name}-{tune.get_context().get_trial_id()}"),
-    )
+    tags = {"raysim.sweep": sweep.name, "raysim.trial": tune.get_context().get_trial_id()}
+    if sweep.parent_run_id:
+        tags[MLFLOW_PARENT_RUN_ID] = sweep.parent_run_id
+    if sweep.command:
+        tags[MLFLOW_SOURCE_NAME] = sweep.command
     resume, restored = None, tune.get_checkpoint()
     if restored is not None:
         with restored.as_directory() as folder:
@@ -144,6 +160,7 @@ def _trial(params: dict[str, Any], sweep: Sweep, shards) -> None:
         resume=resume,
         callbacks=[TuneReporter()],
         shards=shards,
+        tags=tags,
     )
 
 
@@ -152,13 +169,19 @@ def run_sweep(sweep: Sweep, resume_path: str | None = None):
     first = sweep.trial_config({})
     # the data are read and partitioned once, here: every trial maps the same block from the object store
     # (Ray Data's own tasks would also find no free CPU inside a trial's placement group)
+    shards = prepare_shards(first)
     trainable = tune.with_resources(
-        tune.with_parameters(_trial, sweep=sweep, shards=prepare_shards(first)),
+        tune.with_parameters(_trial, sweep=sweep, shards=shards),
         tune.PlacementGroupFactory(bundles(first)),
     )
+    parent = Tracker(first.tracking.resolved_uri, sweep.parent_run_id) if sweep.parent_run_id else None
     if resume_path:
         tuner = tune.Tuner.restore(resume_path, trainable, resume_errored=True)
+        if parent is not None:
+            parent.attach(sweep.parent_run_id)  # RUNNING again until the sweep ends
     else:
+        if parent is not None:
+            parent.log_dataset(provenance.dataset_input(first, shards))
         rounds = first.federation.rounds
         # max_t past the last round: ASHA would otherwise stop every trial at its last report, before the run
         # logs its summary and artifacts
@@ -187,6 +210,58 @@ def run_sweep(sweep: Sweep, resume_path: str | None = None):
     return tuner.fit()
 
 
+def open_parent(sweep: Sweep) -> Sweep:
+    """The sweep's own MLflow run, which its trials nest under: its description, provenance, data and space."""
+    first = sweep.trial_config({})
+    tags = {
+        KIND: SWEEP,
+        "method": sweep.method,
+        "family": get_method(sweep.method).family,
+        "dataset": first.data.dataset,
+        "partition": first.data.partition,
+        "precision": first.train.precision,
+        MLFLOW_RUN_NOTE: sweep.describe(),
+        **provenance.provenance_tags(first.resources.gpus_per_client > 0),
+    }
+    params = {f"sweep.{k}": getattr(sweep, k) for k in ("metric", "mode", "num_samples", "max_concurrent", "scheduler")}
+    params["sweep.space"] = sweep.space.source
+    params.update({f"space.{k}": f"{kind} {provenance.show(v)}" for k, (kind, v) in sweep.space.samplers.items()})
+    run_id = Tracker(first.tracking.resolved_uri).start(first.tracking.experiment, sweep.name, params, tags)
+    return dataclasses.replace(sweep, parent_run_id=run_id)
+
+
+def end_parent(sweep: Sweep, status: str, folder: Path, best: dict[str, Any] | None = None) -> None:
+    """End the sweep's run with ``status``; a finished sweep first logs the report of its trials (``report.md`` and
+    its figures, written under ``folder``/report) and the best trial."""
+    if not sweep.parent_run_id:
+        return
+    uri = sweep.trial_config({}).tracking.resolved_uri
+    parent = Tracker(uri, sweep.parent_run_id)
+    if best is not None:
+        experiment = sweep.trial_config({}).tracking.experiment
+        _, paths = write_report(uri, experiment, folder / "report", parent_run_id=sweep.parent_run_id)
+        for path in paths:
+            parent.log_artifact(path)
+        parent.client.set_tag(sweep.parent_run_id, "raysim.best_run_id", best["run_id"])
+        parent.log_metrics({f"summary/best_{sweep.metric}": best["metrics"][sweep.metric]}, step=0)
+    parent.end(status)
+
+
+def execute(sweep: Sweep, folder: Path, resume_path: str | None = None) -> dict[str, Any]:
+    """Run (or restore) the sweep and :func:`finish` it; its MLflow run ends FINISHED with the report, FAILED, or
+    KILLED after Ctrl-C."""
+    status, best = "FAILED", None
+    try:
+        best = finish(sweep, run_sweep(sweep, resume_path), folder)
+        status = "FINISHED"
+        return best
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    finally:
+        end_parent(sweep, status, folder, best)
+
+
 def save_sweep(sweep: Sweep) -> Path:
     """``sweep.json`` in the sweep's folder: what ``raysim tune --resume`` needs to rebuild the trainable."""
     folder = Path(sweep.storage) / sweep.name
@@ -204,6 +279,8 @@ def save_sweep(sweep: Sweep) -> Path:
             "max_concurrent",
             "scheduler",
             "storage",
+            "parent_run_id",
+            "command",
         )
     }
     record["space"] = {"source": sweep.space.source, "samplers": sweep.space.samplers, "fixed": sweep.space.fixed}
@@ -245,7 +322,7 @@ def finish(sweep: Sweep, results, folder: Path) -> dict[str, Any]:
     best = (max if sweep.mode == "max" else min)(done, key=lambda r: r.metrics[sweep.metric])
     params = dict(best.config)
     config = sweep.trial_config(params).to_dict()
-    preset = {k: v for k, v in config.items() if k not in ("method", *NOT_REPRODUCED)}
+    preset = {k: v for k, v in config.items() if k not in ("method", *NOT_COMPUTED)}
     path = folder / BEST_FILE
     path.write_text(
         f"# best trial of sweep {sweep.name}: {sweep.metric} {best.metrics[sweep.metric]:.4f} "
@@ -321,6 +398,7 @@ def plan(
         1,
         scheduler,
         str(beside_store(probe.tracking.resolved_uri) / "tune"),
+        command=provenance.command_line(),
     )
     return dataclasses.replace(sweep, max_concurrent=plan_concurrency(sweep.trial_config({}), max_concurrent))
 

@@ -38,11 +38,9 @@ def smoke_config(method: str, *layers: dict):
 
 
 def prepared(config, shards=None) -> tuple:
-    """(``config`` with its precision resolved as the driver resolves it, the initial global state, the shards with
-    the method's cached features): what a run has before its first round."""
-    config = resolved(config)
-    initial, shards = initial_state(config, shards if shards is not None else prepare_shards(config))
-    return config, initial, shards
+    """(``config`` resolved as the driver resolves it (precision, threads, the method's options), the initial global
+    state, the shards with the method's cached features): what a run has before its first round."""
+    return initial_state(resolved(config), shards if shards is not None else prepare_shards(config))
 
 
 @contextmanager

@@ -1,7 +1,9 @@
-"""MLflow tracking: one run per simulation (params, tags, per-round metrics, artifacts).
+"""MLflow tracking: one run per simulation (params, tags, the data set as an input, per-round metrics, artifacts).
 
 The default store is a SQLite file under ``./raysim-runs`` with artifacts beside it; ``--tracking-uri``
-points anywhere MLflow can (``http://127.0.0.1:5000`` for a server, which a cluster needs).
+points anywhere MLflow can (``http://127.0.0.1:5000`` for a server, which a cluster needs). A run's summary
+figures are ``summary/<metric>_<stat>`` (one ``/``: MLflow's charts group them in a section of their own); runs
+logged before were ``summary.<metric>.<stat>``, and :func:`summary_key` reads both.
 """
 
 from __future__ import annotations
@@ -15,13 +17,39 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from mlflow.entities import Metric, Param
+from mlflow.entities import DatasetInput, Metric, Param
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from raysim.core.errors import ConfigError
 
 PARAM_LIMIT = 500  # MLflow caps a param value's length
+SUMMARY = "summary/"
+KIND, SWEEP = "raysim.kind", "sweep"  # a sweep's parent run is tagged KIND=SWEEP; its trials are nested under it
+EXPERIMENT_KIND = "mlflow.experimentKind"  # what MLflow's UI takes an experiment for; raysim's are classic ML
+MACHINE_LEARNING = "custom_model_development"
+
+
+def summary_metrics(summary: dict[str, dict[str, float]]) -> dict[str, float]:
+    """``{metric: {stat: value}}`` as MLflow metrics: ``summary/global_acc_final``, ``summary/global_acc_mean``."""
+    return {f"{SUMMARY}{key}_{stat}": value for key, stats in summary.items() for stat, value in stats.items()}
+
+
+def summary_key(name: str) -> tuple[str, str] | None:
+    """(metric, stat) of a summary metric's name, new (``summary/global_acc_mean``) or old
+    (``summary.global_acc.mean``); None for any other metric."""
+    if name.startswith(SUMMARY) and "_" in name:
+        key, stat = name[len(SUMMARY) :].rsplit("_", 1)
+        return key, stat
+    if name.startswith("summary.") and name.count(".") == 2:
+        _, key, stat = name.split(".")
+        return key, stat
+    return None
+
+
+def param_value(value: Any) -> str:
+    """A param as ``--set`` takes it (tuples as ``[0, 1]``), cut to MLflow's limit."""
+    return str(list(value) if isinstance(value, tuple) else value)[:PARAM_LIMIT]
 
 
 def check_store(uri: str) -> None:
@@ -82,29 +110,47 @@ def _artifact_root(uri: str) -> str | None:
 class Tracker:
     """A thin layer over an MLflow client for one run; every call names the run explicitly."""
 
-    def __init__(self, uri: str):
+    def __init__(self, uri: str, run_id: str | None = None):
+        """``run_id``: an existing run to log to (a sweep's own run), else one :meth:`start` creates."""
         logging.getLogger("mlflow").setLevel(logging.WARNING)
         logging.getLogger("alembic").setLevel(logging.WARNING)
         self.uri = uri
         self.client = MlflowClient(tracking_uri=uri)
-        self.run_id: str | None = None
+        self.run_id = run_id
 
-    def start(self, experiment: str, run_name: str, params: dict[str, Any], tags: dict[str, str]) -> str:
-        """A new run in ``experiment`` (created if missing) with the resolved config as params."""
+    def experiment_id(self, name: str) -> str:
+        """The experiment ``name``, created if missing (artifacts beside a SQLite store) and marked classic ML."""
+        found = self.client.get_experiment_by_name(name)
+        if found is None:
+            return self.client.create_experiment(
+                name, artifact_location=_artifact_root(self.uri), tags={EXPERIMENT_KIND: MACHINE_LEARNING}
+            )
+        if EXPERIMENT_KIND not in found.tags:
+            self.client.set_experiment_tag(found.experiment_id, EXPERIMENT_KIND, MACHINE_LEARNING)
+        return found.experiment_id
+
+    def start(
+        self,
+        experiment: str,
+        run_name: str,
+        params: dict[str, Any],
+        tags: dict[str, str],
+        dataset: DatasetInput | None = None,
+    ) -> str:
+        """A new run in ``experiment`` with the resolved config as params (and its data set as an input)."""
         if self.uri.startswith("sqlite:///"):
             Path(self.uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
-        found = self.client.get_experiment_by_name(experiment)
-        experiment_id = (
-            found.experiment_id
-            if found
-            else self.client.create_experiment(experiment, artifact_location=_artifact_root(self.uri))
-        )
-        run = self.client.create_run(experiment_id, run_name=run_name, tags=tags)
+        run = self.client.create_run(self.experiment_id(experiment), run_name=run_name, tags=tags)
         self.run_id = run.info.run_id
-        items = [Param(k, str(v)[:PARAM_LIMIT]) for k, v in sorted(params.items())]
+        items = [Param(k, param_value(v)) for k, v in sorted(params.items())]
         for start in range(0, len(items), 100):
             self.client.log_batch(self.run_id, params=items[start : start + 100])
+        if dataset is not None:
+            self.log_dataset(dataset)
         return self.run_id
+
+    def log_dataset(self, dataset: DatasetInput) -> None:
+        self.client.log_inputs(self.run_id, datasets=[dataset])
 
     def attach(self, run_id: str) -> None:
         """Continue an existing run (``--resume``): it is RUNNING again until :meth:`end`."""

@@ -1,4 +1,6 @@
-"""Pictures saved as MLflow artifacts: accuracy curves, the global-vs-worst-local view, selection maps."""
+"""Pictures saved as MLflow artifacts and by ``raysim report``: accuracy curves, the global-vs-worst-local view,
+selection maps. One style, so pictures compare: accuracy axes always span 0-100 %, rounds, clients and groups get
+whole-number ticks, and curves share one size."""
 
 from __future__ import annotations
 
@@ -9,7 +11,9 @@ import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib.ticker import MaxNLocator
 
+CURVES_SIZE = (7.2, 4.4)  # inches: per-run curves and the report's overlaid ones
 CURVES = (
     ("global_acc", "global"),
     ("local_acc", "local (mean client)"),
@@ -18,16 +22,28 @@ CURVES = (
 )
 
 
+def accuracy_axis(ax, axis: str = "y") -> None:
+    """An accuracy axis in %: always 0-100, so every run's plot reads on the same scale."""
+    (ax.set_ylim if axis == "y" else ax.set_xlim)(0, 100)
+
+
+def integer_axis(ax, axis: str = "x") -> None:
+    """Whole-number ticks only (rounds, clients, groups): no round 1.25."""
+    getattr(ax, f"{axis}axis").set_major_locator(MaxNLocator(integer=True))
+
+
 def plot_accuracy_curves(history: list[dict[str, float]], title: str, path: str | Path) -> None:
     """Accuracy (%) per evaluated round for each accuracy metric present."""
     rounds = [h["round"] for h in history if "global_acc" in h]
-    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=120)
+    fig, ax = plt.subplots(figsize=CURVES_SIZE, dpi=120)
     for key, label in CURVES:
         values = [h[key] for h in history if "global_acc" in h and key in h]
         if len(values) == len(rounds) and values:
             ax.plot(rounds, values, marker="o", markersize=3, label=label)
     ax.set_xlabel("round")
     ax.set_ylabel("accuracy (%)")
+    integer_axis(ax, "x")
+    accuracy_axis(ax, "y")
     _finish(fig, ax, title, path, legend=True)
 
 
@@ -41,8 +57,10 @@ def plot_client_accuracy(client_acc: dict[int, float], title: str, path: str | P
         ax.axhline(values[0], color="tab:red", linestyle="--", label="worst client")
     ax.set_xlabel("clients, sorted by accuracy")
     ax.set_ylabel("accuracy (%)")
+    integer_axis(ax, "x")
+    accuracy_axis(ax, "y")
     ax.set_title(title)
-    ax.legend(loc="lower right")
+    ax.legend(loc="upper left")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -62,6 +80,7 @@ def plot_type_accuracy(table: dict[str, dict[str, float]], title: str, path: str
     for i, n in enumerate(names):
         ax.annotate(f"{table[n]['clients']:.0f} clients", (i, 0), ha="center", va="bottom", fontsize=7, color="white")
     ax.set_ylabel("mean client accuracy (%)")
+    accuracy_axis(ax, "y")
     ax.set_title(title)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
@@ -90,6 +109,8 @@ def plot_selection_map(counts, title: str, path: str | Path) -> None:
     fig.colorbar(image, ax=ax, label="share of the client's test rows")
     ax.set_xlabel("group")
     ax.set_ylabel("client")
+    integer_axis(ax, "x")
+    integer_axis(ax, "y")
     ax.set_title(title)
     fig.tight_layout()
     fig.savefig(path)
@@ -102,6 +123,7 @@ def plot_selection_stability(counts, rounds: list[int], title: str, path: str | 
     fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=120)
     ax.bar(range(counts.shape[1]), counts.mean(axis=0), yerr=counts.std(axis=0), capsize=3, color="tab:blue")
     ax.set_xlabel("group")
+    integer_axis(ax, "x")
     ax.set_ylabel(f"rows per group (rounds {rounds[0]}-{rounds[-1]})")
     ax.set_title(title)
     fig.tight_layout()
@@ -110,30 +132,35 @@ def plot_selection_stability(counts, rounds: list[int], title: str, path: str | 
 
 
 def plot_compared_curves(
-    curves: dict[str, tuple[list[int], list[float]]], methods: dict[str, str], title: str, path: str | Path
+    curves: dict[str, tuple[list[int], list[float]]], groups: dict[str, str], title: str, path: str | Path
 ) -> None:
-    """Global accuracy per round of several runs overlaid, one colour per method (``raysim report``)."""
-    colours = {m: f"C{i % 10}" for i, m in enumerate(sorted(set(methods.values())))}
-    fig, ax = plt.subplots(figsize=(7.2, 4.4), dpi=120)
+    """Global accuracy per round of several runs overlaid (``raysim report``), one colour and legend entry per
+    group (``groups``: run -> its method, say)."""
+    colours = {g: f"C{i % 10}" for i, g in enumerate(sorted(set(groups.values())))}
+    fig, ax = plt.subplots(figsize=CURVES_SIZE, dpi=120)
     shown = set()
-    for name, (rounds, values) in curves.items():
-        method = methods[name]
-        ax.plot(rounds, values, color=colours[method], alpha=0.8, label=None if method in shown else method)
-        shown.add(method)
+    for run, (rounds, values) in curves.items():
+        group = groups[run]
+        ax.plot(rounds, values, color=colours[group], alpha=0.8, label=None if group in shown else group)
+        shown.add(group)
     ax.set_xlabel("round")
-    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax.set_ylabel("global accuracy (%)")
+    integer_axis(ax, "x")
+    accuracy_axis(ax, "y")
     _finish(fig, ax, title, path, legend=True)
 
 
 def plot_global_vs_worst(points: dict[str, tuple[float, float]], title: str, path: str | Path) -> None:
-    """Each method's global accuracy against its worst client's (last-10 means), as the papers plot them."""
+    """Each method's (or group's) global accuracy against its worst client's (last-10 means), as the papers plot
+    them."""
     fig, ax = plt.subplots(figsize=(5.6, 4.6), dpi=120)
-    for i, (method, (global_acc, worst)) in enumerate(sorted(points.items())):
+    for i, (label, (global_acc, worst)) in enumerate(sorted(points.items())):
         ax.scatter([global_acc], [worst], color=f"C{i % 10}", s=40)
-        ax.annotate(method, (global_acc, worst), textcoords="offset points", xytext=(5, 4), fontsize=8)
+        ax.annotate(label, (global_acc, worst), textcoords="offset points", xytext=(5, 4), fontsize=8)
     ax.set_xlabel("global accuracy (%), mean of the last 10 evaluations")
     ax.set_ylabel("worst local accuracy (%)")
+    accuracy_axis(ax, "x")
+    accuracy_axis(ax, "y")
     _finish(fig, ax, title, path, legend=False)
 
 

@@ -94,12 +94,16 @@ def print_summary(
     down = [h["bytes_down"] for h in history if "bytes_down" in h]
     if up and down:
         console.print(
-            f"communication per round (mean): {sum(up) / len(up) / 1e6:.3g} MB up, "
-            f"{sum(down) / len(down) / 1e6:.3g} MB down",
+            f"communication (MB = 10^6 bytes): {sum(up) / len(up) / 1e6:.3g} MB up, "
+            f"{sum(down) / len(down) / 1e6:.3g} MB down per round (mean); {sum(up) / 1e6:.3g} MB up, "
+            f"{sum(down) / 1e6:.3g} MB down in all",
             highlight=False,
+            soft_wrap=True,
         )
+    name = config.tracking.run_name  # None in a checkpoint written before runs were named this way
     console.print(
-        f"MLflow run {run_id} in {config.tracking.resolved_uri} (experiment {config.tracking.experiment!r})",
+        f"MLflow run {f'{name} ({run_id})' if name else run_id} in {config.tracking.resolved_uri} "
+        f"(experiment {config.tracking.experiment!r})",
         highlight=False,
         soft_wrap=True,
     )

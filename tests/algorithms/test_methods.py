@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from raysim.core.protocol import SendsExtras, SplitLearning
+from raysim.core.protocol import ResolvesOptions, SendsExtras, SplitLearning
 from raysim.core.registry import METHODS, get_method
 from raysim.ops.aggregate import tensor_bytes
 from raysim.ops.metrics import reported_metrics
@@ -79,6 +79,25 @@ def test_each_method_communicates_exactly_its_trainable_tensors(ray_session, met
     config = smoke_config(method)
     _, state, _ = prepared(config)
     assert must_have <= set(state.params) and not (must_not_have & set(state.params))
+
+
+RESOLVED_ON_NANO = {  # 4 blocks: the paper's layouts scaled, the last block's query, 1 / lr
+    "sgpt": {"shared_blocks": (0,), "group_blocks": (1,), "select_layer": 4},
+    "fgpt": {"group_block": 2, "select_layer": 4},
+    "fgpt-u": {"group_block": 2, "select_layer": 4},
+    "qffl": {"lipschitz": 1 / 3e-3},
+}
+
+
+@pytest.mark.parametrize("method", [m for m in METHODS if issubclass(get_method(m).cls, ResolvesOptions)])
+def test_the_run_resolves_the_options_its_method_decides_and_computes_alike(ray_session, method):
+    assert method in RESOLVED_ON_NANO  # a new method that resolves options says here what they become
+    config, initial, _ = prepared(smoke_config(method))
+    for key, value in RESOLVED_ON_NANO[method].items():
+        assert getattr(config.options, key) == pytest.approx(value), key
+    again, initial_again, _ = prepared(config)  # resolving is idempotent and builds the same model
+    assert again.options == config.options
+    assert all(torch.equal(initial.params[k], initial_again.params[k]) for k in initial.params)
 
 
 def test_deep_prompts_have_one_token_set_per_block(ray_session):

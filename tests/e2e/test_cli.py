@@ -5,13 +5,16 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 from mlflow.tracking import MlflowClient
 from safetensors.torch import save_file
 
 from raysim.cli import main
+from raysim.tracking import provenance
 
 RAY_FORWARDED = re.compile(r"^(\x1b\[\d+m)?\((\w+ )?pid=\w+\)")  # "(Coordinator pid=12)", "(pid=gcs_server)"
 QUICK = ["--preset", "quick", "--no-progress", "--set", "fedvpt.prompt_length=2"]
@@ -26,8 +29,7 @@ def runs_in(uri):
     return [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])]
 
 
-@pytest.mark.parametrize("backend", ["sequential", "ray"])
-def test_run_is_tracked_in_mlflow(ray_session, tracking_uri, backend):
+def _quick_run(tracking_uri, backend, *extra):
     result = invoke(
         "run",
         "fedvpt",
@@ -42,37 +44,73 @@ def test_run_is_tracked_in_mlflow(ray_session, tracking_uri, backend):
         tracking_uri,
         "--experiment",
         "e2e",
+        *extra,
     )
     assert result.exit_code == 0, result.output
     assert "global_acc" in result.output and "mean (last 10)" in result.output
-    (run,) = runs_in(tracking_uri)
+    return result
+
+
+def test_runs_are_tracked_named_and_traced_in_mlflow(ray_session, tracking_uri):
+    """Both backends, then a run that differs in one option: the same config gets the same name on either backend
+    (where a run goes is not what it computes), the other option another; every run carries its provenance, its data
+    set as an input, the values it resolved as params, per-round and summary metrics and its artifacts."""
+    for backend in ("sequential", "ray"):
+        _quick_run(tracking_uri, backend)
+    _quick_run(tracking_uri, "sequential", "--set", "train.lr=0.01")
     client = MlflowClient(tracking_uri=tracking_uri)
-    assert run.info.status == "FINISHED"
-    assert run.data.params["federation.clients"] == "20" and run.data.params["fedvpt.prompt_length"] == "2"
-    assert run.data.tags["method"] == "fedvpt" and run.data.tags["dataset"] == "synthetic"
-    history = client.get_metric_history(run.info.run_id, "global_acc")
-    assert [m.step for m in history] == [1, 2, 3]
-    for key in (
-        "local_acc",
-        "worst_local_acc",
-        "sigma_client",
-        "bytes_down",
-        "bytes_up",
-        "round_time_s",
-        "train_samples_per_s",
-        "summary.global_acc.mean",
-    ):
-        assert key in run.data.metrics, key
-    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
-    assert {
-        "config.yaml",
-        "summary.json",
-        "accuracy_curves.png",
-        "client_accuracy.png",
-        "partition.png",
-        "partition_summary.json",
-        "global_state.safetensors",
-    } <= artifacts
+    runs = sorted(runs_in(tracking_uri), key=lambda r: r.info.start_time)
+    names = [r.info.run_name for r in runs]
+    assert names[0] == names[1] != names[2], names
+    assert re.fullmatch(r"fedvpt-[0-9a-f]{6}-s0-synthetic-dirichlet1-20c", names[0]), names
+    assert names[2][:7] == names[0][:7] and names[2][13:] == names[0][13:]  # only the setting's hash differs
+    git_commit = provenance.git_tags().get("mlflow.source.git.commit")
+    for run, backend in zip(runs, ("sequential", "ray", "sequential")):
+        assert run.info.status == "FINISHED"
+        params, tags = run.data.params, run.data.tags
+        assert params["federation.clients"] == "20" and params["fedvpt.prompt_length"] == "2"
+        # the values the run resolved, not placeholders: its name, store, checkpoint folder, pool, threads, precision
+        assert params["tracking.run_name"] == run.info.run_name and params["tracking.tracking_uri"] == tracking_uri
+        assert params["checkpoint.dir"] == str(Path(tracking_uri[len("sqlite:///") :]).parent / "checkpoints")
+        assert params["resources.workers"] == ("1" if backend == "sequential" else "2")
+        assert params["resources.threads"] == "1" and params["train.precision"] in ("fp32", "bf16")
+        assert not {k for k, v in params.items() if v in ("()", "-1")}
+        assert tags["method"] == "fedvpt" and tags["family"] == "global" and tags["dataset"] == "synthetic"
+        assert tags["backend"] == backend and tags["precision"] == params["train.precision"]
+        assert tags["mlflow.note.content"].startswith("fedvpt (global) on synthetic, dirichlet alpha=1, 20 clients")
+        assert tags["mlflow.source.type"] == "LOCAL" and tags["mlflow.source.name"] and tags["mlflow.user"]
+        assert tags["version.raysim"] and tags["version.torch"] and tags["version.ray"] and tags["hardware.cpu"]
+        assert tags.get("mlflow.source.git.commit") == git_commit  # the package's checkout, whatever ran it
+        (dataset,) = run.inputs.dataset_inputs
+        assert dataset.dataset.name == "synthetic" and len(dataset.dataset.digest) == 8
+        assert dataset.dataset.digest == runs[0].inputs.dataset_inputs[0].dataset.digest  # the same partition
+        history = client.get_metric_history(run.info.run_id, "global_acc")
+        assert [m.step for m in history] == [1, 2, 3]
+        up = [m.value for m in sorted(client.get_metric_history(run.info.run_id, "bytes_up"), key=lambda m: m.step)]
+        total = client.get_metric_history(run.info.run_id, "bytes_up_total")
+        assert [m.value for m in sorted(total, key=lambda m: m.step)] == pytest.approx(np.cumsum(up).tolist())
+        for key in (
+            "local_acc",
+            "worst_local_acc",
+            "sigma_client",
+            "bytes_down",
+            "bytes_down_total",
+            "round_time_s",
+            "train_samples_per_s",
+            "summary/global_acc_mean",
+            "summary/worst_local_acc_final",
+        ):
+            assert key in run.data.metrics, key
+        artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+        assert {
+            "config.yaml",
+            "summary.json",
+            "accuracy_curves.png",
+            "client_accuracy.png",
+            "partition.png",
+            "partition_summary.json",
+            "global_state.safetensors",
+        } <= artifacts
 
 
 def _mismatched_weights(tmp_path):

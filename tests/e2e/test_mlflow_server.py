@@ -1,5 +1,6 @@
 """A run tracked through a real MLflow tracking server (``--tracking-uri http://...``, what a cluster uses):
-params, per-round metrics and artifacts all go over HTTP, and are read back through the server.
+params, tags, the data set, per-round metrics and artifacts all go over HTTP, and are read back through the server;
+and ``raysim ui``, which starts such a server over a store and prints the URL of an experiment's runs table.
 
 The server listens on 127.0.0.1 only, on a free port, with a SQLite backend and proxied artifacts in the
 test's temporary folder; nothing else is reached.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -22,6 +24,7 @@ from click.testing import CliRunner
 from mlflow.tracking import MlflowClient
 
 from raysim.cli import main
+from raysim.tracking.mlflow import Tracker
 
 HOST = "127.0.0.1"
 START_TIMEOUT_S = 90  # ~20 s on a busy 2-core machine
@@ -142,14 +145,14 @@ def test_run_is_tracked_through_an_mlflow_server(ray_session, mlflow_server, tmp
         main,
         [
             "run",
-            "fedvpt",
+            "fgpt",
             "--preset",
             "quick",
             "--no-progress",
             "--backend",
             "sequential",
             "--set",
-            "fedvpt.prompt_length=2",
+            "fgpt.groups=3",
             "--set",
             f"checkpoint.dir={checkpoints}",
             "--tracking-uri",
@@ -165,23 +168,35 @@ def test_run_is_tracked_through_an_mlflow_server(ray_session, mlflow_server, tmp
     client = MlflowClient(tracking_uri=url)
     experiment = client.get_experiment_by_name("server-e2e")
     assert experiment is not None and experiment.artifact_location.startswith("mlflow-artifacts:")
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"  # classic ML, not GenAI
     (run,) = client.search_runs([experiment.experiment_id])
     run_id = run.info.run_id
-    assert run.info.status == "FINISHED"
-    assert run.data.params["federation.clients"] == "20" and run.data.params["fedvpt.prompt_length"] == "2"
+    assert run.info.status == "FINISHED" and run.info.run_name.endswith("-s0-synthetic-dirichlet1-20c")
+    assert run.data.params["federation.clients"] == "20" and run.data.params["fgpt.groups"] == "3"
     assert run.data.params["resources.backend"] == "sequential"
-    assert run.data.tags["method"] == "fedvpt" and run.data.tags["backend"] == "sequential"
+    assert run.data.tags["method"] == "fgpt" and run.data.tags["backend"] == "sequential"
     history = client.get_metric_history(run_id, "global_acc")
     assert [m.step for m in history] == [1, 2, 3]
     assert all(0.0 <= m.value <= 100.0 for m in history)
-    for key in ("local_acc", "bytes_up", "round_time_s", "summary.global_acc.mean"):
+    for key in ("local_acc", "bytes_up", "bytes_up_total", "round_time_s", "summary/global_acc_mean"):
         assert key in run.data.metrics, key
 
-    # the REST API itself (what any client of the server sees)
+    # the REST API itself (what any client of the server sees): resolved params, provenance, the data set
     with urllib.request.urlopen(f"{url}/api/2.0/mlflow/runs/get?run_id={run_id}", timeout=10) as response:
         rest = json.load(response)["run"]
     assert rest["info"]["status"] == "FINISHED"
-    assert {"key": "federation.clients", "value": "20"} in rest["data"]["params"]
+    params = {p["key"]: p["value"] for p in rest["data"]["params"]}
+    tags = {t["key"]: t["value"] for t in rest["data"]["tags"]}
+    assert params["federation.clients"] == "20"
+    # FGPT's block and query layer as built on the nano backbone (4 blocks), not -1 / 0; the run's own name and pool
+    assert params["fgpt.group_block"] == "2" and params["fgpt.select_layer"] == "4"
+    assert params["tracking.run_name"] == run.info.run_name and params["resources.workers"] == "1"
+    assert params["tracking.tracking_uri"] == url and params["checkpoint.dir"] == str(checkpoints)
+    assert tags["family"] == "group prompts" and tags["mlflow.note.content"].startswith("fgpt (group prompts) on")
+    for key in ("mlflow.source.name", "mlflow.user", "version.raysim", "version.torch", "hardware.cpu", "precision"):
+        assert tags[key], key
+    (dataset,) = rest["inputs"]["dataset_inputs"]
+    assert dataset["dataset"]["name"] == "synthetic" and len(dataset["dataset"]["digest"]) == 8
 
     # artifacts: listed and downloaded through the server, stored in its artifacts destination
     names = {a.path for a in client.list_artifacts(run_id)}
@@ -198,10 +213,74 @@ def test_run_is_tracked_through_an_mlflow_server(ray_session, mlflow_server, tmp
     summary = json.loads(local.read_text())
     assert summary["run_id"] == run_id and summary["final"]["global_acc"] == pytest.approx(history[-1].value)
     config_yaml = Path(client.download_artifacts(run_id, "config.yaml", str(tmp_path / "download"))).read_text()
-    assert "prompt_length: 2" in config_yaml
+    assert "group_block: 2" in config_yaml and "workers: 1" in config_yaml  # what the run used
     stored = {p.name for p in artifacts.rglob("*") if p.is_file()}
     assert {"config.yaml", "summary.json", "global_state.safetensors"} <= stored, stored
 
     # the checkpoints went where asked, not into the working directory
     assert (checkpoints / run_id).is_dir() and not (tmp_path / "raysim-runs").exists()
     assert server.poll() is None  # still serving after the run
+
+
+def read_line(process: subprocess.Popen, timeout_s: float) -> str:
+    """The next line ``process`` prints to stdout, waiting at most ``timeout_s``."""
+    ready, _, _ = select.select([process.stdout], [], [], timeout_s)
+    assert ready, (
+        f"nothing printed in {timeout_s} s; stderr: {process.stderr.read() if process.poll() is not None else ''}"
+    )
+    return process.stdout.readline().strip()
+
+
+def test_raysim_ui_serves_the_store_on_loopback_and_prints_the_runs_table_url(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    experiment = Tracker(uri).experiment_id("cmp")
+    port = free_port()
+    command = [
+        sys.executable,
+        "-m",
+        "raysim.cli",
+        "ui",
+        "--tracking-uri",
+        uri,
+        "--experiment",
+        "cmp",
+        "--port",
+        str(port),
+    ]
+    ui = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    try:
+        url = read_line(ui, START_TIMEOUT_S)
+        base = f"http://{HOST}:{port}"
+        assert url == f"{base}/#/experiments/{experiment}/runs?workflowType=machine_learning"  # not the GenAI pages
+        assert healthy(base)
+        listening = listening_sockets(port)
+        assert listening and set(listening.values()) == {HOST}, listening  # loopback only
+        with urllib.request.urlopen(base + "/", timeout=10) as response:
+            assert "MLflow" in response.read().decode()
+        query = f"{base}/api/2.0/mlflow/experiments/get-by-name?experiment_name=cmp"
+        with urllib.request.urlopen(query, timeout=10) as response:
+            tags = {t["key"]: t["value"] for t in json.load(response)["experiment"]["tags"]}
+        assert tags["mlflow.experimentKind"] == "custom_model_development"
+    finally:
+        ui.send_signal(signal.SIGTERM)  # raysim ui stops its server on the way out
+        ui.wait(timeout=30)
+    assert not listening_sockets(port), "the MLflow server outlived raysim ui"
+    assert (tmp_path / "mlflow-ui.log").is_file()
+
+
+def test_raysim_ui_bad_input_is_one_line_exit_2(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    missing = CliRunner().invoke(main, ["ui", "--tracking-uri", f"sqlite:///{tmp_path}/none/mlflow.db"])
+    assert missing.exit_code == 2 and "does not exist" in missing.stderr and not (tmp_path / "none").exists()
+    MlflowClient(uri).create_experiment("cmp")  # as raysim logged experiments before it marked them classic ML
+    unknown = CliRunner().invoke(main, ["ui", "--tracking-uri", uri, "--experiment", "nope"])
+    assert unknown.exit_code == 2 and "no experiment 'nope'" in unknown.stderr and "cmp" in unknown.stderr
+    with socket.socket() as taken:
+        taken.bind((HOST, 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        busy = CliRunner().invoke(main, ["ui", "--tracking-uri", uri, "--experiment", "cmp", "--port", str(port)])
+    assert busy.exit_code == 2 and f"cannot listen on {HOST}:{port}" in busy.stderr
+    assert MlflowClient(uri).get_experiment_by_name("cmp").tags["mlflow.experimentKind"] == "custom_model_development"
+    for result in (missing, unknown, busy):
+        assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith("raysim: error: ")

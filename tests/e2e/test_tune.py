@@ -1,9 +1,11 @@
-"""``raysim tune`` end to end on the real Ray Tune: trials are MLflow runs in the sweep's experiment, the printed
-command reproduces the best trial's metrics, a finished sweep restores, and bad input stops before any trial."""
+"""``raysim tune`` end to end on the real Ray Tune: trials are MLflow runs nested under the sweep's own run (which
+holds the report of its trials), the printed command reproduces the best trial's metrics and name, a finished
+sweep restores, and bad input stops before any trial."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -25,7 +27,7 @@ def space(tmp_path):
     return str(path)
 
 
-def test_sweep_logs_each_trial_and_its_best_command_reproduces_it(ray_session, tmp_path, space):
+def test_sweep_nests_each_trial_under_its_run_and_its_best_command_reproduces_it(ray_session, tmp_path, space):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     result = CliRunner().invoke(
         main, ["tune", "fedvpt", "--space", space, "--num-samples", "2", "--name", "s1", "--tracking-uri", uri, *SMALL]
@@ -36,15 +38,37 @@ def test_sweep_logs_each_trial_and_its_best_command_reproduces_it(ray_session, t
     assert best and command, result.stdout
     client = MlflowClient(uri)
     runs = client.search_runs([client.get_experiment_by_name("s1").experiment_id])
-    assert len(runs) == 2 and {r.info.run_name[:3] for r in runs} == {"s1-"}
-    for run in runs:  # ASHA may stop one early: it is then KILLED and tagged, never left RUNNING
+    (parent,) = [r for r in runs if r.data.tags.get("raysim.kind") == "sweep"]
+    trials = [r for r in runs if r is not parent]
+    assert len(trials) == 2 and {r.data.tags["mlflow.parentRunId"] for r in trials} == {parent.info.run_id}
+    for run in trials:  # ASHA may stop one early: it is then KILLED and tagged, never left RUNNING
         assert run.info.status == "FINISHED" or run.data.tags.get("raysim.tune") == "stopped early by the scheduler"
+        assert re.fullmatch(r"fedvpt-[0-9a-f]{6}-s0-synthetic-dirichlet1-20c", run.info.run_name)
+        assert (
+            run.inputs.dataset_inputs and run.data.tags["mlflow.source.name"] == parent.data.tags["mlflow.source.name"]
+        )
     assert client.get_run(best[2]).info.status == "FINISHED"
+    # the sweep's own run: its description, its space, the best trial and the report of its trials
+    assert parent.info.run_name == "s1" and parent.info.status == "FINISHED"
+    assert parent.data.tags["mlflow.note.content"].startswith(
+        "raysim tune fedvpt: 2 trials sampling fedvpt.prompt_length choice [1, 2], train.lr loguniform [0.001, 0.01]"
+    )
+    assert parent.data.tags["raysim.best_run_id"] == best[2] and parent.data.tags["mlflow.source.name"]
+    assert parent.data.params["space.train.lr"] == "loguniform [0.001, 0.01]" and parent.inputs.dataset_inputs
+    assert parent.data.metrics["summary/best_global_acc"] == pytest.approx(float(best[1]), abs=5e-5)
+    assert {a.path for a in client.list_artifacts(parent.info.run_id)} == {
+        "report.md",
+        "accuracy_curves.png",
+        "global_vs_worst.png",
+    }
+    report = Path(client.download_artifacts(parent.info.run_id, "report.md", str(tmp_path))).read_text()
+    assert client.get_run(best[2]).info.run_name in report
 
     again = CliRunner().invoke(main, ["run", "fedvpt", "--preset", command[1], "--tracking-uri", uri, "--no-progress"])
     assert again.exit_code == 0, again.stderr
     (rerun,) = client.search_runs([client.get_experiment_by_name("raysim").experiment_id])
     assert rerun.data.metrics["global_acc"] == pytest.approx(float(best[1]), abs=5e-5)
+    assert rerun.info.run_name == client.get_run(best[2]).info.run_name  # the same config, the same name
 
     restored = CliRunner().invoke(main, ["tune", "--resume", str(tmp_path / "tune" / "s1")])
     assert restored.exit_code == 0, restored.stderr

@@ -1,12 +1,26 @@
-"""``raysim report``: per-method means of the runs' summaries and the figures, from a real MLflow store."""
+"""``raysim report``: per-method means of the runs' summaries and the figures, from a real MLflow store; runs logged
+before summaries were ``summary/<metric>_<stat>`` (``summary.<metric>.<stat>``) still count, and a sweep's report
+covers its trials only."""
 
 from __future__ import annotations
 
 from click.testing import CliRunner
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
 from raysim.cli import main
+from raysim.tracking.mlflow import KIND, SWEEP, summary_key, summary_metrics
+from raysim.tracking.report import short_labels, write_report
+
+
+def _summary(final, mean, worst, old: bool) -> list[Metric]:
+    stats = {"global_acc": {"final": final, "mean": mean}, "worst_local_acc": {"mean": worst}}
+    if old:  # as runs logged them before summaries had a section of their own
+        names = {f"summary.{k}.{s}": v for k, by in stats.items() for s, v in by.items()}
+    else:
+        names = summary_metrics(stats)
+    return [Metric(name, value, 0, 10) for name, value in names.items()]
 
 
 def _store(tmp_path):
@@ -17,30 +31,66 @@ def _store(tmp_path):
     for (method, seed), (final, mean, worst) in runs.items():
         run = client.create_run(experiment, run_name=f"{method}-s{seed}", tags={"method": method})
         metrics = [Metric("global_acc", final - 10 + r, 1000 + r, r) for r in range(1, 11)]
-        metrics += [
-            Metric("summary.global_acc.final", final, 0, 10),
-            Metric("summary.global_acc.mean", mean, 0, 10),
-            Metric("summary.worst_local_acc.mean", worst, 0, 10),
-        ]
-        client.log_batch(run.info.run_id, metrics=metrics)
+        client.log_batch(run.info.run_id, metrics=metrics + _summary(final, mean, worst, old=seed == 1))
         client.set_terminated(run.info.run_id)
     unfinished = client.create_run(experiment, run_name="running", tags={"method": "afl"})
-    client.log_batch(unfinished.info.run_id, metrics=[Metric("summary.global_acc.final", 99.0, 0, 1)])
+    client.log_batch(unfinished.info.run_id, metrics=[Metric("summary/global_acc_final", 99.0, 0, 1)])
     return uri
+
+
+def _rows(text: str) -> dict[str, list[str]]:
+    return {
+        line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+        for line in text.splitlines()
+        if line.startswith(("| f", "| s"))
+    }
 
 
 def test_report_averages_each_method_and_draws_the_figures(tmp_path):
     uri = _store(tmp_path)
     result = CliRunner().invoke(main, ["report", "cmp", "--tracking-uri", uri, "--out", str(tmp_path / "out")])
     assert result.exit_code == 0, result.stderr
-    rows = {
-        line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
-        for line in result.stdout.splitlines()
-        if line.startswith(("| f", "| s"))
+    # fedvpt's seed-1 run has the old names: both runs count
+    assert _rows(result.stdout) == {
+        "fedvpt": ["2", "45.00", "33.00", "15.00"],
+        "sgpt": ["1", "60.00", "55.00", "25.00"],
     }
-    assert rows == {"fedvpt": ["2", "45.00", "33.00", "15.00"], "sgpt": ["1", "60.00", "55.00", "25.00"]}  # no afl
     for name in ("report.md", "accuracy_curves.png", "global_vs_worst.png"):
         assert (tmp_path / "out" / name).stat().st_size > 0
+    assert "| fedvpt-s1 | fedvpt | 50.00 | 36.00 | 20.00 |" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_a_sweeps_report_covers_its_trials_and_no_report_counts_its_own_run(tmp_path):
+    uri = _store(tmp_path)
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("cmp").experiment_id
+    parent = client.create_run(experiment, run_name="sweep", tags={KIND: SWEEP, "method": "fedvpt"}).info.run_id
+    for final in (70.0, 80.0):
+        trial = client.create_run(experiment, tags={"method": "fedvpt", MLFLOW_PARENT_RUN_ID: parent})
+        client.log_batch(trial.info.run_id, metrics=_summary(final, final, 5.0, old=False))
+        client.set_terminated(trial.info.run_id)
+    client.log_batch(parent, metrics=[Metric("summary/global_acc_final", 99.0, 0, 1)])
+    client.set_terminated(parent)
+    table, paths = write_report(uri, "cmp", tmp_path / "sweep", parent_run_id=parent)
+    assert _rows(table) == {"fedvpt": ["2", "75.00", "75.00", "5.00"]} and all(p.stat().st_size for p in paths)
+    everything, _ = write_report(uri, "cmp", tmp_path / "all")
+    assert _rows(everything)["fedvpt"][0] == "4"  # the two fedvpt runs and the two trials, not the sweep's run
+
+
+def test_summary_names_have_one_section_and_old_names_still_read():
+    names = summary_metrics({"worst_local_acc": {"mean": 1.0, "final": 2.0}})
+    assert names == {"summary/worst_local_acc_mean": 1.0, "summary/worst_local_acc_final": 2.0}
+    assert all(name.count("/") == 1 for name in names)  # MLflow's charts: one section, "summary"
+    assert summary_key("summary/worst_local_acc_mean") == ("worst_local_acc", "mean")
+    assert summary_key("summary.worst_local_acc.mean") == ("worst_local_acc", "mean")
+    assert summary_key("global_acc") is None and summary_key("bytes_up_total") is None
+
+
+def test_labels_keep_what_tells_runs_apart():
+    names = ["fedvpt-aaaaaa-s0-glyphs62-dirichlet0.5-100c", "fedvpt-bbbbbb-s0-glyphs62-dirichlet0.5-100c"]
+    assert short_labels(names) == {names[0]: "aaaaaa", names[1]: "bbbbbb"}
+    assert short_labels(["a-b-c", "a-d-e-c"]) == {"a-b-c": "b", "a-d-e-c": "d-e"}
+    assert short_labels(["a-b", "a-b"]) == {"a-b": "a-b"} and short_labels(["x"]) == {"x": "x"}
 
 
 def test_report_errors_are_one_line(tmp_path):

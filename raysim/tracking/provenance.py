@@ -1,0 +1,230 @@
+"""What identifies a run and traces it to what produced it, as MLflow shows them: the run's name, its one-line
+description, its provenance tags (command line, git commit, user, versions, hardware) and its data set as an MLflow
+dataset input.
+
+A run's name spells out the method, a short hash of the resolved config but its seed (where and how a run goes,
+``NOT_COMPUTED``, left out), the seed, the data set, the partition with its parameters and the clients: two configs
+that compute differently never share a name, the same config always gets the same one, and the first ~20 characters
+(what MLflow's runs table shows) already tell any two runs apart.
+"""
+
+from __future__ import annotations
+
+import getpass
+import hashlib
+import json
+import os
+import platform
+import shlex
+import sys
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from mlflow.entities import Dataset, DatasetInput, InputTag
+from mlflow.utils.mlflow_tags import (
+    MLFLOW_DATASET_CONTEXT,
+    MLFLOW_GIT_BRANCH,
+    MLFLOW_GIT_COMMIT,
+    MLFLOW_GIT_DIRTY,
+    MLFLOW_RUN_NOTE,
+    MLFLOW_SOURCE_NAME,
+    MLFLOW_SOURCE_TYPE,
+    MLFLOW_USER,
+)
+
+from raysim import __version__
+from raysim.config import NOT_COMPUTED, Config, build_config
+from raysim.core.registry import get_method
+from raysim.data.partition import PARTITIONERS
+from raysim.data.shards import ShardStore
+
+PACKAGE_DIR = Path(__file__).resolve().parents[1]  # raysim/: its git checkout is the code that ran
+HASH_CHARS, DIGEST_CHARS = 6, 8
+
+
+def show(value: Any) -> str:
+    """A config value as ``--set`` takes it: ``0.5``, ``10``, ``[0, 1]``, ``true``."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, (tuple, list)):
+        return "[" + ", ".join(show(v) for v in value) + "]"
+    return str(value)
+
+
+def partition_label(config: Config) -> str:
+    """The partition and the parameters it reads: ``dirichlet0.5``, ``pathological2``, ``pachinko0.5,10``, ``iid``."""
+    data = config.data
+    return data.partition + ",".join(show(getattr(data, key)) for key in PARTITIONERS[data.partition].reads)
+
+
+def _named_keys(config: Config) -> set[str]:
+    """The flat keys a run's name spells out."""
+    reads = PARTITIONERS[config.data.partition].reads
+    return {"method", "data.dataset", "data.partition", "federation.clients", "federation.seed"} | {
+        f"data.{key}" for key in reads
+    }
+
+
+def config_hash(config: Config) -> str:
+    """A short hash of everything the run computes with but its seed (the seeds of one setting share it)."""
+    setting = {
+        key: list(value) if isinstance(value, tuple) else value
+        for key, value in config.flat().items()
+        if key != "federation.seed" and key.split(".", 1)[0] not in NOT_COMPUTED
+    }
+    text = json.dumps(setting, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:HASH_CHARS]
+
+
+def run_name(config: Config) -> str:
+    """``METHOD-HASH-s<SEED>-DATASET-PARTITION-<M>c``, e.g. ``sgpt-3f9a1c-s0-glyphs62-dirichlet0.5-100c``: what tells
+    two runs apart (method, setting, seed) comes first, where MLflow's runs table does not cut it off."""
+    fed = config.federation
+    parts = [config.method, config_hash(config), f"s{fed.seed}", config.data.dataset, partition_label(config)]
+    return "-".join([*parts, f"{fed.clients}c"])
+
+
+def describe(config: Config, given: Config) -> str:
+    """One line saying what ran (``config``, resolved), then the settings ``given`` changed from the defaults that
+    the line does not already say."""
+    fed, data = config.federation, config.data
+    info = get_method(config.method)
+    reads = ", ".join(f"{key}={show(getattr(data, key))}" for key in PARTITIONERS[data.partition].reads)
+    line = (
+        f"{config.method} ({info.family}) on {data.dataset}, {data.partition}{f' {reads}' if reads else ''}, "
+        f"{fed.clients} clients ({fed.clients_per_round} per round) x {fed.rounds} rounds, "
+        f"{config.model.backbone}, {config.train.precision}, seed {fed.seed}"
+    )
+    said = _named_keys(config) | {"federation.participation", "federation.rounds", "model.backbone", "train.precision"}
+    defaults = build_config(config.method, []).flat()
+    changed = [
+        f"{key}={show(value)}"
+        for key, value in given.flat().items()
+        if value != defaults.get(key) and key not in said and key.split(".", 1)[0] not in NOT_COMPUTED
+    ]
+    return line + (f"; also {', '.join(changed)}" if changed else "")
+
+
+def command_line() -> str:
+    """This process's command line, its program by name: ``raysim run fedvpt --preset quick``."""
+    return shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv and sys.argv[0] else "python"
+
+
+def git_tags(folder: Path = PACKAGE_DIR) -> dict[str, str]:
+    """MLflow's git tags (commit, branch, whether the checkout has uncommitted changes) of the checkout holding
+    ``folder``; none when raysim is not run from a checkout."""
+    try:
+        import git
+
+        repo = git.Repo(folder, search_parent_directories=True)
+        tags = {MLFLOW_GIT_COMMIT: repo.head.commit.hexsha, MLFLOW_GIT_DIRTY: str(repo.is_dirty()).lower()}
+        if not repo.head.is_detached:
+            tags[MLFLOW_GIT_BRANCH] = repo.active_branch.name
+        return tags
+    except Exception:  # no git, no checkout, or a repository without commits: nothing to trace
+        return {}
+
+
+def _version(package: str) -> str:
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def cpu_model() -> str:
+    """This machine's CPU model and CPU count, e.g. ``AMD EPYC (2 CPUs)``."""
+    model = platform.processor() or platform.machine()
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        model = next(line.split(":", 1)[1].strip() for line in lines if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{model} ({os.cpu_count()} CPUs)"
+
+
+def gpu_model() -> str:
+    """The first GPU this process sees, or where the GPUs are when it sees none (a cluster's workers)."""
+    import torch
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "on the workers (none on the driver)"
+
+
+def provenance_tags(uses_gpus: bool) -> dict[str, str]:
+    """Who ran what code where: MLflow's source, user and git tags, the versions and the hardware."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (some containers)
+        user = "unknown"
+    tags = {
+        MLFLOW_SOURCE_NAME: command_line(),
+        MLFLOW_SOURCE_TYPE: "LOCAL",
+        MLFLOW_USER: user,
+        **git_tags(),
+        "version.raysim": __version__,
+        "version.torch": _version("torch"),
+        "version.ray": _version("ray"),
+        "version.mlflow": _version("mlflow"),
+        "version.python": platform.python_version(),
+        "hardware.cpu": cpu_model(),
+    }
+    if uses_gpus:
+        tags["hardware.gpu"] = gpu_model()
+    return tags
+
+
+def run_tags(config: Config, given: Config) -> dict[str, str]:
+    """Every tag of a new run of ``config`` (resolved; ``given``: as the user set it)."""
+    return {
+        "method": config.method,
+        "family": get_method(config.method).family,
+        "dataset": config.data.dataset,
+        "partition": config.data.partition,
+        "seed": str(config.federation.seed),
+        "backend": config.resources.backend,
+        "precision": config.train.precision,
+        MLFLOW_RUN_NOTE: describe(config, given),
+        **provenance_tags(config.resources.gpus_per_client > 0),
+    }
+
+
+def partition_digest(shards: ShardStore) -> str:
+    """A short digest of the clients' data: every row (images, labels, domains) and who holds it."""
+    digest = hashlib.sha256()
+    for array in (shards.images, shards.labels, shards.domains, shards.train_offsets, shards.test_offsets):
+        array = np.ascontiguousarray(array)
+        digest.update(f"{array.dtype}{array.shape}".encode())
+        digest.update(array)
+    digest.update(json.dumps(list(shards.unseen)).encode())
+    return digest.hexdigest()[:DIGEST_CHARS]
+
+
+def dataset_input(config: Config, shards: ShardStore) -> DatasetInput:
+    """The run's data as an MLflow dataset input: the data set's name, the digest of its partition, where it comes
+    from, and its size (the runs table's Dataset column shows ``name (digest)`` and the context)."""
+    data = config.data
+    source = {"dataset": data.dataset, **({"uri": str(Path(data.data_dir).resolve())} if data.data_dir else {})}
+    train_rows = int(shards.train_offsets[-1] - shards.train_offsets[0])
+    profile = {
+        "rows": len(shards.labels),
+        "train_rows": train_rows,
+        "test_rows": len(shards.labels) - train_rows,
+        "clients": shards.num_clients,
+        "unseen_clients": len(shards.unseen),
+        "classes": shards.info.num_classes,
+        "domains": shards.info.num_domains,
+        "image_shape": list(shards.info.image_shape),
+    }
+    entity = Dataset(
+        name=data.dataset,
+        digest=partition_digest(shards),
+        source_type="local" if data.data_dir else "raysim",
+        source=json.dumps(source),
+        profile=json.dumps(profile),
+    )
+    context = f"{partition_label(config)}, {config.federation.clients} clients"
+    return DatasetInput(dataset=entity, tags=[InputTag(MLFLOW_DATASET_CONTEXT, context)])

@@ -1,0 +1,112 @@
+"""What names and traces a run: names that identify a config, the description, provenance tags, the data's digest.
+Pure functions of the config (no Ray, no store); the runs themselves are checked against real stores in tests/e2e."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from raysim.config import build_config
+from raysim.data.shards import DatasetInfo, ShardStore
+from raysim.tracking import provenance
+
+QUICK = {
+    "federation": {"clients": 20, "rounds": 3, "participation": 0.25},
+    "data": {"dataset": "synthetic", "partition": "dirichlet", "alpha": 1.0},
+    "model": {"backbone": "raysim_vit_nano_p4_16", "pretrained": False},
+}
+
+
+def name(method="fedvpt", *layers):
+    return provenance.run_name(build_config(method, [QUICK, *layers]))
+
+
+def test_the_same_config_gets_the_same_name_and_one_changed_option_another():
+    digest = provenance.config_hash(build_config("fedvpt", [QUICK]))
+    assert name() == name() == f"fedvpt-{digest}-s0-synthetic-dirichlet1-20c"
+    changed = [
+        {"train": {"lr": 0.01}},
+        {"fedvpt": {"prompt_length": 3}},
+        {"federation": {"seed": 1}},
+        {"federation": {"clients": 10}},
+        {"data": {"alpha": 0.1}},
+        {"data": {"partition": "iid"}},
+        {"train": {"precision": "bf16"}},
+    ]
+    names = {name("fedvpt", layer) for layer in changed}
+    assert len(names) == len(changed) and name() not in names
+    # what MLflow's runs table shows of a name (method, setting, seed) already tells any two apart
+    assert len({n[: len("fedvpt-123456-s0")] for n in names | {name()}}) == len(changed) + 1
+    assert name("fedvpt", {"federation": {"seed": 1}}).startswith(f"fedvpt-{digest}-s1-")  # one setting, two seeds
+    # where and how a run goes does not change what it computes, nor its name
+    placement = {"resources": {"workers": 3, "backend": "sequential"}, "tracking": {"experiment": "x"}}
+    assert name("fedvpt", placement, {"checkpoint": {"every": 5}}) == name()
+
+
+@pytest.mark.parametrize(
+    "partition, layer, label",
+    [
+        ("iid", {}, "iid"),
+        ("dirichlet", {"alpha": 0.1}, "dirichlet0.1"),
+        ("pathological", {"s": 3}, "pathological3"),
+        ("pachinko", {"beta": 0.5, "beta_fine": 10.0}, "pachinko0.5,10"),
+        ("domains", {"dif": 10.0}, "domains10"),
+    ],
+)
+def test_the_name_spells_the_partition_with_its_parameters(partition, layer, label):
+    config = build_config("fedvpt", [QUICK, {"data": {"partition": partition, **layer}}])
+    assert provenance.partition_label(config) == label
+    assert provenance.run_name(config).endswith(f"-s0-synthetic-{label}-20c")
+
+
+def test_the_description_says_what_ran_and_what_was_set():
+    given = build_config("sgpt", [QUICK, {"sgpt": {"groups": 4}, "federation": {"eval_every": 1}}])
+    resolved = build_config("sgpt", [QUICK, {"sgpt": {"groups": 4}, "train": {"precision": "fp32"}}])
+    text = provenance.describe(resolved, given)
+    assert text == (
+        "sgpt (group prompts) on synthetic, dirichlet alpha=1, 20 clients (5 per round) x 3 rounds, "
+        "raysim_vit_nano_p4_16, fp32, seed 0; also federation.eval_every=1, model.pretrained=false, sgpt.groups=4"
+    )
+    assert "\n" not in text
+
+
+def test_provenance_names_the_command_the_checkout_and_the_machine(monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["/usr/local/bin/raysim", "run", "fedvpt", "--set", "data.alpha=0.1 "])
+    tags = provenance.provenance_tags(uses_gpus=False)
+    assert tags["mlflow.source.name"] == "raysim run fedvpt --set 'data.alpha=0.1 '"
+    assert tags["mlflow.user"] and tags["hardware.cpu"] and "hardware.gpu" not in tags
+    assert {"version.raysim", "version.torch", "version.ray", "version.mlflow"} <= set(tags)
+    head = subprocess.run(
+        ["git", "-C", str(provenance.PACKAGE_DIR), "rev-parse", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    if head:  # run from a checkout (not an installed wheel): the commit is the package's, whatever argv[0] is
+        assert tags["mlflow.source.git.commit"] == head and tags["mlflow.source.git.dirty"] in ("true", "false")
+    assert provenance.git_tags(Path("/proc")) == {}  # outside any checkout: no git tags, no error
+
+
+def _shards(labels) -> ShardStore:
+    labels = np.asarray(labels, dtype=np.int64)
+    n = len(labels)
+    return ShardStore(
+        DatasetInfo("toy", 3, 1, (2, 2, 3)),
+        np.arange(n * 12, dtype=np.uint8).reshape(n, 2, 2, 3),
+        labels,
+        np.zeros(n, dtype=np.int64),
+        np.array([0, 2, 4]),
+        np.array([4, 5, 6]),
+        None,
+        (),
+    )
+
+
+def test_the_dataset_input_carries_a_digest_of_the_partition():
+    config = build_config("fedvpt", [QUICK])
+    first = provenance.dataset_input(config, _shards([0, 1, 2, 0, 1, 2]))
+    assert first.dataset.name == "synthetic" and len(first.dataset.digest) == 8
+    assert first.dataset.digest == provenance.dataset_input(config, _shards([0, 1, 2, 0, 1, 2])).dataset.digest
+    assert first.dataset.digest != provenance.dataset_input(config, _shards([0, 1, 2, 0, 1, 1])).dataset.digest
+    assert [(t.key, t.value) for t in first.tags] == [("mlflow.data.context", "dirichlet1, 20 clients")]
