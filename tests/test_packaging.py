@@ -34,7 +34,7 @@ def test_wheel_maps_top_level_folders_into_the_raysim_package(tmp_path):
         "raysim/algorithms/fedvpt.py",
         "raysim/algorithms/fedprox.py",
         "raysim/tune_spaces/__init__.py",
-        "raysim/presets/quick.yaml",
+        "raysim/config/presets/quick.yaml",
         "raysim/cli.py",
     ):
         assert expected in names, expected

@@ -162,6 +162,10 @@ def _read_parquet(cfg):
         raise ConfigError(
             f"could not read parquet at {cfg.data_dir} ({type(error).__name__}); expected {PARQUET_LAYOUT}"
         ) from None
+    if not dataset.files:
+        raise ConfigError(
+            f"could not read parquet at {cfg.data_dir} (no parquet files there); expected {PARQUET_LAYOUT}"
+        )
     if not {"image", "label"} <= columns:
         raise ConfigError(f"parquet at {cfg.data_dir} has columns {sorted(columns)}; expected {PARQUET_LAYOUT}")
     small = dataset.to_table(columns=[c for c in ("label", "domain", "split") if c in columns])

@@ -123,7 +123,7 @@ def _mismatched_weights(tmp_path):
 
 SYN = ("--dataset", "synthetic", "--set")
 BAD_INPUTS = [
-    (["run", "fedsgd"], "unknown method 'fedsgd'; valid methods: afl, ditto, fedavg"),
+    (["run", "fedsgd"], "unknown method 'fedsgd'; valid methods: afl, ditto, fed-dualprompt, fedavg"),
     (["run", "fedvpt", "--dataset", "mnist"], "valid datasets: cifar10, cifar100, digit-five, digits,"),
     (["run", "fedvpt", "--partition", "zipf"], "valid partitions: dirichlet"),
     (
