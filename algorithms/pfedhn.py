@@ -22,14 +22,14 @@ held-out clients never train, so they are evaluated at that embedding's starting
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from raysim.algorithms.fedvpt import FedVPT, PromptOptions
 from raysim.core.errors import ConfigError
 from raysim.core.messages import Broadcast, ClientUpdate, GlobalState, Tensors
-from raysim.core.protocol import Personalised
+from raysim.core.protocol import Personalised, ResolvesOptions
 from raysim.core.registry import register
 from raysim.ops import hypernet as hn
 
@@ -74,11 +74,20 @@ def server_part(server: Tensors, prefix: str) -> Tensors:
     family="personalised",
     options=HNOptions,
 )
-class PFedHN(Personalised, FedVPT):
+class PFedHN(Personalised, ResolvesOptions, FedVPT):
+    def resolved_options(self, depth: int) -> HNOptions:
+        """embed_dim -1: the paper's 1 + N / 4 for N clients."""
+        return replace(self.options, embed_dim=self.embed_dim)
+
+    @property
+    def embed_dim(self) -> int:
+        o = self.options
+        return o.embed_dim if o.embed_dim > 0 else int(1 + self.config.federation.clients / 4)
+
     def init_global(self, model, generator) -> GlobalState:
         o, clients = self.options, self.config.federation.clients
         targets = {k: tuple(v.shape) for k, v in model.trainable_state().items()}
-        dim = o.embed_dim if o.embed_dim > 0 else int(1 + clients / 4)
+        dim = self.embed_dim
         net = hn.mlp_hypernet(dim, o.hidden, o.hidden_layers, targets, generator)
         net[EMBEDDINGS] = torch.randn(clients, dim, generator=generator)
         server = {NET + k: v for k, v in net.items()} | {MOMENTUM + k: torch.zeros_like(v) for k, v in net.items()}

@@ -86,6 +86,7 @@ RESOLVED_ON_NANO = {  # 4 blocks: the paper's layouts scaled, the last block's q
     "fgpt": {"group_block": 2, "select_layer": 4},
     "fgpt-u": {"group_block": 2, "select_layer": 4},
     "qffl": {"lipschitz": 1 / 3e-3},
+    "pfedhn": {"embed_dim": 2},  # 1 + clients / 4, with the smoke config's 6 clients
 }
 
 
