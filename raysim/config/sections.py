@@ -135,7 +135,7 @@ class TrainConfig:
     )
     precision: str = setting(
         "auto",
-        "Client compute: bf16 autocast or fp32; auto picks fp32 unless bf16 is known to cost nothing here.",
+        "Client compute: bf16 autocast or fp32; auto is fp32 (bf16 pays only on CPUs with AVX-512 BF16/AMX, GPUs).",
         flag="--precision",
         choices=PRECISIONS,
     )

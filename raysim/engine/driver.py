@@ -39,6 +39,7 @@ from raysim.engine.callbacks import (
     StopOnCtrlC,
 )
 from raysim.engine.executors import Pool
+from raysim.engine.precision import native_bf16_cpu
 from raysim.engine.ray_session import connect_ray, release_pool, reserve_pool
 from raysim.engine.setup import initial_state, prepare_shards, resolved
 from raysim.engine.simulation import Simulation
@@ -157,6 +158,8 @@ def describe(config: Config, shards: ShardStore) -> str:
     precision = config.train.precision
     if precision == "bf16":
         precision += " (--precision fp32 for float32)"
+    elif get_method(config.method).bf16 and res.gpus_per_client == 0 and native_bf16_cpu():
+        precision += " (this CPU has bf16: --precision bf16 is faster)"
     return (
         f"{config.method} | {data.dataset}/{data.partition} | {fed.clients} clients "
         f"({fed.clients_per_round}/round, {len(shards.unseen)} unseen) x {fed.rounds} rounds | "

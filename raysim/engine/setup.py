@@ -21,7 +21,7 @@ from raysim.core.training import EVAL_BATCH, model_inputs
 from raysim.data.partition import PartitionParams, partition
 from raysim.data.shards import ShardStore, build_shards
 from raysim.data.sources import cache_dir, load_dataset
-from raysim.engine.precision import autocast, full_width, native_bf16_cpu, resolve
+from raysim.engine.precision import autocast, full_width, resolve
 from raysim.models.factory import build_model, pick_device
 
 THREADS_ENV = "RAYSIM_TORCH_THREADS"  # torch threads per client worker when resources.threads is 0 (a test matrix)
@@ -32,12 +32,7 @@ def resolved(config: Config) -> Config:
     recorded with it): ``train.precision=auto`` (:func:`raysim.engine.precision.resolve`) and ``resources.threads=0``
     (``$RAYSIM_TORCH_THREADS``, else the worker's CPUs, at least 1). Every worker then computes alike."""
     info = get_method(config.method)
-    precision = resolve(
-        config.train.precision,
-        method_allows=info.bf16,
-        on_gpu=config.resources.gpus_per_client > 0,
-        native_cpu=native_bf16_cpu,
-    )
+    precision = resolve(config.train.precision, method_allows=info.bf16)
     threads = config.resources.threads or int(
         os.environ.get(THREADS_ENV) or max(1, int(config.resources.cpus_per_client))
     )
