@@ -25,6 +25,7 @@ from mlflow.tracking import MlflowClient
 
 from raysim.cli import main
 from raysim.tracking.mlflow import Tracker
+from raysim.tracking.ui import healthy, stop
 
 HOST = "127.0.0.1"
 START_TIMEOUT_S = 90  # ~20 s on a busy 2-core machine
@@ -34,26 +35,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind((HOST, 0))
         return s.getsockname()[1]
-
-
-def healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url + "/health", timeout=2) as response:
-            return response.status == 200
-    except OSError:
-        return False
-
-
-def stop(process: subprocess.Popen) -> None:
-    """SIGTERM to the server's process group (it has its own session), SIGKILL if it lingers."""
-    if process.poll() is not None:
-        return
-    os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=15)
 
 
 @pytest.fixture
