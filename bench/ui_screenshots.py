@@ -97,7 +97,7 @@ def screenshots(runs_url: str, compare_url: str, out: Path) -> None:
         page.goto(chart_url)
         settle(page)
         take(page, chart_url, out / "chart_view.png")
-        page.get_by_text("summary (").first.click()  # fold the summary section: the per-round curves below it
+        page.get_by_text("summary", exact=True).first.click()  # fold the summary section: the curves below it
         settle(page)
         take(page, chart_url, out / "chart_view_curves.png")
         page.goto(compare_url)
