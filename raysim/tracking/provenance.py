@@ -177,6 +177,15 @@ def provenance_tags(uses_gpus: bool) -> dict[str, str]:
     return tags
 
 
+def evaluation(config: Config) -> str:
+    """Which clients the accuracy metrics cover (``federation.eval_clients``)."""
+    fed = config.federation
+    if fed.eval_clients and fed.clients > fed.eval_clients:
+        sample = f"a fixed sample of {fed.eval_clients} of {fed.clients} clients"
+        return f"{sample} (global and local accuracy on their test rows)"
+    return "all clients"
+
+
 def run_tags(config: Config, given: Config) -> dict[str, str]:
     """Every tag of a new run of ``config`` (resolved; ``given``: as the user set it)."""
     return {
@@ -187,6 +196,7 @@ def run_tags(config: Config, given: Config) -> dict[str, str]:
         "seed": str(config.federation.seed),
         "backend": config.resources.backend,
         "precision": config.train.precision,
+        "evaluation": evaluation(config),
         MLFLOW_RUN_NOTE: describe(config, given),
         **provenance_tags(config.resources.gpus_per_client > 0),
     }

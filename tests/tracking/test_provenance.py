@@ -63,6 +63,14 @@ def test_the_name_spells_the_partition_with_its_parameters(partition, layer, lab
     assert provenance.run_name(config).endswith(f"-s0-synthetic-{label}-20c")
 
 
+def test_the_evaluation_tag_says_when_accuracy_covers_a_sample_of_clients():
+    assert provenance.evaluation(build_config("fedvpt", [QUICK])) == "all clients"
+    sampled = build_config("fedvpt", [QUICK, {"federation": {"eval_clients": 8}}])
+    assert provenance.evaluation(sampled).startswith("a fixed sample of 8 of 20 clients")
+    every = build_config("fedvpt", [QUICK, {"federation": {"eval_clients": 0}}])
+    assert provenance.evaluation(every) == "all clients"
+
+
 def test_the_description_says_what_ran_and_what_was_set():
     given = build_config("sgpt", [QUICK, {"sgpt": {"groups": 4}, "federation": {"eval_every": 1}}])
     resolved = build_config("sgpt", [QUICK, {"sgpt": {"groups": 4}, "train": {"precision": "fp32"}}])
