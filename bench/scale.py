@@ -31,6 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
+from raysim.testing.chaos import descendants
+
 ROUNDS, CLASSES, SIZE = 5, 10, 32
 TRAIN = ["--set", "train.optimizer=sgd", "--set", "train.lr=0.01", "--set", "train.batch_size=32"]
 
@@ -92,23 +94,6 @@ class TreeSampler:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
-
-
-def descendants(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(parent, []).append(int(entry.name))
-    found, stack = [], [root]
-    while stack:
-        for child in children.get(stack.pop(), []):
-            found.append(child)
-            stack.append(child)
-    return found
 
 
 def measured(command: list[str], env: dict) -> tuple[float, TreeSampler, str]:

@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 
 
-def _descendants(root: int) -> list[int]:
+def descendants(root: int) -> list[int]:
+    """Every process below ``root`` (children, their children, ...), from ``/proc``."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -36,7 +37,7 @@ def actor_pids(class_name: str) -> list[int]:
     """Process ids of this driver's live ``class_name`` actors (Ray titles them ``ray::Class`` or
     ``ray::Class.method`` while busy), sorted."""
     pids = []
-    for pid in _descendants(os.getpid()):
+    for pid in descendants(os.getpid()):
         try:
             title = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
         except OSError:
