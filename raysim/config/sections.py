@@ -113,6 +113,11 @@ class FederationConfig:
     def trainable_clients(self) -> int:
         return self.clients - self.unseen_clients
 
+    @property
+    def evaluates_a_sample(self) -> bool:
+        """Whether evaluation covers a fixed sample of ``eval_clients`` clients rather than all of them."""
+        return bool(self.eval_clients) and self.clients > self.eval_clients
+
 
 @dataclass(frozen=True)
 class TrainConfig:

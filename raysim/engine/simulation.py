@@ -109,9 +109,9 @@ def evaluated_clients(fed, seen: list[int], unseen: list[int]) -> tuple[list[int
     """The (seen, unseen) clients evaluated on evaluated rounds: all, or for a population over
     ``federation.eval_clients`` a fixed sample of that many drawn once from the run seed, seen and held-out clients
     alike (the global model's accuracy is then that of the sample's test rows)."""
-    everyone = seen + unseen
-    if not fed.eval_clients or len(everyone) <= fed.eval_clients:
+    if not fed.evaluates_a_sample:
         return seen, unseen
+    everyone = seen + unseen
     chosen = set(rng(fed.seed, Purpose.EVAL).choice(everyone, size=fed.eval_clients, replace=False).tolist())
     return [c for c in seen if c in chosen], [c for c in unseen if c in chosen]
 

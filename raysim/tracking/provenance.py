@@ -180,7 +180,7 @@ def provenance_tags(uses_gpus: bool) -> dict[str, str]:
 def evaluation(config: Config) -> str:
     """Which clients the accuracy metrics cover (``federation.eval_clients``)."""
     fed = config.federation
-    if fed.eval_clients and fed.clients > fed.eval_clients:
+    if fed.evaluates_a_sample:
         sample = f"a fixed sample of {fed.eval_clients} of {fed.clients} clients"
         return f"{sample} (global and local accuracy on their test rows)"
     return "all clients"
