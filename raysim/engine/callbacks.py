@@ -54,16 +54,18 @@ class MethodDiagnostics(Callback):
 
 class CommunicationTotals(Callback):
     """``bytes_up_total`` and ``bytes_down_total``: the bytes sent so far, logged every round (what accuracy is
-    plotted against). Summed over the simulation's history, so a resumed or replayed run continues its totals."""
+    plotted against). Started from the simulation's history, so a resumed or replayed run continues its totals."""
+
+    KEYS = ("bytes_up", "bytes_down")
 
     def on_start(self, simulation) -> None:
-        self.simulation = simulation
+        self.totals = {key: sum(h.get(key, 0.0) for h in simulation.history) for key in self.KEYS}
 
     def on_round(self, round, report) -> None:
-        for key in ("bytes_up", "bytes_down"):
+        for key in self.KEYS:
             if key in report.metrics:
-                before = sum(h.get(key, 0.0) for h in self.simulation.history)
-                report.metrics[f"{key}_total"] = before + report.metrics[key]
+                self.totals[key] += report.metrics[key]
+                report.metrics[f"{key}_total"] = self.totals[key]
 
 
 class Checkpointing(Callback):
