@@ -29,6 +29,7 @@ from raysim.ops.aggregate import weighted_mean
 from raysim.tracking.plots import plot_selection_map, plot_selection_stability
 
 EPS = sel.EPS
+LAYER_READINGS = ("paper", "code")  # how a select_layer number is read: see query_depth
 KEYS, FIXED_KEYS, TOTAL, COUNTS = "extra.selection_keys", "fixed_keys", "selection_total", "selection_counts"
 USED_SHARE = 0.01  # a group is "in use" when it takes at least 1% of the rows
 
@@ -59,21 +60,35 @@ def check_blocks(name: str, blocks: tuple[int, ...], depth: int) -> tuple[int, .
 
 
 def query_layer(option: str, layer: int, depth: int) -> int:
-    """The block (1-based) whose class token is the query: ``layer``, or the last block for 0."""
+    """The 1-based layer number of the query: ``layer``, or the last block for 0."""
     layer = layer or depth
     if layer > depth:
         raise ConfigError(f"{option}={layer} is past the backbone's {depth} blocks; use 1..{depth} (0 = the last)")
     return layer
 
 
+def query_depth(layer: int, depth: int, reading: str) -> tuple[int, bool]:
+    """(blocks run, final norm applied) for the query at 1-based ``layer``, read as ``reading`` says.
+
+    "paper": cls_L, the class token after block L (SGPT Sec. 2.2 / Eq. 3, where cls_u is the output of layer L_u,
+    and Sec. 5.1's "5-th layer"), with the final norm only after the last block. "code": the SGPT authors' code
+    (ubc-tea/SGPT ``models/vit_models_pr.py:396-410``) runs ``blocks[:L + 1]`` (it breaks after 0-based block 5 for
+    its "5th layer") and then the final norm. Both give the last block plus the norm for L = depth.
+    """
+    if reading == "code":
+        return min(layer + 1, depth), True
+    return layer, layer == depth
+
+
 @torch.no_grad()
-def backbone_query(vit, x: torch.Tensor, layer: int, relu: bool = True) -> torch.Tensor:
-    """q(x): the frozen, prompt-free backbone's class token after block ``layer`` (1-based; the last block
-    includes the final norm), ReLU (SGPT/FGPT; DualPrompt has none) then L2-normalise."""
+def backbone_query(vit, x: torch.Tensor, layer: int, relu: bool = True, reading: str = "paper") -> torch.Tensor:
+    """q(x): the frozen, prompt-free backbone's class token at ``layer`` (1-based, read as :func:`query_depth`
+    says), ReLU (SGPT/FGPT; DualPrompt has none) then L2-normalise."""
+    blocks, norm = query_depth(layer, len(vit.blocks), reading)
     tokens = vit.norm_pre(vit.patch_drop(vit._pos_embed(vit.patch_embed(x))))
-    for block in vit.blocks[:layer]:
+    for block in vit.blocks[:blocks]:
         tokens = block(tokens)
-    if layer == len(vit.blocks):
+    if norm:
         tokens = vit.norm(tokens)
     return torch.nn.functional.normalize(torch.relu(tokens[:, 0]) if relu else tokens[:, 0], dim=1)
 
@@ -83,12 +98,16 @@ def cached_cosine(data, rows, keys: torch.Tensor) -> torch.Tensor:
     return sel.cosine(torch.as_tensor(data.features["query"][rows]).to(keys.device), keys)
 
 
-def aggregate_with_counts(updates: list[ClientUpdate], by_counts: str) -> tuple[Tensors, torch.Tensor]:
-    """Server aggregation of SGPT/FGPT: every tensor weighted N_i / N except ``by_counts``, which is weighted
-    per group by N_g^i / sum_i N_g^i (the extra ``selection_counts``); also returns the N_g^i stacked ``[m, G]``."""
+def aggregate_with_counts(
+    updates: list[ClientUpdate], by_counts: str, fallback_at_most: float = 0
+) -> tuple[Tensors, torch.Tensor]:
+    """Server aggregation of SGPT/FGPT: every tensor weighted N_i / N except ``by_counts``, which is weighted per
+    group by N_g^i / sum_i N_g^i (the extra ``selection_counts``), or the plain mean where sum_i N_g^i <=
+    ``fallback_at_most`` (:func:`raysim.ops.selection.group_weighted_mean`); also returns the N_g^i ``[m, G]``."""
     group_counts = torch.stack([u.extras[COUNTS] for u in updates])
     params = weighted_mean([u.params for u in updates], [u.num_samples for u in updates])
-    params[by_counts] = sel.group_weighted_mean(torch.stack([u.params[by_counts] for u in updates]), group_counts)
+    stacked = torch.stack([u.params[by_counts] for u in updates])
+    params[by_counts] = sel.group_weighted_mean(stacked, group_counts, fallback_at_most)
     return params, group_counts
 
 

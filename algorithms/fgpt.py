@@ -38,6 +38,9 @@ class FGPTOptions:
     keys: str = "orthogonal"
     k: int = 5
     select_layer: int = 0
+    # "paper": the class token after block select_layer (FGPT Eq. 2-3: cls_u is L_u's output); "code": the SGPT
+    # authors' reading, blocks[:L + 1] then the final norm (see _group_prompts.query_depth). Same for 0 (the last).
+    select_layer_as: str = "paper"
 
     def __post_init__(self):
         if self.groups < 1:
@@ -50,6 +53,8 @@ class FGPTOptions:
             raise ConfigError(f"fgpt.keys={self.keys!r} is not one of orthogonal, random")
         if self.select_layer < 0:
             raise ConfigError("fgpt.select_layer must be >= 0 (0 = the last block)")
+        if self.select_layer_as not in gp.LAYER_READINGS:
+            raise ConfigError(f"fgpt.select_layer_as={self.select_layer_as!r} is not one of paper, code")
 
 
 @register(
@@ -91,7 +96,7 @@ class FGPT(gp.GroupDiagnostics, CachesRowFeatures, SendsExtras, ResolvesOptions,
 
     def row_features(self, model, x):
         layer = gp.query_layer("fgpt.select_layer", self.options.select_layer, len(model.vit.blocks))
-        return {"query": gp.backbone_query(model.vit, x, layer)}
+        return {"query": gp.backbone_query(model.vit, x, layer, reading=self.options.select_layer_as)}
 
     def uplink_extras(self, state) -> dict[str, tuple[int, ...]]:
         return {COUNTS: (self.options.groups,)}

@@ -9,6 +9,10 @@ The server averages head, shared and group prompts with N_i / N, keys with N_g^i
 v_g and applies momentum to keys and group prompts (Eq. 7). The global keys and group prompts *are* the
 momentum buffers k_hat, p_hat (k_hat^0 = k^0), so the only server state is v.
 
+Defaults follow the paper; where the authors' code (github.com/ubc-tea/SGPT, commit 213c95b) differs, an option
+selects it: ``key_fallback_at_most=50``, ``select_layer_as=code``, ``select_per=batch`` (their Office/DomainNet
+runs), ``shared_length_at=first``; ``shared_init=zeros`` is theirs and the default, the paper being silent.
+
 Ablations (SGPT Tables 3-4): ``bcd`` joint | bcd | bcd-inv, ``prompts`` shared | group | both,
 ``key_rule`` plain | qg, ``momentum`` on/off, ``head_pooling`` cls | cls+group.
 """
@@ -30,7 +34,7 @@ from raysim.core.seeding import Purpose, derive_seed
 from raysim.models.prompted import PromptSlot, PromptSpec, xavier_prompt
 from raysim.ops import selection as sel
 
-SHARED, GROUP = "prompts.shared", "extra.group_prompts"
+SHARED, GROUP = "prompts.shared", "extra.group_prompts"  # SHARED prefixes every shared-prompt tensor
 KEYS, HEAD = "extra.selection_keys", ("vit.head.weight", "vit.head.bias")
 SHARE = "selection_share"  # broadcast extra: the cumulative shares q_g
 COUNTS = gp.COUNTS  # update extra: N_g^i
@@ -43,7 +47,24 @@ def _one_of(name: str, value: str, valid: tuple[str, ...]) -> None:
 
 @dataclass(frozen=True)
 class SGPTOptions:
-    """SGPT's options; empty block tuples mean the paper's layout scaled to the backbone's depth."""
+    """SGPT's options; empty block tuples mean the paper's layout scaled to the backbone's depth.
+
+    Fidelity options (paper default, the authors' code as the alternative):
+        key_fallback_at_most: keys of a group whose round total sum_i N_g^i is <= this are averaged with the plain
+            1/m instead of N_g^i / sum_i N_g^i. 0 (default): only groups nobody chose, which Alg. 2 l. 13 leaves
+            undefined (the paper has no threshold); 50: the authors' ``utils.py:224`` (``<= 50``).
+        select_layer_as: "paper" (default): ``select_layer`` L is cls_L, the class token after block L (Sec. 2.2,
+            Sec. 5.1's "5-th layer"), with the final norm only after the last block; "code": blocks[:L + 1] then the
+            final norm (``models/vit_models_pr.py:396-410``). See :func:`_group_prompts.query_depth`.
+        select_per: "sample" (default): Select(x) per sample (Eq. 5-6); "batch": in training every sample of a batch
+            takes the batch's most frequent selection (``models/vit_models_pr.py:441-445``, their Office/DomainNet
+            runs), which N_g^i and L_key then count. Inference stays per sample, as in their code (l. 453-460).
+        shared_length: tokens of the shared prompt (the paper's "prompt length", 1, Sec. 5.1; their ``--n_prompt``).
+        shared_length_at: "every" (default): each block of U_S gets ``shared_length`` tokens, as VPT's length;
+            "first": only the first block of U_S, the later ones 1 token (``models/vit_models_pr.py:294-296``).
+        shared_init: "zeros" (default, ``models/vit_models_pr.py:294``; the paper does not say) or "xavier":
+            VPT's uniform range (Sec. 3.1 follows VPT), as their group prompts (l. 292, 303).
+    """
 
     groups: int = 10
     shared_blocks: tuple = ()
@@ -57,6 +78,12 @@ class SGPTOptions:
     alpha_k: float = 0.5
     alpha_g: float = 0.5
     head_pooling: str = "cls+group"
+    key_fallback_at_most: int = 0
+    select_layer_as: str = "paper"
+    select_per: str = "sample"
+    shared_length: int = 1
+    shared_length_at: str = "every"
+    shared_init: str = "zeros"
 
     def __post_init__(self):
         if self.groups < 1:
@@ -65,6 +92,19 @@ class SGPTOptions:
         _one_of("prompts", self.prompts, ("shared", "group", "both"))
         _one_of("key_rule", self.key_rule, ("plain", "qg"))
         _one_of("head_pooling", self.head_pooling, ("cls", "cls+group"))
+        _one_of("select_layer_as", self.select_layer_as, gp.LAYER_READINGS)
+        _one_of("select_per", self.select_per, ("sample", "batch"))
+        _one_of("shared_length_at", self.shared_length_at, ("every", "first"))
+        _one_of("shared_init", self.shared_init, ("zeros", "xavier"))
+        if self.shared_length < 1:
+            raise ConfigError(
+                f"sgpt.shared_length={self.shared_length} must be at least 1 (no shared prompts: prompts=group)"
+            )
+        if self.key_fallback_at_most < 0:
+            raise ConfigError(
+                f"sgpt.key_fallback_at_most={self.key_fallback_at_most} must be >= 0 "
+                "(0: the paper; 50: the authors' code)"
+            )
         if not (0 <= self.alpha_k < 1 and 0 <= self.alpha_g < 1):
             raise ConfigError("sgpt.alpha_k and sgpt.alpha_g must be in [0, 1) (0 turns momentum off)")
         if self.eps < 0 or self.select_layer < 0:
@@ -105,9 +145,7 @@ class SGPT(gp.GroupDiagnostics, CachesRowFeatures, SendsExtras, ResolvesOptions,
     def parts(self, vit, generator: torch.Generator) -> ModelParts:
         o, depth = self.options, len(vit.blocks)
         gp.query_layer("sgpt.select_layer", o.select_layer, depth)
-        slots = []
-        if o.prompts != "group":
-            slots.append(PromptSlot("shared", self.shared_blocks(depth), length=1, mode="insert", init="zeros"))
+        slots = list(self.shared_slots(depth)) if o.prompts != "group" else []
         if not self.uses_groups:
             return ModelParts(PromptSpec(slots=tuple(slots), head_pooling="cls"))
         slots.append(PromptSlot("group", self.group_blocks(depth), length=1, mode="insert", dynamic=True))
@@ -119,11 +157,22 @@ class SGPT(gp.GroupDiagnostics, CachesRowFeatures, SendsExtras, ResolvesOptions,
         }
         return ModelParts(PromptSpec(slots=tuple(slots), head_pooling="cls"), extras)
 
+    def shared_slots(self, depth: int) -> tuple[PromptSlot, ...]:
+        """P_S: ``shared_length`` tokens at every block of U_S, or (``shared_length_at=first``) at the first block and
+        one at each later block, as the slot ``shared_rest``."""
+        o, blocks = self.options, self.shared_blocks(depth)
+        first = o.shared_length_at == "first" and len(blocks) > 1
+        slots = [PromptSlot("shared", blocks[:1] if first else blocks, length=o.shared_length, init=o.shared_init)]
+        if first:
+            slots.append(PromptSlot("shared_rest", blocks[1:], length=1, init=o.shared_init))
+        return tuple(slots)
+
     def row_features(self, model, x: torch.Tensor) -> dict[str, torch.Tensor] | None:
         if not self.uses_groups:
             return None
-        layer = gp.query_layer("sgpt.select_layer", self.options.select_layer, len(model.vit.blocks))
-        return {"query": gp.backbone_query(model.vit, x, layer)}
+        o = self.options
+        layer = gp.query_layer("sgpt.select_layer", o.select_layer, len(model.vit.blocks))
+        return {"query": gp.backbone_query(model.vit, x, layer, reading=o.select_layer_as)}
 
     def uplink_extras(self, state) -> dict[str, tuple[int, ...]]:
         return {COUNTS: (self.options.groups,)} if self.uses_groups else {}
@@ -157,10 +206,11 @@ class SGPT(gp.GroupDiagnostics, CachesRowFeatures, SendsExtras, ResolvesOptions,
             cos = sel.cosine(query.to(x.device), model.extra["selection_keys"])
             with torch.no_grad():
                 picked = sel.select_calibrated(cos, share, o.eps) if share is not None else cos.argmax(dim=1)
+                picked = sel.modal(picked, o.groups) if o.select_per == "batch" else picked
             loss = torch.nn.functional.cross_entropy(self.logits(model, x, picked), y) + sel.key_loss(cos, picked)
             return loss, picked
 
-        shared_part = ({SHARED} if o.prompts != "group" else set()) | set(HEAD)
+        shared_part = {n for n in model.trainable_names() if n.startswith(SHARED)} | set(HEAD)
         group_part = {GROUP, KEYS} | set(HEAD)
         if o.prompts == "shared":
             plan = [(shared_part, shared_step)]
@@ -213,7 +263,7 @@ class SGPT(gp.GroupDiagnostics, CachesRowFeatures, SendsExtras, ResolvesOptions,
         return {COUNTS: counts}
 
     def predict(self, model, x, data, rows):
-        """Inference: plain Select(x) = argmax_g cos(q(x), k_g) (no q_g calibration)."""
+        """Inference: plain Select(x) = argmax_g cos(q(x), k_g) per sample (no q_g calibration, no batch mode)."""
         if not self.uses_groups:
             return self.logits(model, x, None)
         return self.logits(model, x, gp.cached_cosine(data, rows, model.extra["selection_keys"]).argmax(dim=1))
@@ -224,7 +274,7 @@ class SGPT(gp.GroupDiagnostics, CachesRowFeatures, SendsExtras, ResolvesOptions,
         if not self.uses_groups:
             return super().aggregate(round, state, updates)
         o = self.options
-        params, group_counts = gp.aggregate_with_counts(updates, KEYS)
+        params, group_counts = gp.aggregate_with_counts(updates, KEYS, o.key_fallback_at_most)
         if o.momentum:
             params[KEYS] = sel.momentum(state.params[KEYS], params[KEYS], o.alpha_k)
             params[GROUP] = sel.momentum(state.params[GROUP], params[GROUP], o.alpha_g)

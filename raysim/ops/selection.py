@@ -66,16 +66,29 @@ def counts(selected: torch.Tensor, groups: int) -> torch.Tensor:
     return torch.bincount(selected.flatten().cpu(), minlength=groups).to(torch.float64)
 
 
-def group_weighted_mean(values: torch.Tensor, group_counts: torch.Tensor) -> torch.Tensor:
-    """Per group g: sum_i N_g^i v_ig / sum_i N_g^i over clients i; the plain mean where no client chose g.
+def modal(selected: torch.Tensor, groups: int) -> torch.Tensor:
+    """Every sample's group replaced by the batch's most frequent one, ties to the lowest index: the SGPT authors'
+    code for Office/DomainNet (ubc-tea/SGPT ``models/vit_models_pr.py:441-445``, ``np.argmax(np.bincount(...))``).
+    Works under ``torch.func.vmap`` (cohort training: one batch per client)."""
+    hits = (selected[:, None] == torch.arange(groups, device=selected.device)).sum(dim=0)
+    return hits.argmax().expand_as(selected)
+
+
+def group_weighted_mean(values: torch.Tensor, group_counts: torch.Tensor, fallback_at_most: float = 0) -> torch.Tensor:
+    """Per group g: sum_i N_g^i v_ig / sum_i N_g^i over clients i (SGPT Alg. 2 l. 13; FGPT's beta_g^i); the plain
+    mean (1/m) where sum_i N_g^i <= ``fallback_at_most``: 0, only where no client chose g; the SGPT authors' code
+    uses 50 (ubc-tea/SGPT ``utils.py:224``, ``if group_total[key] <= 50``).
 
     Args:
         values: ``[m, G, ...]`` each client's tensor per group.
         group_counts: ``[m, G]`` N_g^i.
+        fallback_at_most: the largest total sum_i N_g^i that still falls back to the plain mean (>= 0).
     """
     weights = group_counts.to(torch.float64)
     total = weights.sum(dim=0, keepdim=True)
-    weights = torch.where(total > 0, weights / total.clamp_min(1e-300), torch.full_like(weights, 1.0 / len(weights)))
+    weights = torch.where(
+        total > fallback_at_most, weights / total.clamp_min(1e-300), torch.full_like(weights, 1.0 / len(weights))
+    )
     shape = weights.shape + (1,) * (values.dim() - 2)
     return (weights.reshape(shape) * values.to(torch.float64)).sum(dim=0).to(values.dtype)
 

@@ -32,3 +32,74 @@ def test_backbone_query_is_relu_l2_of_the_frozen_class_token():
     early = sel.backbone_query(vit, x, 1)  # after block 1, no final norm
     tokens = vit.blocks[0](vit.norm_pre(vit._pos_embed(vit.patch_embed(x))))
     assert torch.allclose(early, torch.nn.functional.normalize(torch.relu(tokens[:, 0]), dim=1), atol=1e-6)
+
+
+def test_query_depth_reads_a_layer_as_the_paper_or_the_authors_code():
+    assert sel.query_depth(5, 12, "paper") == (5, False)  # cls_5: after block 5, no final norm
+    assert sel.query_depth(5, 12, "code") == (6, True)  # blocks[:6] (break at 0-based 5), then the norm
+    assert sel.query_depth(12, 12, "paper") == sel.query_depth(12, 12, "code") == (12, True)
+    assert sel.query_depth(11, 12, "code") == (12, True)
+
+
+def manual_query(vit, x, blocks, norm):
+    """ReLU + L2 of the class token after the first ``blocks`` blocks (and the final norm), written out."""
+    tokens = vit.norm_pre(vit._pos_embed(vit.patch_embed(x)))
+    for b in range(blocks):
+        tokens = vit.blocks[b](tokens)
+    tokens = vit.norm(tokens) if norm else tokens
+    return torch.nn.functional.normalize(torch.relu(tokens[:, 0]), dim=1)
+
+
+def test_backbone_query_runs_the_blocks_and_norm_of_its_reading():
+    from tests.models.test_prompted import images, small_vit
+
+    vit = small_vit()
+    x = images(vit, batch=3)
+    ran = []
+    hooks = [m.register_forward_hook(lambda m, *_: ran.append(m)) for m in (*vit.blocks, vit.norm)]
+    paper = sel.backbone_query(vit, x, 2, reading="paper")
+    assert ran == [vit.blocks[0], vit.blocks[1]]  # two blocks, no final norm
+    ran.clear()
+    code = sel.backbone_query(vit, x, 2, reading="code")
+    assert ran == [vit.blocks[0], vit.blocks[1], vit.blocks[2], vit.norm]  # blocks[:3], then the final norm
+    for hook in hooks:
+        hook.remove()
+    assert torch.allclose(paper, manual_query(vit, x, 2, norm=False), atol=1e-6)
+    assert torch.allclose(code, manual_query(vit, x, 3, norm=True), atol=1e-6)
+    assert not torch.allclose(code, manual_query(vit, x, 3, norm=False), atol=1e-3)  # the norm matters
+
+
+def nano(method, **options):
+    from raysim.config import build_config
+    from raysim.core.registry import get_method
+    from raysim.models.factory import build_model
+
+    backbone = {"model": {"backbone": "raysim_vit_nano_p4_16", "pretrained": False}}
+    config = build_config(method, [backbone, {method: {"groups": 2, **options}}])
+    instance = get_method(method).cls(config)
+    return instance, build_model(config, instance, 3)
+
+
+def test_sgpt_select_layer_as_decides_the_cached_query():
+    x = torch.randn(3, 3, 16, 16, generator=torch.Generator().manual_seed(0))
+    for reading, blocks, norm in (("paper", 1, False), ("code", 2, True)):
+        method, model = nano("sgpt", select_layer=1, select_layer_as=reading)
+        assert torch.allclose(
+            method.row_features(model, x)["query"], manual_query(model.vit, x, blocks, norm), atol=1e-6
+        )
+
+
+def test_fgpt_reads_select_layer_as_told(monkeypatch):
+    seen = []
+    monkeypatch.setattr(sel, "backbone_query", lambda *args, reading, **kw: seen.append((args[2], reading)))
+    for reading in ("paper", "code"):
+        method, model = nano("fgpt", select_layer=1, select_layer_as=reading)
+        method.row_features(model, torch.zeros(1, 3, 16, 16))
+    assert seen == [(1, "paper"), (1, "code")]
+
+
+def test_fgpt_select_layer_as_names_its_valid_values():
+    from raysim.config import build_config
+
+    with pytest.raises(ConfigError, match="fgpt.select_layer_as='authors' is not one of paper, code"):
+        build_config("fgpt", [{"fgpt": {"select_layer_as": "authors"}}])

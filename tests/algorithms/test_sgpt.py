@@ -1,4 +1,7 @@
-"""SGPT: server math by hand, block coordinate descent (which tensors change in which block), selection."""
+"""SGPT: server math by hand, block coordinate descent (which tensors change in which block), selection, and the
+fidelity options (paper defaults, the authors' code as alternatives) on tiny tensors and the nano backbone."""
+
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -6,12 +9,14 @@ import torch
 from raysim.config import build_config
 from raysim.core import training as train
 from raysim.core.errors import ConfigError
-from raysim.core.messages import ClientUpdate, GlobalState
+from raysim.core.messages import Broadcast, ClientUpdate, GlobalState
 from raysim.core.registry import get_method
 from raysim.engine.client import ClientRuntime
+from raysim.engine.cohort import unfused_attention
+from raysim.models.factory import build_model
 from raysim.testing.smoke import prepared
 
-pytestmark = pytest.mark.usefixtures("ray_session")  # the data source reads with Ray Data
+with_data = pytest.mark.usefixtures("ray_session")  # prepared(): the data source reads with Ray Data
 
 TINY = {
     "federation": {"clients": 6, "rounds": 2, "participation": 0.5, "seed": 1},
@@ -114,6 +119,7 @@ def trace_blocks(monkeypatch, **options):
 HEAD_BOTH = {"vit.head.weight", "vit.head.bias"}
 
 
+@with_data
 def test_bcd_trains_shared_then_group_with_shared_frozen(monkeypatch):
     calls, result, rows = trace_blocks(monkeypatch)
     (req1, changed1), (req2, changed2) = calls
@@ -122,6 +128,7 @@ def test_bcd_trains_shared_then_group_with_shared_frozen(monkeypatch):
     assert result.extras["selection_counts"].sum() == rows  # one selection per row in Block II (E = 1)
 
 
+@with_data
 def test_bcd_inv_reverses_the_blocks_and_joint_trains_everything_at_once(monkeypatch):
     (req1, _), (req2, _) = trace_blocks(monkeypatch, bcd="bcd-inv")[0]
     assert req1 == {GROUP, KEYS} | HEAD_BOTH and req2 == {SHARED} | HEAD_BOTH
@@ -129,6 +136,7 @@ def test_bcd_inv_reverses_the_blocks_and_joint_trains_everything_at_once(monkeyp
     assert required == changed == {SHARED, GROUP, KEYS} | HEAD_BOTH
 
 
+@with_data
 def test_prompt_ablations_train_only_their_prompts(monkeypatch):
     ((required, _),) = trace_blocks(monkeypatch, prompts="shared")[0]
     assert required == {SHARED} | HEAD_BOTH
@@ -136,6 +144,7 @@ def test_prompt_ablations_train_only_their_prompts(monkeypatch):
     assert required == {GROUP, KEYS} | HEAD_BOTH
 
 
+@with_data
 def test_inference_selects_by_plain_cosine_and_uses_the_selected_group_prompt():
     config = build_config("sgpt", [TINY, {"sgpt": {"groups": 3}}])
     config, _, shards = prepared(config)
@@ -154,6 +163,7 @@ def test_inference_selects_by_plain_cosine_and_uses_the_selected_group_prompt():
     assert not torch.allclose(expected, other)
 
 
+@with_data
 def test_initial_keys_are_orthogonal_and_shared_prompts_start_at_zero():
     config = build_config("sgpt", [TINY, {"sgpt": {"groups": 4}}])
     config, initial, shards = prepared(config)
@@ -164,6 +174,7 @@ def test_initial_keys_are_orthogonal_and_shared_prompts_start_at_zero():
     assert shards.features["query"].shape == (len(shards.labels), 64)
 
 
+@with_data
 def test_block_sets_and_select_layer_are_checked_against_the_depth():
     for options, message in [
         ({"shared_blocks": [4]}, "sgpt.shared_blocks=[4] must be distinct block indices in [0, 3]"),
@@ -174,3 +185,96 @@ def test_block_sets_and_select_layer_are_checked_against_the_depth():
             prepared(config)
     with pytest.raises(ConfigError, match="sgpt.groups=0 must be at least 1"):
         build_config("sgpt", [TINY, {"sgpt": {"groups": 0}}])
+
+
+def test_key_fallback_at_most_averages_keys_of_rarely_chosen_groups_uniformly():
+    state, results = two_clients()  # N_g^i: a [2, 0], b [1, 3]; totals 3 and 3
+    paper = sgpt(momentum=False).aggregate(1, state, results)
+    assert torch.allclose(paper.params[KEYS], torch.tensor([[5 / 3, 0.0], [0.0, 3.0]]))  # weighted, as above
+    at = sgpt(momentum=False, key_fallback_at_most=3).aggregate(1, state, results)  # authors': total <= threshold
+    assert torch.allclose(at.params[KEYS], torch.tensor([[2.0, 0.0], [0.0, 2.0]]))  # ([1,0]+[3,0])/2, ([0,1]+[0,3])/2
+    below = sgpt(momentum=False, key_fallback_at_most=2).aggregate(1, state, results)
+    assert torch.allclose(below.params[KEYS], paper.params[KEYS])
+    assert torch.equal(at.params[GROUP], paper.params[GROUP])  # only the keys: group prompts stay N_i / N
+
+
+NANO = {"model": {"backbone": "raysim_vit_nano_p4_16", "pretrained": False}}
+
+
+def nano(**options):
+    """SGPT and its model on the nano backbone (4 blocks, width 64, 16x16 input), 5 classes, no data."""
+    config = build_config("sgpt", [NANO, {"sgpt": {"groups": 3, **options}}])
+    method = get_method("sgpt").cls(config)
+    return method, build_model(config, method, 5)
+
+
+def test_batch_selection_gives_every_row_the_batch_modal_group_per_client_and_in_cohorts():
+    method, model = nano(select_per="batch", key_rule="plain")
+    keys = model.extra["selection_keys"].detach()
+    x, y = torch.randn(4, 3, 16, 16, generator=torch.Generator().manual_seed(0)), torch.tensor([0, 1, 2, 3])
+    query = keys[[0, 2, 2, 1]]  # per sample: groups 0, 2, 2, 1; the batch's mode: 2
+    (_, _), (_, group_step) = method.steps(model, Broadcast(model.trainable_state()))
+    loss, picked = group_step(x, y, query)
+    assert picked.tolist() == [2, 2, 2, 2]
+    ce = torch.nn.functional.cross_entropy(method.logits(model, x, picked), y)
+    assert (loss - ce).item() == pytest.approx(-0.5, abs=1e-6)  # L_key = -mean cos(q, k_2) = -(0 + 1 + 1 + 0) / 4
+    assert method._counts([x.new_zeros(()), picked])["selection_counts"].tolist() == [0.0, 0.0, 4.0]
+    sample_method, _ = nano(key_rule="plain")
+    assert sample_method.steps(model, Broadcast({}))[1][1](x, y, query)[1].tolist() == [0, 2, 2, 1]
+    phase = method.cohort_phases(model, Broadcast(model.trainable_state()))[1]  # the group phase, vmapped per client
+    queries = torch.stack([query, keys[[1, 1, 0, 0]]])  # client 1: a tie of 0 and 1 -> 0
+    with torch.no_grad(), unfused_attention(model):
+        _, picks = torch.func.vmap(phase.objective)(torch.stack([x, x]), torch.stack([y, y]), {"query": queries})
+    assert picks.tolist() == [[2] * 4, [0] * 4]
+
+
+def test_inference_selects_per_sample_in_batch_mode():
+    method, model = nano(select_per="batch")
+    data = SimpleNamespace(features={"query": model.extra["selection_keys"].detach()[[0, 2, 2, 1]].numpy()})
+    x = torch.randn(4, 3, 16, 16, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        expected = method.logits(model, x, torch.tensor([0, 2, 2, 1]))
+        assert torch.allclose(method.predict(model, x, data, torch.arange(4).numpy()), expected)
+        assert not torch.allclose(expected, method.logits(model, x, torch.tensor([2, 2, 2, 2])))
+
+
+def test_shared_length_sets_the_prompt_shape_and_the_trainable_count():
+    def shapes(**options):
+        method, model = nano(shared_blocks=[0, 1], **options)
+        state = model.trainable_state()
+        shared = {k: tuple(v.shape) for k, v in state.items() if k.startswith(SHARED)}
+        first_block = set(method.steps(model, Broadcast(state))[0][0])
+        return shared, sum(v.numel() for v in state.values()), first_block
+
+    shared, base, _ = shapes()
+    assert shared == {SHARED: (2, 1, 64)}  # the paper: one token per shared block
+    shared, count, _ = shapes(shared_length=3)
+    assert shared == {SHARED: (2, 3, 64)} and count - base == 2 * 2 * 64
+    shared, count, block_one = shapes(shared_length=3, shared_length_at="first")  # the authors' --n_prompt
+    assert shared == {SHARED: (1, 3, 64), SHARED + "_rest": (1, 1, 64)} and count - base == 2 * 64
+    assert block_one == {SHARED, SHARED + "_rest"} | HEAD_BOTH  # Block I trains both parts of P_S
+
+
+def test_shared_init_zeros_or_vpt_xavier_range():
+    _, model = nano(shared_blocks=[0, 1])
+    assert not model.trainable_state()[SHARED].any()
+    _, model = nano(shared_blocks=[0, 1], shared_init="xavier")
+    prompt = model.trainable_state()[SHARED]
+    bound = (6 / (3 * 4 * 4 + 64)) ** 0.5  # VPT: sqrt(6 / (C * patch_h * patch_w + D)) = 0.2315 on nano
+    assert prompt.abs().max() <= bound and prompt.abs().max() > bound / 2 and prompt.unique().numel() == 128
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"select_layer_as": "authors"}, "sgpt.select_layer_as='authors' is not one of paper, code"),
+        ({"select_per": "client"}, "sgpt.select_per='client' is not one of sample, batch"),
+        ({"shared_init": "normal"}, "sgpt.shared_init='normal' is not one of zeros, xavier"),
+        ({"shared_length_at": "last"}, "sgpt.shared_length_at='last' is not one of every, first"),
+        ({"shared_length": 0}, "sgpt.shared_length=0 must be at least 1"),
+        ({"key_fallback_at_most": -1}, "sgpt.key_fallback_at_most=-1 must be >= 0"),
+    ],
+)
+def test_bad_fidelity_options_name_the_valid_values(options, message):
+    with pytest.raises(ConfigError, match=message):
+        build_config("sgpt", [{"sgpt": options}])

@@ -49,6 +49,24 @@ def test_counts_and_group_weighted_mean_with_uniform_fallback():
     assert sel.group_weighted_mean(values, counts).flatten().tolist() == [1.5, 4.0, 4.0]
 
 
+def test_group_weighted_mean_falls_back_to_the_plain_mean_at_or_below_the_threshold():
+    values = torch.tensor([[[1.0], [2.0], [3.0]], [[3.0], [4.0], [9.0]]])  # [clients, groups, 1]
+    counts = torch.tensor([[1.0, 4.0, 2.0], [3.0, 1.0, 4.0]])  # totals per group: 4, 5, 6
+    # paper (0): all weighted. g0 (1*1 + 3*3) / 4 = 2.5; g1 (4*2 + 1*4) / 5 = 2.4; g2 (2*3 + 4*9) / 6 = 7
+    assert sel.group_weighted_mean(values, counts, 0).flatten().tolist() == pytest.approx([2.5, 2.4, 7.0])
+    # authors' "<=": threshold 5 -> g0 (4, below) and g1 (5, at) take the plain mean (1+3)/2, (2+4)/2; g2 (6) weighted
+    assert sel.group_weighted_mean(values, counts, 5).flatten().tolist() == pytest.approx([2.0, 3.0, 7.0])
+    assert sel.group_weighted_mean(values, counts, 4).flatten().tolist() == pytest.approx([2.0, 2.4, 7.0])
+
+
+def test_modal_gives_the_whole_batch_its_most_frequent_group_ties_to_the_lowest_also_under_vmap():
+    assert sel.modal(torch.tensor([0, 2, 2, 1]), 3).tolist() == [2, 2, 2, 2]
+    assert sel.modal(torch.tensor([1, 1, 0, 0, 2]), 3).tolist() == [0] * 5  # tie 0 / 1: np.argmax's first
+    batches = torch.tensor([[0, 2, 2, 1], [1, 1, 0, 0], [3, 3, 3, 1]])  # cohort training: one batch per client
+    out = torch.func.vmap(lambda picked: sel.modal(picked, 4))(batches)
+    assert out.tolist() == [[2] * 4, [0] * 4, [3] * 4]
+
+
 def test_momentum_is_eq_7():
     out = sel.momentum(torch.tensor([1.0, 3.0]), torch.tensor([3.0, 5.0]), 0.25)
     assert out.tolist() == [2.5, 4.5]
