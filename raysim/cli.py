@@ -1,4 +1,4 @@
-"""``raysim`` command line: ``raysim run METHOD``, ``tune``, ``report``, ``ui``, ``pretrain``, ``ls``.
+"""``raysim`` command line: ``raysim run METHOD``, ``tune``, ``compare``, ``report``, ``ui``, ``pretrain``, ``ls``.
 
 Bad input ends in one line on stderr (``raysim: error: ...``) and exit code 2, never a traceback.
 """
@@ -203,6 +203,35 @@ def tune(method, space, num_samples, max_concurrent, metric, mode, scheduler, na
     report_best(found, sweeping.execute(found, folder))
 
 
+@main.command(context_settings={"max_content_width": 100})
+@click.argument("methods", nargs=-1)
+@click.option("--seeds", type=int, default=3, show_default=True, help="Seeds per method: --seed, --seed + 1, ...")
+@click.option(
+    "--tune-budget", type=int, default=0, show_default=True, help="raysim tune trials per method first (0: presets)."
+)
+@click.option("--max-concurrent", type=int, help="Runs at once (default: as many as the cluster hosts).")
+@config_options()
+def compare(methods, seeds, tune_budget, max_concurrent, preset, overrides, **flags):
+    """Run METHODS on the same data for several seeds and report means with 95% CIs and paired differences.
+
+    Every (method, seed) is an MLflow run in the comparison's experiment (--experiment; default
+    compare-M1-M2-...-PRESET); the report (report.md, accuracy-vs-fairness and accuracy-vs-bytes plots) is logged to
+    the comparison's own run and printed. The first method is the one the others are paired with. Running the same
+    command again resumes: finished runs are kept.
+    """
+    from raysim.sweep import compare as comparing  # imports torch, Ray and Tune: only when a comparison starts
+
+    found = comparing.plan(tuple(methods), seeds, tune_budget, max_concurrent, preset, flag_layers(overrides, flags))
+    click.echo(
+        f"comparison {found.name}: {len(found.methods)} methods x {len(found.seeds)} seeds, {found.max_concurrent} "
+        f"run(s) at once, {found.tuning()}; MLflow experiment {found.name!r}; to resume, run the same command",
+        err=True,
+    )
+    table, paths = comparing.execute(found)
+    click.echo(table)
+    click.echo(f"wrote {', '.join(str(p) for p in paths)}")
+
+
 def report_best(found, best) -> None:
     """Print the best trial and the command that reproduces it."""
     shown = {k: round(v, 6) if isinstance(v, float) else v for k, v in best["params"].items()}
@@ -218,13 +247,17 @@ def report_best(found, best) -> None:
 @click.option("--tracking-uri", help="MLflow store (default sqlite:///./raysim-runs/mlflow.db).")
 @click.option("--out", help="Folder for report.md and the figures (default ./raysim-report-EXPERIMENT).")
 def report(experiment, tracking_uri, out):
-    """Compare the finished runs of EXPERIMENT per method: table, overlaid accuracy curves, global vs worst."""
+    """Compare the finished runs of EXPERIMENT per method: table, overlaid accuracy curves, global vs worst; for a
+    raysim compare experiment, its report (means with 95% CIs over seeds, paired differences, Pareto plots)."""
+    from raysim.tracking.comparison import is_comparison, write_comparison
     from raysim.tracking.mlflow import check_run_store  # imports MLflow: only when a report is asked for
     from raysim.tracking.report import write_report
 
     uri = TrackingConfig(tracking_uri=tracking_uri).resolved_uri
     check_run_store(uri)
-    table, paths = write_report(uri, experiment, out or f"raysim-report-{experiment}")
+    folder = out or f"raysim-report-{experiment}"
+    write = write_comparison if is_comparison(uri, experiment) else write_report
+    table, paths = write(uri, experiment, folder)
     click.echo(table)
     click.echo(f"wrote {', '.join(str(p) for p in paths)}")
 

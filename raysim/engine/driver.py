@@ -46,7 +46,7 @@ from raysim.engine.simulation import Simulation
 from raysim.ops.metrics import summarise
 from raysim.tracking import checkpoint as ckpt
 from raysim.tracking import provenance
-from raysim.tracking.mlflow import Tracker, check_run, check_store, summary_metrics
+from raysim.tracking.mlflow import TRAINABLE, Tracker, check_run, check_store, summary_metrics
 from raysim.tracking.plots import plot_accuracy_curves, plot_client_accuracy, plot_type_accuracy, type_accuracy_table
 from raysim.tracking.progress import RoundProgress, print_summary
 
@@ -210,6 +210,7 @@ def run(
             start = ckpt.Checkpoint(run_id, 0, config.to_dict(), initial, {}, uri)
             run_folder = config.checkpoint.root(uri) / run_id
             _log_setup(tracker, record, shards)
+            tracker.log_metrics({TRAINABLE: float(sum(t.numel() for t in initial.params.values()))}, step=0)
         else:
             tracker.attach(resume.run_id)
             run_id, start, run_folder = resume.run_id, resume, resume.folder.parent

@@ -369,28 +369,12 @@ def plan(
     name = name or f"{method}-{time.strftime('%Y%m%d-%H%M%S')}"
     check_store(probe.tracking.resolved_uri)
     connect_ray(probe.resources)
-    # trials run in their own working folders: pin the store, the experiment and every path to absolute ones; the
-    # precision is resolved once, here, so every trial computes alike; a trial keeps the checkpoints back to its
-    # last evaluated round (the one Tune would restore)
-    pinned = {
-        "tracking": {
-            "tracking_uri": probe.tracking.resolved_uri,
-            "experiment": probe.tracking.experiment if _flag_set(flag_layers, "experiment") else name,
-        },
-        "checkpoint": {
-            "every": 1,
-            "keep": probe.federation.eval_every + 1,
-            "dir": str(probe.checkpoint.root(probe.tracking.resolved_uri)),
-        },
-        "train": {"precision": resolved(probe).train.precision},
-        "data": {"data_dir": _absolute(probe.data.data_dir)},
-        "model": {"weights": _absolute(probe.model.weights)},
-    }
+    experiment = probe.tracking.experiment if _flag_set(flag_layers, "experiment") else name
     sweep = Sweep(
         method,
         name,
         before,
-        [*flag_layers, pinned],
+        [*flag_layers, pinned_layer(probe, experiment)],
         space,
         metric,
         mode,
@@ -401,6 +385,24 @@ def plan(
         command=provenance.command_line(),
     )
     return dataclasses.replace(sweep, max_concurrent=plan_concurrency(sweep.trial_config({}), max_concurrent))
+
+
+def pinned_layer(probe: Config, experiment: str) -> dict[str, dict[str, Any]]:
+    """The config layer every trial of a sweep (or cell of a comparison) ends with. Trials run in their own working
+    folders: the store, the experiment and every path are pinned to absolute ones; the precision is resolved once,
+    here, so every trial computes alike; a trial keeps the checkpoints back to its last evaluated round (the one
+    Tune would restore)."""
+    return {
+        "tracking": {"tracking_uri": probe.tracking.resolved_uri, "experiment": experiment},
+        "checkpoint": {
+            "every": 1,
+            "keep": probe.federation.eval_every + 1,
+            "dir": str(probe.checkpoint.root(probe.tracking.resolved_uri)),
+        },
+        "train": {"precision": resolved(probe).train.precision},
+        "data": {"data_dir": _absolute(probe.data.data_dir)},
+        "model": {"weights": _absolute(probe.model.weights)},
+    }
 
 
 def check_store_and_ray(sweep: Sweep) -> None:

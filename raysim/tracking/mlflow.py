@@ -26,6 +26,8 @@ from raysim.core.errors import ConfigError
 PARAM_LIMIT = 500  # MLflow caps a param value's length
 SUMMARY = "summary/"
 KIND, SWEEP = "raysim.kind", "sweep"  # a sweep's parent run is tagged KIND=SWEEP; its trials are nested under it
+TRAINABLE = "trainable_params"  # every run logs the size of its global trainable state once, at step 0
+COMPARE = "comparison"  # a comparison's own run (KIND=COMPARE); its (method, seed) runs are nested under it
 EXPERIMENT_KIND = "mlflow.experimentKind"  # what MLflow's UI takes an experiment for; raysim's are classic ML
 MACHINE_LEARNING = "custom_model_development"
 

@@ -164,6 +164,40 @@ def plot_global_vs_worst(points: dict[str, tuple[float, float]], title: str, pat
     _finish(fig, ax, title, path, legend=False)
 
 
+def plot_tradeoff(
+    points: dict[str, tuple[float, float, float, float]],
+    front: list[str],
+    x_label: str,
+    title: str,
+    path: str | Path,
+    log_x: bool = False,
+) -> None:
+    """Global accuracy (y) against a cost (x: sigma, bytes) per method: (x, x CI, y, y CI) as a point with error
+    bars (none where the CI is NaN), the Pareto ``front`` joined by a dashed line (``raysim compare``)."""
+    fig, ax = plt.subplots(figsize=(5.8, 4.6), dpi=120)
+    for i, (label, (x, x_half, y, y_half)) in enumerate(points.items()):
+        if np.isnan(x) or np.isnan(y):
+            continue
+        ax.errorbar(
+            [x],
+            [y],
+            xerr=None if np.isnan(x_half) else [x_half],
+            yerr=None if np.isnan(y_half) else [y_half],
+            fmt="o",
+            color=f"C{i % 10}",
+            capsize=3,
+            label=label,
+        )
+    if len(front) > 1:
+        ax.plot([points[m][0] for m in front], [points[m][2] for m in front], "k--", alpha=0.4, label="Pareto front")
+    ax.set_xlabel(x_label)
+    ax.set_ylabel("global accuracy (%), last-10 mean")
+    if log_x:
+        ax.set_xscale("log")
+    accuracy_axis(ax, "y")
+    _finish(fig, ax, title, path, legend=True)
+
+
 def _finish(fig, ax, title: str, path: str | Path, legend: bool) -> None:
     """Title, light grid, legend if asked, then save and free the figure."""
     ax.set_title(title)

@@ -17,7 +17,7 @@ import numpy as np
 from mlflow.tracking import MlflowClient
 
 from raysim.core.errors import ConfigError
-from raysim.tracking.mlflow import KIND, SWEEP, summary_key
+from raysim.tracking.mlflow import COMPARE, KIND, SWEEP, summary_key
 from raysim.tracking.plots import plot_compared_curves, plot_global_vs_worst
 
 COLUMNS = (
@@ -32,8 +32,9 @@ COLUMNS = (
 
 
 def collect(uri: str, experiment: str, parent_run_id: str | None = None) -> list[dict]:
-    """The experiment's FINISHED runs (those nested under ``parent_run_id`` if given; never a sweep's parent run):
-    name, method, summary statistics {(metric, stat): value} and global-accuracy curve."""
+    """The experiment's FINISHED runs (those nested under ``parent_run_id`` if given; never a sweep's or a
+    comparison's own run): name, method, tags, latest metrics, summary statistics {(metric, stat): value} and
+    global-accuracy curve."""
     client = MlflowClient(uri)
     found = client.get_experiment_by_name(experiment)
     if found is None:
@@ -42,7 +43,8 @@ def collect(uri: str, experiment: str, parent_run_id: str | None = None) -> list
     query = "attributes.status = 'FINISHED'"
     if parent_run_id:
         query += f" and tags.`mlflow.parentRunId` = '{parent_run_id}'"
-    runs = [r for r in client.search_runs([found.experiment_id], filter_string=query) if r.data.tags.get(KIND) != SWEEP]
+    found_runs = client.search_runs([found.experiment_id], filter_string=query)
+    runs = [r for r in found_runs if r.data.tags.get(KIND) not in (SWEEP, COMPARE)]
     out = []
     for run in runs:
         history = client.get_metric_history(run.info.run_id, "global_acc")
@@ -55,6 +57,8 @@ def collect(uri: str, experiment: str, parent_run_id: str | None = None) -> list
                 "id": run.info.run_id,
                 "name": run.info.run_name,
                 "method": run.data.tags.get("method", "?"),
+                "tags": run.data.tags,
+                "metrics": run.data.metrics,
                 "summary": summary,
                 "curve": (sorted(latest), [latest[s] for s in sorted(latest)]),
             }

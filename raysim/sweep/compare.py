@@ -1,0 +1,270 @@
+"""``raysim compare M1 M2 ... --seeds S``: every method on the same data, seed by seed, at equal tuning budgets.
+
+Seed s is the run seed ``base + s`` (``base``: ``--seed``, default 0): it draws the partition, the initialisation and
+the sampling together, and every method of seed s sees the same partition. With ``--tune-budget B`` each method
+first gets B trials of ``raysim tune`` over its own space (``tune_spaces/METHOD.yaml``), FIFO so that every trial
+runs all rounds, on the first seed only, at the comparison's own setting (its preset and flags win over the space's
+``fixed`` values); its best sampled values then run on every seed. Without it every method runs at the preset.
+
+Every (method, seed) cell is a whole ``raysim run``, an MLflow run in the comparison's experiment nested under the
+comparison's own run, which ends with the report (:mod:`raysim.tracking.comparison`) as artifacts. The cells run
+as Ray Tune trials, as many at once as the cluster hosts. Running the same command again resumes: finished cells
+(same method, seed and config hash) and finished tunings are kept, the rest run again from their start.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mlflow.tracking import MlflowClient
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NOTE, MLFLOW_SOURCE_NAME
+from ray import tune
+from rich.console import Console
+
+from raysim.config import Config, beside_store, build_config, load_preset, preset_for_method
+from raysim.core.errors import ConfigError, SweepError
+from raysim.core.registry import get_method
+from raysim.engine.driver import run
+from raysim.engine.ray_session import connect_ray
+from raysim.engine.setup import prepare_shards
+from raysim.sweep import tune as sweeping
+from raysim.sweep.space import as_layer, default_space_file
+from raysim.tracking import provenance
+from raysim.tracking.comparison import CELL, NAME, TUNING, write_comparison
+from raysim.tracking.mlflow import COMPARE, KIND, Tracker, check_store
+
+HASH = "raysim.config_hash"
+TUNED_FILE = "tuned.json"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """What a comparison runs: its name (= MLflow experiment), methods, seeds, preset, flags and tuning budget."""
+
+    name: str
+    methods: tuple[str, ...]
+    seeds: tuple[int, ...]
+    preset: str | None
+    flags: list[dict]  # flags and --set as given
+    pinned: dict  # the store, experiment, paths and precision every cell shares
+    tune_budget: int
+    folder: str
+    max_concurrent: int = 1
+
+    def layers(self, method: str) -> list[dict]:
+        return ([preset_for_method(load_preset(self.preset), method)] if self.preset else []) + self.flags
+
+    def config(self, method: str, seed: int, tuned: dict[str, Any]) -> Config:
+        """The cell's config: preset < flags < the method's tuned values < the seed < the pinned layer."""
+        seeded = {"federation": {"seed": seed}}
+        return build_config(method, [*self.layers(method), as_layer(tuned), seeded, self.pinned])
+
+    def tuning(self) -> str:
+        """How the methods' hyperparameters were chosen, as the report says it."""
+        if not self.tune_budget:
+            return "presets (no tuning)"
+        return (
+            f"{self.tune_budget} raysim tune trials per method (its tune_spaces/ space, FIFO, this setting) on seed "
+            f"{self.seeds[0]}, ranked by final global_acc; the best values run on every seed"
+        )
+
+
+def plan(
+    methods: tuple[str, ...],
+    seeds: int,
+    tune_budget: int,
+    max_concurrent: int | None,
+    preset: str | None,
+    flags: list[dict],
+) -> Comparison:
+    """Validate everything (methods, counts, spaces, store, cluster) before any run starts."""
+    if len(methods) < 2:
+        raise ConfigError("raysim compare needs at least two methods (the first is the one the others are paired with)")
+    if len(set(methods)) != len(methods):
+        raise ConfigError(f"each method once: {' '.join(methods)} names one twice")
+    for method in methods:
+        get_method(method)
+    if seeds < 1:
+        raise ConfigError(f"--seeds {seeds} must be at least 1 (3 or more for a confidence interval that means much)")
+    if tune_budget < 0:
+        raise ConfigError(f"--tune-budget {tune_budget} must be 0 (run the presets) or more trials")
+    if tune_budget:
+        for method in methods:
+            default_space_file(method)  # a one-line error naming the methods that have a space
+    probes = [build_config(m, ([preset_for_method(load_preset(preset), m)] if preset else []) + flags) for m in methods]
+    base = probes[0].federation.seed
+    name = probes[0].tracking.experiment if _experiment_given(flags) else default_name(methods, preset)
+    uri = probes[0].tracking.resolved_uri
+    check_store(uri)
+    connect_ray(probes[0].resources)
+    comparison = Comparison(
+        name,
+        tuple(methods),
+        tuple(range(base, base + seeds)),
+        preset,
+        flags,
+        sweeping.pinned_layer(probes[0], name),
+        tune_budget,
+        str(beside_store(uri) / "compare" / name),
+    )
+    first = comparison.config(methods[0], comparison.seeds[0], {})
+    return dataclasses.replace(comparison, max_concurrent=sweeping.plan_concurrency(first, max_concurrent))
+
+
+def default_name(methods: tuple[str, ...], preset: str | None) -> str:
+    """``compare-M1-M2[-PRESET]``: the same command names the same comparison, so running it again resumes it."""
+    return "-".join(["compare", *methods, *([Path(preset).stem] if preset else [])])
+
+
+def _experiment_given(flags: list[dict]) -> bool:
+    return any("experiment" in layer.get("tracking", {}) for layer in flags)
+
+
+def tuned_values(comparison: Comparison) -> dict[str, dict[str, Any]]:
+    """Each method's best sampled values after its ``tune_budget`` trials (empty without a budget); a tuning that
+    finished before (``tuned.json`` in the comparison's folder) is not run again."""
+    if not comparison.tune_budget:
+        return {method: {} for method in comparison.methods}
+    path = Path(comparison.folder) / TUNED_FILE
+    done = json.loads(path.read_text()) if path.exists() else {}
+    for method in comparison.methods:
+        if method in done:
+            continue
+        # the comparison's preset and flags come after the space's fixed values: trials tune at its own setting
+        layers = [*comparison.layers(method), {"tracking": {"experiment": f"{comparison.name}-tuning"}}]
+        layers.append({"federation": {"seed": comparison.seeds[0]}})
+        name = f"{comparison.name}-{method}-{time.strftime('%Y%m%d-%H%M%S')}"
+        budget = comparison.tune_budget
+        sweep = sweeping.plan(method, None, budget, None, "global_acc", "max", "fifo", name, None, layers)
+        sweep = sweeping.open_parent(sweep)
+        best = sweeping.execute(sweep, sweeping.save_sweep(sweep))
+        done[method] = best["params"]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(done, indent=1))
+    return done
+
+
+def _cell(params: dict[str, Any], comparison: Comparison, tuned: dict, shards: dict, parent: str, command: str):
+    """One (method, seed): a whole raysim run, nested under the comparison's run."""
+    method, seed = params["cell"]
+    config = comparison.config(method, seed, tuned[method])
+    tags = {
+        NAME: comparison.name,
+        CELL: f"{method}/s{seed}",
+        HASH: provenance.config_hash(config),
+        TUNING: comparison.tuning(),
+        MLFLOW_PARENT_RUN_ID: parent,
+        MLFLOW_SOURCE_NAME: command,
+    }
+    result = run(config, show_progress=False, console=Console(file=io.StringIO()), shards=shards[seed], tags=tags)
+    tune.report({"global_acc": result.summary["global_acc"]["final"], "run_id": result.run_id})
+
+
+def finished_cells(comparison: Comparison, tuned: dict) -> set[tuple[str, int]]:
+    """The (method, seed) cells that already have a FINISHED run of the same config; a finished cell of another
+    config (the experiment holds a comparison of other settings) is a one-line error."""
+    client = MlflowClient(comparison.pinned["tracking"]["tracking_uri"])
+    experiment = client.get_experiment_by_name(comparison.name)
+    if experiment is None:
+        return set()
+    query = f"attributes.status = 'FINISHED' and tags.`{NAME}` = '{comparison.name}'"
+    done = set()
+    for found in client.search_runs([experiment.experiment_id], filter_string=query):
+        method, seed = found.data.tags["method"], int(found.data.tags["seed"])
+        if method not in tuned:
+            continue
+        if found.data.tags.get(HASH) != provenance.config_hash(comparison.config(method, seed, tuned[method])):
+            raise ConfigError(
+                f"experiment {comparison.name!r} already holds a comparison of other settings ({method} seed {seed} "
+                f"ran with another config); name a new one with --experiment NAME"
+            )
+        done.add((method, seed))
+    return done
+
+
+def open_run(comparison: Comparison) -> Tracker:
+    """The comparison's own MLflow run (re-opened when the comparison resumes)."""
+    uri = comparison.pinned["tracking"]["tracking_uri"]
+    tracker = Tracker(uri)
+    experiment = tracker.client.get_experiment_by_name(comparison.name)
+    if experiment is not None:
+        query = f"tags.`{KIND}` = '{COMPARE}' and tags.`{NAME}` = '{comparison.name}'"
+        for found in tracker.client.search_runs([experiment.experiment_id], filter_string=query):
+            tracker.attach(found.info.run_id)
+            return tracker
+    first = comparison.config(comparison.methods[0], comparison.seeds[0], {})
+    note = (
+        f"raysim compare {' '.join(comparison.methods)}: seeds {list(comparison.seeds)}; {comparison.tuning()}; "
+        f"each cell {provenance.describe(first, first)}"
+    )
+    tags = {
+        KIND: COMPARE,
+        NAME: comparison.name,
+        "dataset": first.data.dataset,
+        "partition": first.data.partition,
+        "precision": first.train.precision,
+        MLFLOW_RUN_NOTE: note,
+        **provenance.provenance_tags(first.resources.gpus_per_client > 0),
+    }
+    params = {
+        "compare.methods": " ".join(comparison.methods),
+        "compare.seeds": len(comparison.seeds),
+        "compare.tune_budget": comparison.tune_budget,
+    }
+    tracker.start(comparison.name, comparison.name, params, tags)
+    return tracker
+
+
+def execute(comparison: Comparison) -> tuple[str, list[Path]]:
+    """Tune (if asked), run the missing cells, and write the report; the comparison's run ends FINISHED with the
+    report, FAILED, or KILLED after Ctrl-C."""
+    tuned = tuned_values(comparison)
+    tracker = open_run(comparison)
+    status = "FAILED"
+    try:
+        done = finished_cells(comparison, tuned)
+        todo = [(m, s) for s in comparison.seeds for m in comparison.methods if (m, s) not in done]
+        if todo:
+            _run_cells(comparison, tuned, todo, tracker.run_id)
+        missing = {(m, s) for m in comparison.methods for s in comparison.seeds} - finished_cells(comparison, tuned)
+        if missing:
+            cells = ", ".join(f"{m}/s{s}" for m, s in sorted(missing))
+            raise SweepError(f"comparison {comparison.name}: {cells} did not finish; run the same command to retry")
+        uri = comparison.pinned["tracking"]["tracking_uri"]
+        folder = Path(comparison.folder) / "report"
+        table, paths = write_comparison(uri, comparison.name, folder, list(comparison.methods))
+        for path in paths:
+            tracker.log_artifact(path)
+        status = "FINISHED"
+        return table, paths
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    finally:
+        tracker.end(status)
+
+
+def _run_cells(comparison: Comparison, tuned: dict, todo: list[tuple[str, int]], parent: str) -> None:
+    """The cells as Tune trials (FIFO, all at their full length), each seed's data partitioned once, here."""
+    shards = {seed: prepare_shards(comparison.config(comparison.methods[0], seed, {})) for seed in {s for _, s in todo}}
+    first = comparison.config(*todo[0], tuned[todo[0][0]])
+    trainable = tune.with_resources(
+        tune.with_parameters(
+            _cell, comparison=comparison, tuned=tuned, shards=shards, parent=parent, command=provenance.command_line()
+        ),
+        tune.PlacementGroupFactory(sweeping.bundles(first)),
+    )
+    tune.Tuner(
+        trainable,
+        param_space={"cell": tune.grid_search(todo)},
+        tune_config=tune.TuneConfig(max_concurrent_trials=comparison.max_concurrent),
+        run_config=tune.RunConfig(
+            name=f"{comparison.name}-{time.strftime('%Y%m%d-%H%M%S')}", storage_path=comparison.folder, verbose=1
+        ),
+    ).fit()

@@ -1,0 +1,177 @@
+"""The report of ``raysim compare`` (and of ``raysim report`` on a comparison's experiment): methods over seeds.
+
+Reads the tracking store only. The cells are the experiment's FINISHED runs tagged with the comparison's name
+(:data:`CELL`: ``METHOD/sSEED``). For each method: the mean and the 95% confidence interval (Student's t over the
+seeds) of the papers' metrics, the bytes it exchanged per round and its trainable parameters; then, for every other
+method, the paired comparison with the first method named: the mean over seeds of (method - first), its 95% CI, and
+how many seeds agree with the sign of the mean. Figures: accuracy against fairness (sigma) and against bytes per
+round, each method's mean with its CIs as error bars, the Pareto front drawn through the methods no other beats on
+both axes.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+from mlflow.tracking import MlflowClient
+from scipy import stats
+
+from raysim.core.errors import ConfigError
+from raysim.tracking.mlflow import TRAINABLE
+from raysim.tracking.plots import plot_tradeoff
+from raysim.tracking.report import collect
+
+NAME, CELL, TUNING = "raysim.compare", "raysim.cell", "raysim.tuning"  # tags of every cell
+STATISTICS = (
+    ("global_acc", "final"),
+    ("global_acc", "mean"),
+    ("local_acc", "mean"),
+    ("worst_local_acc", "mean"),
+    ("sigma_type", "mean"),
+    ("sigma_client", "mean"),
+)
+PAIRED = (("global_acc", "mean"), ("local_acc", "mean"), ("worst_local_acc", "mean"))
+BYTES = "bytes_per_round"
+LEVEL = 0.95
+
+
+def interval(values) -> tuple[float, float]:
+    """(mean, half-width of the two-sided 95% Student-t interval); the half-width is NaN for fewer than 2 values."""
+    values = np.asarray(values, dtype=np.float64)
+    if len(values) < 2:
+        return float(values.mean()) if len(values) else float("nan"), float("nan")
+    half = stats.t.ppf(0.5 + LEVEL / 2, len(values) - 1) * values.std(ddof=1) / np.sqrt(len(values))
+    return float(values.mean()), float(half)
+
+
+def paired(first: dict[int, float], other: dict[int, float]) -> tuple[float, float, int, int]:
+    """Over the seeds both have: (mean of other - first, its CI half-width, seeds whose difference has the mean's
+    sign, seeds)."""
+    seeds = sorted(set(first) & set(other))
+    differences = np.array([other[s] - first[s] for s in seeds])
+    mean, half = interval(differences)
+    agree = int((np.sign(differences) == np.sign(mean)).sum()) if len(seeds) and mean != 0 else 0
+    return mean, half, agree, len(seeds)
+
+
+def pareto_front(points: dict[str, tuple[float, float]]) -> list[str]:
+    """The labels no other point beats on both axes (higher y, lower x), ordered by x."""
+    front = [
+        label
+        for label, (x, y) in points.items()
+        if not any(ox <= x and oy >= y and (ox, oy) != (x, y) for ox, oy in points.values())
+    ]
+    return sorted(front, key=lambda label: points[label][0])
+
+
+def _bytes_per_round(client: MlflowClient, run_id: str) -> float:
+    """Mean over rounds of the bytes sent down and up."""
+    total: dict[int, float] = defaultdict(float)
+    for key in ("bytes_down", "bytes_up"):
+        latest = {m.step: m.value for m in sorted(client.get_metric_history(run_id, key), key=lambda m: m.timestamp)}
+        for step, value in latest.items():
+            total[step] += value
+    return float(np.mean(list(total.values()))) if total else float("nan")
+
+
+def cells(uri: str, experiment: str) -> list[dict]:
+    """The comparison's finished cells: each run of :func:`collect` with its seed and bytes per round."""
+    client = MlflowClient(uri)
+    found = [run for run in collect(uri, experiment) if CELL in run["tags"]]
+    if not found:
+        raise ConfigError(f"experiment {experiment!r} has no finished run of raysim compare")
+    for run in found:
+        run["seed"] = int(run["tags"]["seed"])
+        run["summary"][(BYTES, "mean")] = _bytes_per_round(client, run["id"])
+    return found
+
+
+def is_comparison(uri: str, experiment: str) -> bool:
+    """Whether ``experiment`` holds runs of ``raysim compare``."""
+    client = MlflowClient(uri)
+    found = client.get_experiment_by_name(experiment)
+    return found is not None and bool(
+        client.search_runs([found.experiment_id], filter_string=f"tags.`{NAME}` != ''", max_results=1)
+    )
+
+
+def _cell(mean: float, half: float, digits: int = 2) -> str:
+    if np.isnan(mean):
+        return ""
+    return f"{mean:.{digits}f}" if np.isnan(half) else f"{mean:.{digits}f} ± {half:.{digits}f}"
+
+
+def _described(runs: list[dict]) -> list[str]:
+    """The lines saying what the table rests on: seeds, tuning, CPU, precision, setting."""
+    tags = runs[0]["tags"]
+    seeds = sorted({r["seed"] for r in runs})
+    tuning = sorted({r["tags"].get(TUNING, "presets") for r in runs})
+    note = tags.get("mlflow.note.content", "").split(";")[0].rsplit(", seed ", 1)[0]  # one cell's: not its seed
+    setting = note.split(" on ", 1)[1] if " on " in note else note
+    return [
+        f"- seeds: {', '.join(map(str, seeds))} ({len(seeds)}); ± is the 95% Student-t interval over the seeds",
+        f"- tuning: {'; '.join(tuning)}",
+        f"- setting: {setting}",
+        f"- CPU: {tags.get('hardware.cpu', 'unknown')}; GPU: {tags.get('hardware.gpu', 'none')}; precision: "
+        f"{', '.join(sorted({r['tags'].get('precision', '?') for r in runs}))}",
+        f"- evaluation: {tags.get('evaluation', 'all clients')}",
+    ]
+
+
+def write_comparison(
+    uri: str, experiment: str, folder: str | Path, order: list[str] | None = None
+) -> tuple[str, list[Path]]:
+    """``report.md`` (methods with CIs, paired comparisons with the first method) and the two Pareto figures
+    under ``folder``; returns the methods' table and the paths. ``order``: the methods as named (else sorted)."""
+    runs = cells(uri, experiment)
+    by_method: dict[str, list[dict]] = defaultdict(list)
+    for run in runs:
+        by_method[run["method"]].append(run)
+    methods = [m for m in (order or []) if m in by_method] + sorted(set(by_method) - set(order or []))
+    columns = [c for c in (*STATISTICS, (BYTES, "mean")) if any(c in r["summary"] for r in runs)]
+
+    def values(method: str, column) -> dict[int, float]:
+        return {r["seed"]: r["summary"][column] for r in by_method[method] if column in r["summary"]}
+
+    header = [f"{k} ({'last-10 mean' if s == 'mean' and k != BYTES else s})" for k, s in columns]
+    lines = ["| method | seeds | trainable params | " + " | ".join(header) + " |", "|---" * (3 + len(columns)) + "|"]
+    for method in methods:
+        trainable = {r["metrics"].get(TRAINABLE) for r in by_method[method]} - {None}
+        shown = f"{int(max(trainable)):,}" if trainable else ""
+        figures = [_cell(*interval(list(values(method, c).values())), 0 if c[0] == BYTES else 2) for c in columns]
+        lines.append(f"| {method} | {len(by_method[method])} | {shown} | " + " | ".join(figures) + " |")
+    table = "\n".join(lines)
+    first = methods[0]
+    pairs = [f"| method - {first} | " + " | ".join(f"{k} (last-10 mean)" for k, _ in PAIRED) + " |"]
+    pairs.append("|---" * (1 + len(PAIRED)) + "|")
+    for method in methods[1:]:
+        row = []
+        for column in PAIRED:
+            mean, half, agree, n = paired(values(first, column), values(method, column))
+            excludes = not np.isnan(half) and abs(mean) > half
+            row.append(f"{_cell(mean, half)} ({agree}/{n} seeds agree{'; CI excludes 0' if excludes else ''})")
+        pairs.append(f"| {method} | " + " | ".join(row) + " |")
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = [folder / "report.md", folder / "accuracy_vs_fairness.png", folder / "accuracy_vs_bytes.png"]
+    paths[0].write_text(
+        f"# {experiment}: {len(methods)} methods x {len({r['seed'] for r in runs})} seeds ({uri})\n\n"
+        + "\n".join(_described(runs))
+        + f"\n\n{table}\n\n## Paired with {first} (over the seeds both ran)\n\n"
+        + "\n".join(pairs)
+        + "\n"
+    )
+    accuracy = ("global_acc", "mean")
+    fairness = ("sigma_type", "mean") if ("sigma_type", "mean") in columns else ("sigma_client", "mean")
+    for path, x, label, log in (
+        (paths[1], fairness, f"{fairness[0]} (pp, last-10 mean; lower is fairer)", False),
+        (paths[2], (BYTES, "mean"), "bytes per round (down + up)", True),
+    ):
+        points = {
+            m: (*interval(list(values(m, x).values())), *interval(list(values(m, accuracy).values()))) for m in methods
+        }
+        front = pareto_front({m: (p[0], p[2]) for m, p in points.items() if not np.isnan(p[0])})
+        plot_tradeoff(points, front, label, f"{experiment}\nglobal accuracy vs {x[0]}", path, log_x=log)
+    return table, paths

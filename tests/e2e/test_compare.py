@@ -1,0 +1,93 @@
+"""``raysim compare`` end to end on the real Ray Tune and MLflow: 2 methods x 2 seeds on the quick preset, one run
+per cell nested under the comparison's own run, the report's intervals recomputed from the cells' logged figures,
+the same partition for every method of a seed, a second run of the command that resumes (runs nothing), ``raysim
+report`` on the comparison, and bad input stopped before any run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from mlflow.tracking import MlflowClient
+from scipy import stats
+
+from raysim.cli import main
+
+COMMAND = ["compare", "fedavg", "fedvpt", "--preset", "quick", "--seeds", "2", "--rounds", "2", "--backend", "sequential"]
+NAME = "compare-fedavg-fedvpt-quick"
+
+
+def _cells(client):
+    runs = client.search_runs([client.get_experiment_by_name(NAME).experiment_id])
+    (own,) = [r for r in runs if r.data.tags.get("raysim.kind") == "comparison"]
+    return own, [r for r in runs if r is not own]
+
+
+def _row(text: str, first: str, table: int = 0) -> list[str]:
+    """The cells of the row that starts with ``first`` in the report's ``table``-th table (0: methods, 1: paired)."""
+    line = [line for line in text.splitlines() if line.startswith(f"| {first} |")][table]
+    return [cell.strip() for cell in line.strip("|").split("|")]
+
+
+def test_compare_runs_every_cell_reports_intervals_and_resumes(ray_session, tmp_path, tracking_uri):
+    result = CliRunner().invoke(main, [*COMMAND, "--tracking-uri", tracking_uri])
+    assert result.exit_code == 0, result.output + result.stderr
+    client = MlflowClient(tracking_uri)
+    own, cells = _cells(client)
+    assert own.info.status == "FINISHED" and own.data.params["compare.tune_budget"] == "0"
+    assert sorted((r.data.tags["method"], r.data.tags["seed"]) for r in cells) == [
+        ("fedavg", "0"),
+        ("fedavg", "1"),
+        ("fedvpt", "0"),
+        ("fedvpt", "1"),
+    ]
+    assert all(r.info.status == "FINISHED" and r.data.tags["mlflow.parentRunId"] == own.info.run_id for r in cells)
+    digest = {(r.data.tags["method"], r.data.tags["seed"]): r.inputs.dataset_inputs[0].dataset.digest for r in cells}
+    assert digest["fedavg", "0"] == digest["fedvpt", "0"] != digest["fedavg", "1"] == digest["fedvpt", "1"]
+    assert {a.path for a in client.list_artifacts(own.info.run_id)} == {
+        "report.md",
+        "accuracy_vs_fairness.png",
+        "accuracy_vs_bytes.png",
+    }
+    report = Path(client.download_artifacts(own.info.run_id, "report.md", str(tmp_path))).read_text()
+    assert "- seeds: 0, 1 (2)" in report and "- tuning: presets (no tuning)" in report and "precision: " in report
+
+    def logged(method):
+        runs = sorted((r for r in cells if r.data.tags["method"] == method), key=lambda r: r.data.tags["seed"])
+        return np.array([r.data.metrics["summary/global_acc_mean"] for r in runs])
+
+    for method in ("fedavg", "fedvpt"):  # mean ± t(0.975, 1) * sd / sqrt(2), recomputed here
+        values = logged(method)
+        half = stats.t.ppf(0.975, 1) * values.std(ddof=1) / np.sqrt(2)
+        assert _row(report, method)[4] == f"{values.mean():.2f} ± {half:.2f}"
+    trainable = {r.data.tags["method"]: r.data.metrics["trainable_params"] for r in cells}
+    assert trainable["fedvpt"] < trainable["fedavg"]  # prompts + head against the whole model
+    assert _row(report, "fedvpt")[2] == f"{int(trainable['fedvpt']):,}"
+    differences = logged("fedvpt") - logged("fedavg")
+    half = stats.t.ppf(0.975, 1) * differences.std(ddof=1) / np.sqrt(2)
+    assert _row(report, "fedvpt", table=1)[1].startswith(f"{differences.mean():.2f} ± {half:.2f} (")
+
+    again = CliRunner().invoke(main, [*COMMAND, "--tracking-uri", tracking_uri])
+    assert again.exit_code == 0, again.stderr
+    assert len(_cells(client)[1]) == 4  # every cell had finished: nothing ran again
+    shown = CliRunner().invoke(main, ["report", NAME, "--tracking-uri", tracking_uri, "--out", str(tmp_path / "r")])
+    assert shown.exit_code == 0 and _row(shown.stdout, "fedvpt") == _row(report, "fedvpt")
+
+
+BAD = [
+    (["fedavg"], "needs at least two methods"),
+    (["fedavg", "nosuch"], "unknown method 'nosuch'"),
+    (["fedavg", "fedvpt", "--seeds", "0"], "--seeds 0 must be at least 1"),
+    (["fedavg", "fedavg"], "names one twice"),
+    (["fedavg", "sgpt", "--tune-budget", "-1"], "--tune-budget -1 must be 0"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), BAD)
+def test_bad_comparisons_stop_with_one_line_before_any_run(tmp_path, args, message):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    result = CliRunner().invoke(main, ["compare", *args, "--tracking-uri", uri])
+    assert result.exit_code == 2 and message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "mlflow.db").exists()  # stopped before the store was touched
