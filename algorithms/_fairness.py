@@ -1,5 +1,6 @@
-"""Loss-reporting for the fairness methods (FedGR, q-FFL, AFL, TERM), beside them: what a client measures before
-training, and which updates carry a loss to weigh. The weights themselves are :mod:`raysim.ops.reweighting`.
+"""Loss-reporting for the fairness methods (FedGR, q-FFL, AFL, TERM), beside them: what a client measures, before
+or while training, and which updates carry a loss to weigh. The weights themselves are
+:mod:`raysim.ops.reweighting`.
 """
 
 from __future__ import annotations
@@ -19,13 +20,30 @@ def client_losses(updates: Sequence[ClientUpdate], key: str = GLOBAL_LOSS) -> np
     return np.array([u.metrics[key] for u in updates], dtype=np.float64)
 
 
+def received_model_loss(method, ctx, broadcast, data) -> float:
+    """F_k: the received global model's mean cross-entropy on the client's train rows (``method.predict``'s
+    logits), with ``broadcast.params`` loaded into ``ctx.model``; NaN without rows."""
+    ctx.model.load_trainable(broadcast.params)
+    return training.mean_loss(ctx.model, data, ctx.device, lambda x, rows: method.predict(ctx.model, x, data, rows))
+
+
+def last_epoch_mean(step_losses: Sequence[float], step_rows: Sequence[int], rows: int) -> float:
+    """The objective accumulated over the last local epoch, per row: each step's batch-mean loss times its rows,
+    summed over the trailing steps that cover ``rows`` rows (one epoch), divided by ``rows``; NaN without steps."""
+    total, seen = 0.0, 0
+    for loss, n in zip(reversed(step_losses), reversed(step_rows)):
+        if seen >= rows:
+            break
+        total, seen = total + loss * n, seen + n
+    return total / seen if seen else float("nan")
+
+
 class ReportsGlobalLoss:
-    """Mixin for a method: before local training, measure F_k, the received global model's mean cross-entropy on
-    the client's train rows, and report it as ``metrics["global_loss"]``."""
+    """Mixin for a method: before local training, measure F_k (:func:`received_model_loss`) and report it as
+    ``metrics["global_loss"]``."""
 
     def client_update(self, ctx, broadcast, client_state, data):
-        ctx.model.load_trainable(broadcast.params)
-        loss = training.mean_loss(ctx.model, data, ctx.device, lambda x, rows: self.predict(ctx.model, x, data, rows))
+        loss = received_model_loss(self, ctx, broadcast, data)
         update = super().client_update(ctx, broadcast, client_state, data)
         update.metrics[GLOBAL_LOSS] = loss
         return update

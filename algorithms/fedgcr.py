@@ -10,10 +10,16 @@ h_tilde (T' components) and returns the centres H and every client's cluster id.
 + lambda2 l_RA once centres exist (CE only before). A client keeps h_prev (its last h_tilde) and z_prev (its
 rows' representations from its last local epoch) between participations; z0 comes from one pass with the
 received parameters. A client that first takes part after round 1 has no cluster id yet and trains on CE
-alone that round. FedGR: weights ~ omega_ij (L_ij^(1-beta) Lbar_i^beta)^(q+1), beta = delta (1 - gamma^(r-1)),
-L_ij the client's local objective of Eq. 2, its empirical cross-entropy risk (mean over the last local epoch;
-the contrastive terms, unbounded with the paper's dot products, are left out so they cannot swamp the weights).
+alone that round. FedGR: weights ~ omega_ij (L_ij^(1-beta) Lbar_i^beta)^(q+1), beta = delta (1 - gamma^(r-1)).
 Without GC-Net (``fedgr``), h_tilde is the class-balanced mean of the frozen class token.
+
+L_ij (``client_loss``): ``local`` (the paper) is the L that Algorithm 1's LocalUpdate returns: the objective it
+trains (Eq. 6; CE alone in round 1, line 9) accumulated over every row of the last local epoch (line 3 resets L
+each epoch), per row. Eq. 2 writes a sum over the rows, but calls L_k the empirical risk whose omega-weighted sum
+is the centralised one (Eq. 1), which holds for the mean; a sum would also weigh a client by N^(q+2). ``global``
+(the authors' code) is the mean CE of the global model after the previous aggregation on the client's train rows
+(federated/train.py:363-368, read by utils/util.py:1133-1153): the model the client receives, measured before it
+trains (their round 1 uses 1 for every client; raysim the initial model's loss).
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import numpy as np
 import torch
 
 from raysim.algorithms import _group_custom as gc
-from raysim.algorithms._fairness import client_losses, with_data
+from raysim.algorithms._fairness import GLOBAL_LOSS, client_losses, last_epoch_mean, received_model_loss, with_data
 from raysim.algorithms.fedavg import FedAvg
 from raysim.core import training
 from raysim.core.errors import ConfigError
@@ -41,7 +47,8 @@ REPR, CENTRES, CLUSTER = "client_repr", "gc_centres", "gc_cluster"  # update ext
 CLUSTER_OF, LATEST = "cluster_of", "latest_repr"  # server state: every client's cluster (-1: none) and h_tilde
 FITTED = "centres_fitted"  # server state: how many rows of the centres the last fit made (< T' if fewer clients)
 SLOT = "customized"
-CE = "train_ce"  # metrics: mean cross-entropy of the last local epoch, the L_ij that FedGR weighs (Eq. 2-3)
+LOCAL_LOSS = "local_loss"  # metrics: Algorithm 1's L, the last local epoch's objective per row (client_loss=local)
+CLIENT_LOSSES = {"local": LOCAL_LOSS, "global": GLOBAL_LOSS}  # client_loss -> the metric FedGR weighs as L_ij
 COVARIANCES = ("full", "tied", "diag", "spherical")
 
 
@@ -50,8 +57,9 @@ class FedGCROptions:
     """FedGCR's options; defaults are the paper's (lambda1 0.5, lambda2 0.1, tau 0.5, delta 0.5, gamma 0.5, q 1).
 
     ``contrast="code"``: cosine similarities, no temperature in l_RA (pair it with the authors' smaller lambdas,
-    about 0.05-0.1); ``reweighting="code"``: the authors' FedGR (see :func:`raysim.fairness.fedgr_weights`), with
-    beta fixed at ``delta`` (their "base").
+    about 0.05-0.1); ``reweighting="code"``: the authors' FedGR (see :func:`raysim.ops.reweighting.fedgr_weights`),
+    with beta fixed at ``delta`` (their "base"); ``client_loss``: L_ij, ``local`` (Algorithm 1) or ``global`` (the
+    authors' code; see the module docstring). Their FedGR is ``reweighting="code"`` with ``client_loss="global"``.
     """
 
     prompts: int = 4
@@ -64,6 +72,7 @@ class FedGCROptions:
     gamma: float = 0.5
     q: float = 1.0
     reweighting: str = "paper"
+    client_loss: str = "local"
     covariance: str = "full"
 
     def __post_init__(self):
@@ -84,6 +93,7 @@ class FedGCROptions:
         for name, value, valid in (
             ("contrast", self.contrast, ("paper", "code")),
             ("reweighting", self.reweighting, ("paper", "code")),
+            ("client_loss", self.client_loss, tuple(CLIENT_LOSSES)),
             ("covariance", self.covariance, COVARIANCES),
         ):
             if value not in valid:
@@ -174,19 +184,39 @@ class FedGCR(CachesRowFeatures, SendsExtras, Diagnostics, FedAvg):
 
     def client_update(self, ctx, broadcast, client_state, data) -> ClientUpdate:
         model, device = ctx.model, ctx.device
+        received = received_model_loss(self, ctx, broadcast, data) if self.options.client_loss == "global" else None
         model.load_trainable(broadcast.params)
         labels = torch.tensor(data.labels)  # a copy: the shard block is read-only
-        if not self.customize:
-            update = super().client_update(ctx, broadcast, client_state, data)
-            update.metrics[CE] = update.metrics["train_loss"]
-            cls = torch.tensor(data.features["cls"])
-            update.extras[REPR] = (
-                contrastive.class_balanced_mean(cls, labels) if len(data) else torch.zeros(cls.shape[1])
-            )
-            return update
+        if self.customize:
+            objective, z_last = self._objective(model, broadcast, ctx.instructions, client_state, data, device)
+        else:
+            objective, z_last = (lambda x, y, rows: torch.nn.functional.cross_entropy(model(x), y)), None
+        losses, sizes = [], []
+
+        def recorded(x, y, rows):
+            loss = objective(x, y, rows)
+            losses.append(loss.item())
+            sizes.append(len(rows))
+            return loss
+
+        metrics = training.local_train(ctx, data, recorded)
+        if received is None:
+            metrics[LOCAL_LOSS] = last_epoch_mean(losses, sizes, len(data))
+        else:
+            metrics[GLOBAL_LOSS] = received
+        with torch.no_grad():
+            h = self._cls(data, slice(None), device)
+            h = (gc.gc_net(model.extra, h) if self.customize else h).cpu()
+            h_tilde = contrastive.class_balanced_mean(h, labels) if len(data) else torch.zeros(h.shape[1])
+        state = None if z_last is None else {"h_prev": h_tilde, "z_prev": z_last.cpu()}
+        return ClientUpdate(ctx.client_id, len(data), model.trainable_state(), {REPR: h_tilde}, metrics, state=state)
+
+    def _objective(self, model, broadcast, instructions, client_state, data, device):
+        """(Eq. 6's objective (inputs, labels, rows) -> loss, every row's z from its last step): CE, + lambda1 l_GC
+        once the client has centres and a cluster id, + lambda2 l_RA once it also has z_prev."""
         o = self.options
         centres = broadcast.extras.get(CENTRES)
-        cluster = int(ctx.instructions[CLUSTER]) if CLUSTER in ctx.instructions else None
+        cluster = int(instructions[CLUSTER]) if CLUSTER in instructions else None
         contrast = centres is not None and cluster is not None and len(data) > 0
         h_prev = client_state["h_prev"].to(device) if client_state else None
         z_prev = (
@@ -196,33 +226,18 @@ class FedGCR(CachesRowFeatures, SendsExtras, Diagnostics, FedAvg):
         z0 = self._representations(model, data, device) if align else None
         z_last = torch.zeros(len(data), model.vit.embed_dim, device=device)
         ra_tau = 1.0 if o.contrast == "code" else o.tau
-        ce_steps = []
 
         def objective(x, y, rows):
             logits, z, h = self.customized(model, x, self._cls(data, rows, device))
             z_last[rows] = z.detach()
             loss = torch.nn.functional.cross_entropy(logits, y)
-            ce_steps.append(loss.item())
             if contrast:
                 loss = loss + o.lambda1 * contrastive.gc_loss(h, centres.to(device), cluster, h_prev, o.tau, self.kind)
             if align:
                 loss = loss + o.lambda2 * contrastive.ra_loss(z, z0[rows], z_prev[rows], ra_tau, self.kind)
             return loss
 
-        metrics = training.local_train(ctx, data, objective)
-        per_epoch = -(-len(data) // self.config.train.batch_size)
-        metrics[CE] = float(np.mean(ce_steps[-per_epoch:])) if ce_steps else float("nan")
-        with torch.no_grad():
-            h = gc.gc_net(model.extra, self._cls(data, slice(None), device)).cpu()
-            h_tilde = contrastive.class_balanced_mean(h, labels) if len(data) else torch.zeros(model.vit.embed_dim)
-        return ClientUpdate(
-            ctx.client_id,
-            len(data),
-            model.trainable_state(),
-            {REPR: h_tilde},
-            metrics,
-            state={"h_prev": h_tilde, "z_prev": z_last.cpu()},
-        )
+        return objective, z_last
 
     @torch.no_grad()
     def _representations(self, model, data, device) -> torch.Tensor:
@@ -253,7 +268,8 @@ class FedGCR(CachesRowFeatures, SendsExtras, Diagnostics, FedAvg):
         cluster_of[clients] = torch.as_tensor(labels, dtype=torch.int64)
         new_centres = state.server[CENTRES].clone()
         new_centres[:clusters] = torch.as_tensor(centres, dtype=new_centres.dtype)
-        weights = self.aggregation_weights(round, client_losses(updates, CE), [u.num_samples for u in updates], labels)
+        losses = client_losses(updates, CLIENT_LOSSES[o.client_loss])
+        weights = self.aggregation_weights(round, losses, [u.num_samples for u in updates], labels)
         params = weighted_mean([u.params for u in updates], weights)
         server = {CLUSTER_OF: cluster_of, LATEST: latest, CENTRES: new_centres, FITTED: torch.tensor(clusters)}
         return GlobalState(params=params, server=server)
