@@ -1,9 +1,13 @@
 """AFL (Mohri, Sivek, Suresh, "Agnostic Federated Learning", ICML 2019) on prompts + head: min over the model,
-max over a mixture lambda of the clients. The server averages the sampled clients' models with weights lambda_k
-and then ascends lambda <- Proj_simplex(lambda + lambda_lr * (M / m) F), F the sampled clients' losses of the
-received model (M / m keeps the step unbiased under partial participation). lambda (one entry per client,
-uniform at first; held-out unseen clients keep theirs but never pull it up) is the server state. A FedGCR
-baseline (Table 1)."""
+max over a mixture lambda of the clients. F_k is the received model's loss on client k's train rows. A FedGCR
+baseline (Table 1).
+
+``lambda_step="ascent"`` (the paper's Stochastic-AFL; fair_flearn flearn/trainers/afl.py:47-57): the server
+averages the sampled clients' models with weights lambda_k, then ascends lambda <- Proj_simplex(lambda + lambda_lr
+* (M / m) F) (M / m keeps the step unbiased under partial participation); lambda (one entry per client, uniform at
+first; held-out unseen clients keep theirs but never pull it up) is the server state. ``"one-step"`` (FedGCR's
+code, utils/util.py:1092-1096): every round lambda = Proj_simplex(omega + lambda_lr * F) from the data shares
+omega, no memory, and this round's models are averaged with it (raysim: omega and F over the sampled clients)."""
 
 from dataclasses import dataclass
 
@@ -15,19 +19,23 @@ from raysim.core.errors import ConfigError
 from raysim.core.messages import GlobalState
 from raysim.core.registry import register
 from raysim.ops.aggregate import weighted_mean
-from raysim.ops.reweighting import afl_lambda_step
+from raysim.ops.reweighting import afl_lambda_step, afl_one_step_weights
 
 LAMBDA = "afl_lambda"
+LAMBDA_STEPS = ("ascent", "one-step")
 
 
 @dataclass(frozen=True)
 class AFLOptions(PromptOptions):
     lambda_lr: float = 0.1
+    lambda_step: str = "ascent"
 
     def __post_init__(self):
         super().__post_init__()
         if self.lambda_lr < 0:
             raise ConfigError(f"afl.lambda_lr={self.lambda_lr} must be >= 0 (0 keeps the uniform mixture)")
+        if self.lambda_step not in LAMBDA_STEPS:
+            raise ConfigError(f"afl.lambda_step={self.lambda_step!r} is not one of {', '.join(LAMBDA_STEPS)}")
 
 
 @register(
@@ -38,6 +46,8 @@ class AFLOptions(PromptOptions):
 )
 class AFL(ReportsGlobalLoss, FedVPT):
     def init_global(self, model, generator):
+        if self.options.lambda_step == "one-step":
+            return GlobalState(params=model.trainable_state())
         clients = self.config.federation.clients
         return GlobalState(
             params=model.trainable_state(), server={LAMBDA: torch.full((clients,), 1.0 / clients, dtype=torch.float64)}
@@ -45,11 +55,14 @@ class AFL(ReportsGlobalLoss, FedVPT):
 
     def aggregate(self, round, state, updates):
         updates = with_data(updates)
+        models, losses = [u.params for u in updates], client_losses(updates)
+        if self.options.lambda_step == "one-step":
+            weights = afl_one_step_weights(losses, [u.num_samples for u in updates], self.options.lambda_lr)
+            return GlobalState(params=weighted_mean(models, weights), server=state.server)
         lambdas = state.server[LAMBDA]
         clients = [u.client_id for u in updates]
         weights = lambdas[clients]
         weights = weights if weights.sum() > 0 else torch.ones(len(clients), dtype=torch.float64)
-        params = weighted_mean([u.params for u in updates], weights)
         scale = self.config.federation.trainable_clients / len(updates)  # M / m: unbiased under uniform sampling
-        lambdas = afl_lambda_step(lambdas, clients, client_losses(updates), self.options.lambda_lr, scale)
-        return GlobalState(params=params, server={**state.server, LAMBDA: lambdas})
+        lambdas = afl_lambda_step(lambdas, clients, losses, self.options.lambda_lr, scale)
+        return GlobalState(params=weighted_mean(models, weights), server={**state.server, LAMBDA: lambdas})

@@ -1,8 +1,16 @@
 """q-FFL (Li, Sanjabi, Beirami, Smith, "Fair Resource Allocation in Federated Learning", ICLR 2020) on prompts +
 head: the q-FedAvg server step, which weighs clients by F_k^q so that clients with a higher loss count more.
-F_k is the received global model's loss on the client's train rows; L (the Lipschitz estimate) is 1 / lr unless
-set; each client also counts with its data share (q = 0 is FedAvg). A FedGCR baseline (Table 1)."""
+F_k is the received global model's loss on the client's train rows; each client also counts with its data share
+(q = 0 is FedAvg). A FedGCR baseline (Table 1).
 
+L (``qffl.lipschitz``; 0 derives it): q-FedAvg trains locally with SGD of step size 1/L and turns the model change
+into a gradient with L (Algorithm 2; fair_flearn flearn/trainers/qffedavg.py:13, 57, 62 use L = 1 / the SGD
+learning rate), so with ``train.optimizer=sgd`` L is 1 / train.lr. Another optimiser (AdamW, the default) has no
+such step and L is a free constant: 0 then takes 1 / train.lr as well, which is what FedGCR's comparison ran
+(their utils/util.py:1068 fixes lr = 0.001, their AdamW's), and the run warns that it is a choice. The run
+records the L it used (``resolved_options``)."""
+
+import logging
 from dataclasses import dataclass, replace
 
 from raysim.algorithms._fairness import ReportsGlobalLoss, client_losses, with_data
@@ -13,11 +21,13 @@ from raysim.core.protocol import ResolvesOptions
 from raysim.core.registry import register
 from raysim.ops.reweighting import qffl_step
 
+log = logging.getLogger("raysim")
+
 
 @dataclass(frozen=True)
 class QFFLOptions(PromptOptions):
     q: float = 1.0
-    lipschitz: float = 0.0  # 0: 1 / train.lr, as the authors' code
+    lipschitz: float = 0.0  # 0: 1 / train.lr (the paper's with SGD; FedGCR's comparison's with AdamW)
 
     def __post_init__(self):
         super().__post_init__()
@@ -40,6 +50,14 @@ class QFFL(ReportsGlobalLoss, ResolvesOptions, FedVPT):
         return self.options.lipschitz or 1.0 / self.config.train.lr
 
     def resolved_options(self, depth: int) -> QFFLOptions:
+        optimizer = self.config.train.optimizer
+        if not self.options.lipschitz and optimizer != "sgd":
+            log.warning(
+                "qffl: L = 1 / train.lr = %g assumes local SGD; with train.optimizer=%s it is FedGCR's comparison's "
+                "choice, not an estimate (set qffl.lipschitz to choose)",
+                self.lipschitz,
+                optimizer,
+            )
         return replace(self.options, lipschitz=self.lipschitz)
 
     def aggregate(self, round, state, updates):

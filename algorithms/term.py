@@ -1,7 +1,12 @@
 """TERM (Li, Beirami, Sanjabi, Smith, "Tilted Empirical Risk Minimization", ICLR 2021) with a client-level
 tilt, on prompts + head: the server averages with w_k ~ omega_k * exp(t * F_k), the gradient weights of the
-tilted objective (1/t) log sum_k omega_k exp(t F_k). t > 0 favours high-loss clients (fairness), t < 0
-down-weighs them (robustness), t = 0 is FedAvg. A FedGCR baseline (Table 1)."""
+tilted objective (1/t) log sum_k omega_k exp(t F_k), F_k the received model's loss on client k's train rows.
+t > 0 favours high-loss clients (fairness), t < 0 down-weighs them (robustness), t = 0 is FedAvg. A FedGCR
+baseline (Table 1).
+
+``tilt`` defaults to 0.1, the tilt of TERM's own fair federated learning experiment (litian96/TERM
+fair_flearn/run.sh:7, main.py:108-111); FedGCR's comparison used 0.01 (their utils/util.py:1107), which its
+settings should set."""
 
 from dataclasses import dataclass
 
@@ -15,7 +20,7 @@ from raysim.ops.reweighting import tilted_weights
 
 @dataclass(frozen=True)
 class TERMOptions(PromptOptions):
-    tilt: float = 1.0
+    tilt: float = 0.1
 
 
 @register(

@@ -83,6 +83,13 @@ def afl_lambda_step(
     return project_simplex(lambdas + lr * gradient)
 
 
+def afl_one_step_weights(losses: Sequence[float], sizes: Sequence[int], lr: float) -> torch.Tensor:
+    """AFL as FedGCR's code runs it (their utils/util.py:1092-1096): Proj_simplex(omega + lr * F), one projected
+    ascent step from the data shares omega every round, without AFL's running lambda."""
+    size = torch.as_tensor(list(sizes), dtype=torch.float64)
+    return project_simplex(size / size.sum() + lr * torch.as_tensor(list(losses), dtype=torch.float64))
+
+
 def qffl_step(
     global_params: Tensors,
     updates: Sequence[Tensors],

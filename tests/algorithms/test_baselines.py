@@ -1,13 +1,18 @@
 """The seeds' baselines (FedMix, FedSAM, MOON, HarmoFL, pFedHN, pFedPG, FedEM, FedPR, Fed-DualPrompt): each one's
-mechanism on the tiny setting; their formulas are tested in tests/ops."""
+mechanism on the tiny setting; the fairness baselines' (q-FFL, AFL, TERM) options on tiny tensors; their formulas
+are tested in tests/ops."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
 
 from raysim.config import build_config
 from raysim.core.errors import ConfigError
+from raysim.core.messages import ClientUpdate, GlobalState
+from raysim.core.registry import get_method
 from raysim.ops.nullspace import null_space_projector
 from raysim.testing.smoke import open_simulation, run_rounds, smoke_config
 
@@ -139,3 +144,59 @@ def test_bad_options_are_one_line_naming_the_key(method, option, message):
     with pytest.raises(ConfigError) as error:
         build_config(method, [{method: option}])
     assert str(error.value).startswith(message) and "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize(
+    "layer, lipschitz, warns",
+    [
+        ({"train": {"optimizer": "sgd", "lr": 0.01}}, 100.0, False),  # q-FFL: local SGD of step 1 / L
+        ({"train": {"optimizer": "adamw", "lr": 1e-3}}, 1000.0, True),  # FedGCR's comparison: 1 / its AdamW lr
+        ({"train": {"optimizer": "adamw"}, "qffl": {"lipschitz": 5.0}}, 5.0, False),  # set: taken as it is
+    ],
+)
+def test_qffl_lipschitz_resolves_from_the_optimiser_and_warns_when_it_is_no_estimate(caplog, layer, lipschitz, warns):
+    method = get_method("qffl").cls(build_config("qffl", [layer]))
+    with caplog.at_level("WARNING", logger="raysim"):
+        resolved = method.resolved_options(4)
+    assert resolved.lipschitz == pytest.approx(lipschitz) and method.lipschitz == pytest.approx(lipschitz)
+    assert ("assumes local SGD" in caplog.text) is warns
+
+
+def two_clients(method: str, options: dict):
+    """``method`` on 2 clients (all every round) aggregating models w = 1 (1 row, loss 2) and w = 0 (3 rows, loss
+    0): the new global w and server state, from w = 0 and the initial lambda (AFL's ascent: uniform)."""
+    config = build_config(method, [{"federation": {"clients": 2, "participation": 1.0}, method: options}])
+    instance = get_method(method).cls(config)
+    ascent = options.get("lambda_step") == "ascent"
+    server = {"afl_lambda": torch.tensor([0.5, 0.5], dtype=torch.float64)} if ascent else {}
+    updates = [
+        ClientUpdate(0, 1, {"w": torch.tensor([1.0])}, metrics={"global_loss": 2.0}),
+        ClientUpdate(1, 3, {"w": torch.tensor([0.0])}, metrics={"global_loss": 0.0}),
+    ]
+    after = instance.aggregate(1, GlobalState({"w": torch.zeros(1)}, server), updates)
+    return after.params["w"].item(), after.server
+
+
+def test_afl_ascent_averages_with_the_old_lambda_then_ascends_it():
+    w, server = two_clients("afl", {"lambda_step": "ascent"})
+    assert w == pytest.approx(0.5)  # lambda [0.5, 0.5]
+    assert server["afl_lambda"].tolist() == pytest.approx([0.6, 0.4])  # Proj([0.5 + 0.1 * 2, 0.5]) = [0.7, 0.5] - 0.1
+
+
+def test_afl_one_step_averages_with_a_projection_from_the_data_shares_and_keeps_no_lambda():
+    w, server = two_clients("afl", {"lambda_step": "one-step"})
+    assert w == pytest.approx(0.35)  # Proj([1/4 + 0.1 * 2, 3/4]) = [0.35, 0.65]
+    assert server == {}
+
+
+def test_term_default_tilt_is_terms_fair_fl_one_and_fedgcrs_tilts_less():
+    assert build_config("term", []).options.tilt == 0.1
+    w, _ = two_clients("term", {"tilt": 0.01})
+    tilted = 0.25 * math.exp(0.01 * 2.0)  # omega_k exp(t F_k): 1/4 e^0.02 and 3/4
+    assert w == pytest.approx(tilted / (tilted + 0.75))
+
+
+def test_afl_lambda_step_names_its_valid_values():
+    with pytest.raises(ConfigError) as error:
+        build_config("afl", [{"afl": {"lambda_step": "projected"}}])
+    assert str(error.value) == "afl.lambda_step='projected' is not one of ascent, one-step"

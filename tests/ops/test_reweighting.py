@@ -42,6 +42,8 @@ def test_fedgr_code_variant_quantises_losses_and_mixes_powers():
 def test_tilted_weights_hand_computed():
     assert fairness.tilted_weights([0.0, math.log(2.0)], [1, 1], tilt=1.0).tolist() == pytest.approx([1 / 3, 2 / 3])
     assert fairness.tilted_weights([5.0, 1.0], [1, 3], tilt=0.0).tolist() == pytest.approx([0.25, 0.75])
+    # FedGCR's comparison's tilt 0.01: exp(0.01 * 100 ln 2) = 2, times omega = 2/3, 1/3 -> equal weights
+    assert fairness.tilted_weights([0.0, 100 * math.log(2.0)], [2, 1], tilt=0.01).tolist() == pytest.approx([0.5, 0.5])
 
 
 @pytest.mark.parametrize(
@@ -63,6 +65,18 @@ def test_afl_lambda_ascends_towards_the_sampled_high_loss_client():
     # one of two clients sampled: M / m = 2 doubles the step -> proj([0.5, 0.7]) = [0.4, 0.6]
     lam = fairness.afl_lambda_step(torch.tensor([0.5, 0.5], dtype=torch.float64), [1], [1.0], lr=0.1, scale=2.0)
     assert lam.tolist() == pytest.approx([0.4, 0.6])
+
+
+@pytest.mark.parametrize(
+    "losses, sizes, lr, expected",
+    [
+        ([2.0, 0.0], [1, 3], 0.1, [0.35, 0.65]),  # omega + lr F = [0.45, 0.75], sum 1.2: subtract 0.1 each
+        ([10.0, 0.0], [1, 1], 0.1, [1.0, 0.0]),  # [1.5, 0.5]: subtracting 0.5 clips the second to 0
+        ([7.0, 1.0], [1, 3], 0.0, [0.25, 0.75]),  # lr 0: the data shares
+    ],
+)
+def test_afl_one_step_weights_project_shares_plus_losses_hand_computed(losses, sizes, lr, expected):
+    assert fairness.afl_one_step_weights(losses, sizes, lr).tolist() == pytest.approx(expected)
 
 
 def test_qffl_step_hand_computed():
