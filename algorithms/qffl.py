@@ -7,10 +7,9 @@ L (``qffl.lipschitz``; 0 derives it): q-FedAvg trains locally with SGD of step s
 into a gradient with L (Algorithm 2; fair_flearn flearn/trainers/qffedavg.py:13, 57, 62 use L = 1 / the SGD
 learning rate), so with ``train.optimizer=sgd`` L is 1 / train.lr. Another optimiser (AdamW, the default) has no
 such step and L is a free constant: 0 then takes 1 / train.lr as well, which is what FedGCR's comparison ran
-(their utils/util.py:1068 fixes lr = 0.001, their AdamW's), and the run warns that it is a choice. The run
-records the L it used (``resolved_options``)."""
+(their utils/util.py:1068 fixes lr = 0.001, their AdamW's): a choice, not an estimate, so the q-FFL space tunes
+it. The run records the L it used (``resolved_options``)."""
 
-import logging
 from dataclasses import dataclass, replace
 
 from raysim.algorithms._fairness import ReportsGlobalLoss, client_losses, with_data
@@ -20,8 +19,6 @@ from raysim.core.messages import GlobalState
 from raysim.core.protocol import ResolvesOptions
 from raysim.core.registry import register
 from raysim.ops.reweighting import qffl_step
-
-log = logging.getLogger("raysim")
 
 
 @dataclass(frozen=True)
@@ -50,14 +47,6 @@ class QFFL(ReportsGlobalLoss, ResolvesOptions, FedVPT):
         return self.options.lipschitz or 1.0 / self.config.train.lr
 
     def resolved_options(self, depth: int) -> QFFLOptions:
-        optimizer = self.config.train.optimizer
-        if not self.options.lipschitz and optimizer != "sgd":
-            log.warning(
-                "qffl: L = 1 / train.lr = %g assumes local SGD; with train.optimizer=%s it is FedGCR's comparison's "
-                "choice, not an estimate (set qffl.lipschitz to choose)",
-                self.lipschitz,
-                optimizer,
-            )
         return replace(self.options, lipschitz=self.lipschitz)
 
     def aggregate(self, round, state, updates):
