@@ -214,6 +214,9 @@ def tune(method, space, num_samples, max_concurrent, metric, mode, scheduler, na
 def compare(methods, seeds, tune_budget, max_concurrent, preset, overrides, **flags):
     """Run METHODS on the same data for several seeds and report means with 95% CIs and paired differences.
 
+    A method may carry settings of its own, METHOD:KEY=VALUE[:KEY=VALUE] (KEY: one of its options, or
+    section.key), e.g. sgpt:head_pooling=cls, as one row of an ablation.
+
     Every (method, seed) is an MLflow run in the comparison's experiment (--experiment; default
     compare-M1-M2-...-PRESET); the report (report.md, accuracy-vs-fairness and accuracy-vs-bytes plots) is logged to
     the comparison's own run and printed. The first method is the one the others are paired with. Running the same

@@ -1,5 +1,9 @@
 """``raysim compare M1 M2 ... --seeds S``: every method on the same data, seed by seed, at equal tuning budgets.
 
+A method may be named with settings of its own, ``METHOD:KEY=VALUE[:KEY=VALUE...]`` (a bare KEY is one of the
+method's options, else ``section.key``): ``sgpt:head_pooling=cls`` is one row of an ablation. Its settings come
+after its tuned values, so tuning never undoes them.
+
 Seed s is the run seed ``base + s`` (``base``: ``--seed``, default 0): it draws the partition, the initialisation and
 the sampling together, and every method of seed s sees the same partition. With ``--tune-budget B`` each method
 first gets B trials of ``raysim tune`` over its own space (``tune_spaces/METHOD.yaml``), FIFO so that every trial
@@ -27,7 +31,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NOTE, MLFL
 from ray import tune
 from rich.console import Console
 
-from raysim.config import Config, beside_store, build_config, load_preset, preset_for_method
+from raysim.config import Config, beside_store, build_config, load_preset, parse_override, preset_for_method
 from raysim.core.errors import ConfigError, SweepError
 from raysim.core.registry import get_method
 from raysim.engine.driver import run
@@ -36,11 +40,24 @@ from raysim.engine.setup import prepare_shards
 from raysim.sweep import tune as sweeping
 from raysim.sweep.space import as_layer, default_space_file
 from raysim.tracking import provenance
-from raysim.tracking.comparison import CELL, NAME, TUNING, write_comparison
+from raysim.tracking.comparison import CELL, NAME, TUNING, VARIANT, write_comparison
 from raysim.tracking.mlflow import COMPARE, KIND, Tracker, check_store
 
 HASH = "raysim.config_hash"
 TUNED_FILE = "tuned.json"
+
+
+def arm(label: str) -> tuple[str, dict[str, dict[str, Any]]]:
+    """``METHOD:KEY=VALUE:...`` -> (METHOD, its settings as a config layer); a bare KEY is one of METHOD's options."""
+    method, *pairs = label.split(":")
+    options = get_method(method).options_key
+    layer: dict[str, dict[str, Any]] = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise ConfigError(f"{label!r}: {pair!r} must be KEY=VALUE, e.g. sgpt:head_pooling=cls")
+        section, key, value = parse_override(pair if "." in pair.split("=", 1)[0] else f"{options}.{pair}")
+        layer.setdefault(section, {})[key] = value
+    return method, layer
 
 
 @dataclass(frozen=True)
@@ -57,13 +74,16 @@ class Comparison:
     folder: str
     max_concurrent: int = 1
 
-    def layers(self, method: str) -> list[dict]:
+    def layers(self, label: str) -> list[dict]:
+        """The preset (for the method of ``label``) and the flags."""
+        method = arm(label)[0]
         return ([preset_for_method(load_preset(self.preset), method)] if self.preset else []) + self.flags
 
-    def config(self, method: str, seed: int, tuned: dict[str, Any]) -> Config:
-        """The cell's config: preset < flags < the method's tuned values < the seed < the pinned layer."""
+    def config(self, label: str, seed: int, tuned: dict[str, Any]) -> Config:
+        """The cell's config: preset < flags < its tuned values < its own settings < the seed < the pinned layer."""
+        method, own = arm(label)
         seeded = {"federation": {"seed": seed}}
-        return build_config(method, [*self.layers(method), as_layer(tuned), seeded, self.pinned])
+        return build_config(method, [*self.layers(label), as_layer(tuned), own, seeded, self.pinned])
 
     def tuning(self) -> str:
         """How the methods' hyperparameters were chosen, as the report says it."""
@@ -88,16 +108,16 @@ def plan(
         raise ConfigError("raysim compare needs at least two methods (the first is the one the others are paired with)")
     if len(set(methods)) != len(methods):
         raise ConfigError(f"each method once: {' '.join(methods)} names one twice")
-    for method in methods:
-        get_method(method)
+    named = [arm(label) for label in methods]
     if seeds < 1:
         raise ConfigError(f"--seeds {seeds} must be at least 1 (3 or more for a confidence interval that means much)")
     if tune_budget < 0:
         raise ConfigError(f"--tune-budget {tune_budget} must be 0 (run the presets) or more trials")
     if tune_budget:
-        for method in methods:
+        for method, _ in named:
             default_space_file(method)  # a one-line error naming the methods that have a space
-    probes = [build_config(m, ([preset_for_method(load_preset(preset), m)] if preset else []) + flags) for m in methods]
+    layers = [[preset_for_method(load_preset(preset), m)] if preset else [] for m, _ in named]
+    probes = [build_config(m, [*before, *flags, own]) for (m, own), before in zip(named, layers)]
     base = probes[0].federation.seed
     name = probes[0].tracking.experiment if _experiment_given(flags) else default_name(methods, preset)
     uri = probes[0].tracking.resolved_uri
@@ -133,18 +153,19 @@ def tuned_values(comparison: Comparison) -> dict[str, dict[str, Any]]:
         return {method: {} for method in comparison.methods}
     path = Path(comparison.folder) / TUNED_FILE
     done = json.loads(path.read_text()) if path.exists() else {}
-    for method in comparison.methods:
-        if method in done:
+    for label in comparison.methods:
+        if label in done:
             continue
         # the comparison's preset and flags come after the space's fixed values: trials tune at its own setting
-        layers = [*comparison.layers(method), {"tracking": {"experiment": f"{comparison.name}-tuning"}}]
+        method, own = arm(label)
+        layers = [*comparison.layers(label), own, {"tracking": {"experiment": f"{comparison.name}-tuning"}}]
         layers.append({"federation": {"seed": comparison.seeds[0]}})
         name = f"{comparison.name}-{method}-{time.strftime('%Y%m%d-%H%M%S')}"
         budget = comparison.tune_budget
         sweep = sweeping.plan(method, None, budget, None, "global_acc", "max", "fifo", name, None, layers)
         sweep = sweeping.open_parent(sweep)
         best = sweeping.execute(sweep, sweeping.save_sweep(sweep))
-        done[method] = best["params"]
+        done[label] = best["params"]
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(done, indent=1))
     return done
@@ -152,11 +173,12 @@ def tuned_values(comparison: Comparison) -> dict[str, dict[str, Any]]:
 
 def _cell(params: dict[str, Any], comparison: Comparison, tuned: dict, shards: dict, parent: str, command: str):
     """One (method, seed): a whole raysim run, nested under the comparison's run."""
-    method, seed = params["cell"]
-    config = comparison.config(method, seed, tuned[method])
+    label, seed = params["cell"]
+    config = comparison.config(label, seed, tuned[label])
     tags = {
         NAME: comparison.name,
-        CELL: f"{method}/s{seed}",
+        CELL: f"{label}/s{seed}",
+        VARIANT: label,
         HASH: provenance.config_hash(config),
         TUNING: comparison.tuning(),
         MLFLOW_PARENT_RUN_ID: parent,
@@ -176,15 +198,15 @@ def finished_cells(comparison: Comparison, tuned: dict) -> set[tuple[str, int]]:
     query = f"attributes.status = 'FINISHED' and tags.`{NAME}` = '{comparison.name}'"
     done = set()
     for found in client.search_runs([experiment.experiment_id], filter_string=query):
-        method, seed = found.data.tags["method"], int(found.data.tags["seed"])
-        if method not in tuned:
+        label, seed = found.data.tags.get(VARIANT, found.data.tags["method"]), int(found.data.tags["seed"])
+        if label not in tuned:
             continue
-        if found.data.tags.get(HASH) != provenance.config_hash(comparison.config(method, seed, tuned[method])):
+        if found.data.tags.get(HASH) != provenance.config_hash(comparison.config(label, seed, tuned[label])):
             raise ConfigError(
-                f"experiment {comparison.name!r} already holds a comparison of other settings ({method} seed {seed} "
+                f"experiment {comparison.name!r} already holds a comparison of other settings ({label} seed {seed} "
                 f"ran with another config); name a new one with --experiment NAME"
             )
-        done.add((method, seed))
+        done.add((label, seed))
     return done
 
 

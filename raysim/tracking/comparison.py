@@ -23,7 +23,7 @@ from raysim.tracking.mlflow import TRAINABLE
 from raysim.tracking.plots import plot_tradeoff
 from raysim.tracking.report import collect
 
-NAME, CELL, TUNING = "raysim.compare", "raysim.cell", "raysim.tuning"  # tags of every cell
+NAME, CELL, VARIANT, TUNING = "raysim.compare", "raysim.cell", "raysim.variant", "raysim.tuning"  # tags of every cell
 STATISTICS = (
     ("global_acc", "final"),
     ("global_acc", "mean"),
@@ -84,6 +84,7 @@ def cells(uri: str, experiment: str) -> list[dict]:
         raise ConfigError(f"experiment {experiment!r} has no finished run of raysim compare")
     for run in found:
         run["seed"] = int(run["tags"]["seed"])
+        run["method"] = run["tags"].get(VARIANT, run["method"])  # the method as the comparison named it
         run["summary"][(BYTES, "mean")] = _bytes_per_round(client, run["id"])
     return found
 

@@ -15,8 +15,10 @@ from scipy import stats
 
 from raysim.cli import main
 
-COMMAND = ["compare", "fedavg", "fedvpt", "--preset", "quick", "--seeds", "2", "--rounds", "2", "--backend", "sequential"]
-NAME = "compare-fedavg-fedvpt-quick"
+COMMAND = ["compare", "fedavg", "fedvpt:prompt_length=2", "--preset", "quick", "--seeds", "2", "--rounds", "2"]
+COMMAND += ["--backend", "sequential"]
+NAME = "compare-fedavg-fedvpt:prompt_length=2-quick"
+VARIANT = "fedvpt:prompt_length=2"
 
 
 def _cells(client):
@@ -37,12 +39,13 @@ def test_compare_runs_every_cell_reports_intervals_and_resumes(ray_session, tmp_
     client = MlflowClient(tracking_uri)
     own, cells = _cells(client)
     assert own.info.status == "FINISHED" and own.data.params["compare.tune_budget"] == "0"
-    assert sorted((r.data.tags["method"], r.data.tags["seed"]) for r in cells) == [
+    assert sorted((r.data.tags["raysim.variant"], r.data.tags["seed"]) for r in cells) == [
         ("fedavg", "0"),
         ("fedavg", "1"),
-        ("fedvpt", "0"),
-        ("fedvpt", "1"),
+        (VARIANT, "0"),
+        (VARIANT, "1"),
     ]
+    assert {r.data.params["fedvpt.prompt_length"] for r in cells if r.data.tags["method"] == "fedvpt"} == {"2"}
     assert all(r.info.status == "FINISHED" and r.data.tags["mlflow.parentRunId"] == own.info.run_id for r in cells)
     digest = {(r.data.tags["method"], r.data.tags["seed"]): r.inputs.dataset_inputs[0].dataset.digest for r in cells}
     assert digest["fedavg", "0"] == digest["fedvpt", "0"] != digest["fedavg", "1"] == digest["fedvpt", "1"]
@@ -55,25 +58,25 @@ def test_compare_runs_every_cell_reports_intervals_and_resumes(ray_session, tmp_
     assert "- seeds: 0, 1 (2)" in report and "- tuning: presets (no tuning)" in report and "precision: " in report
 
     def logged(method):
-        runs = sorted((r for r in cells if r.data.tags["method"] == method), key=lambda r: r.data.tags["seed"])
+        runs = sorted((r for r in cells if r.data.tags["raysim.variant"] == method), key=lambda r: r.data.tags["seed"])
         return np.array([r.data.metrics["summary/global_acc_mean"] for r in runs])
 
-    for method in ("fedavg", "fedvpt"):  # mean ± t(0.975, 1) * sd / sqrt(2), recomputed here
+    for method in ("fedavg", VARIANT):  # mean ± t(0.975, 1) * sd / sqrt(2), recomputed here
         values = logged(method)
         half = stats.t.ppf(0.975, 1) * values.std(ddof=1) / np.sqrt(2)
         assert _row(report, method)[4] == f"{values.mean():.2f} ± {half:.2f}"
     trainable = {r.data.tags["method"]: r.data.metrics["trainable_params"] for r in cells}
     assert trainable["fedvpt"] < trainable["fedavg"]  # prompts + head against the whole model
-    assert _row(report, "fedvpt")[2] == f"{int(trainable['fedvpt']):,}"
-    differences = logged("fedvpt") - logged("fedavg")
+    assert _row(report, VARIANT)[2] == f"{int(trainable['fedvpt']):,}"
+    differences = logged(VARIANT) - logged("fedavg")
     half = stats.t.ppf(0.975, 1) * differences.std(ddof=1) / np.sqrt(2)
-    assert _row(report, "fedvpt", table=1)[1].startswith(f"{differences.mean():.2f} ± {half:.2f} (")
+    assert _row(report, VARIANT, table=1)[1].startswith(f"{differences.mean():.2f} ± {half:.2f} (")
 
     again = CliRunner().invoke(main, [*COMMAND, "--tracking-uri", tracking_uri])
     assert again.exit_code == 0, again.stderr
     assert len(_cells(client)[1]) == 4  # every cell had finished: nothing ran again
     shown = CliRunner().invoke(main, ["report", NAME, "--tracking-uri", tracking_uri, "--out", str(tmp_path / "r")])
-    assert shown.exit_code == 0 and _row(shown.stdout, "fedvpt") == _row(report, "fedvpt")
+    assert shown.exit_code == 0 and _row(shown.stdout, VARIANT) == _row(report, VARIANT)
 
 
 BAD = [
@@ -81,6 +84,8 @@ BAD = [
     (["fedavg", "nosuch"], "unknown method 'nosuch'"),
     (["fedavg", "fedvpt", "--seeds", "0"], "--seeds 0 must be at least 1"),
     (["fedavg", "fedavg"], "names one twice"),
+    (["fedavg", "fedvpt:prompt_length"], "'prompt_length' must be KEY=VALUE"),
+    (["fedavg", "fedvpt:prompt_length=0"], "prompt_length=0 must be at least 1"),
     (["fedavg", "sgpt", "--tune-budget", "-1"], "--tune-budget -1 must be 0"),
 ]
 
