@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NOTE, MLFLOW_SOURCE_NAME
 from ray import tune
@@ -40,7 +41,7 @@ from raysim.engine.setup import prepare_shards
 from raysim.sweep import tune as sweeping
 from raysim.sweep.space import as_layer, default_space_file
 from raysim.tracking import provenance
-from raysim.tracking.comparison import CELL, NAME, TUNING, VARIANT, write_comparison
+from raysim.tracking.comparison import CELL, NAME, TUNED, TUNING, VARIANT, write_comparison
 from raysim.tracking.mlflow import COMPARE, KIND, Tracker, check_store
 
 HASH = "raysim.config_hash"
@@ -161,14 +162,34 @@ def tuned_values(comparison: Comparison) -> dict[str, dict[str, Any]]:
         layers = [*comparison.layers(label), own, {"tracking": {"experiment": f"{comparison.name}-tuning"}}]
         layers.append({"federation": {"seed": comparison.seeds[0]}})
         name = f"{comparison.name}-{method}-{time.strftime('%Y%m%d-%H%M%S')}"
+        space = arm_space(comparison, label)
         budget = comparison.tune_budget
-        sweep = sweeping.plan(method, None, budget, None, "global_acc", "max", "fifo", name, None, layers)
+        sweep = sweeping.plan(method, space, budget, None, "global_acc", "max", "fifo", name, None, layers)
         sweep = sweeping.open_parent(sweep)
         best = sweeping.execute(sweep, sweeping.save_sweep(sweep))
         done[label] = best["params"]
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(done, indent=1))
     return done
+
+
+def arm_space(comparison: Comparison, label: str) -> str:
+    """The search space an arm tunes: its method's, less the keys the arm sets itself (written beside the
+    comparison when it sets any)."""
+    method, own = arm(label)
+    source = default_space_file(method)
+    data = yaml.safe_load(Path(source).read_text())
+    kept = {
+        key: spec for key, spec in data["space"].items() if key.split(".", 1)[1] not in own.get(key.split(".")[0], {})
+    }
+    if len(kept) == len(data["space"]):
+        return source
+    if not kept:
+        raise ConfigError(f"{label} sets every key of {Path(source).name} itself: nothing is left to tune")
+    path = Path(comparison.folder) / "spaces" / f"{label}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump({**data, "space": kept}, sort_keys=False))
+    return str(path)
 
 
 def _cell(params: dict[str, Any], comparison: Comparison, tuned: dict, shards: dict, parent: str, command: str):
@@ -181,6 +202,7 @@ def _cell(params: dict[str, Any], comparison: Comparison, tuned: dict, shards: d
         VARIANT: label,
         HASH: provenance.config_hash(config),
         TUNING: comparison.tuning(),
+        TUNED: json.dumps(tuned[label], sort_keys=True),
         MLFLOW_PARENT_RUN_ID: parent,
         MLFLOW_SOURCE_NAME: command,
     }

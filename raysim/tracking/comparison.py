@@ -23,7 +23,8 @@ from raysim.tracking.mlflow import TRAINABLE
 from raysim.tracking.plots import plot_tradeoff
 from raysim.tracking.report import collect
 
-NAME, CELL, VARIANT, TUNING = "raysim.compare", "raysim.cell", "raysim.variant", "raysim.tuning"  # tags of every cell
+NAME, CELL, VARIANT = "raysim.compare", "raysim.cell", "raysim.variant"  # tags of every cell
+TUNING, TUNED = "raysim.tuning", "raysim.tuned"  # how its values were chosen, and the tuned values (JSON)
 STATISTICS = (
     ("global_acc", "final"),
     ("global_acc", "mean"),
@@ -111,9 +112,11 @@ def _described(runs: list[dict]) -> list[str]:
     tuning = sorted({r["tags"].get(TUNING, "presets") for r in runs})
     note = tags.get("mlflow.note.content", "").split(";")[0].rsplit(", seed ", 1)[0]  # one cell's: not its seed
     setting = note.split(" on ", 1)[1] if " on " in note else note
+    tuned = {r["method"]: r["tags"][TUNED] for r in runs if r["tags"].get(TUNED, "{}") != "{}"}
     return [
         f"- seeds: {', '.join(map(str, seeds))} ({len(seeds)}); ± is the 95% Student-t interval over the seeds",
         f"- tuning: {'; '.join(tuning)}",
+        *([f"- tuned values: {'; '.join(f'{m} {v}' for m, v in sorted(tuned.items()))}"] if tuned else []),
         f"- setting: {setting}",
         f"- CPU: {tags.get('hardware.cpu', 'unknown')}; GPU: {tags.get('hardware.gpu', 'none')}; precision: "
         f"{', '.join(sorted({r['tags'].get('precision', '?') for r in runs}))}",

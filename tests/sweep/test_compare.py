@@ -1,0 +1,46 @@
+"""The arms of ``raysim compare``: ``METHOD:KEY=VALUE`` parsing, and the search space an arm tunes (its method's,
+less what the arm sets itself)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from raysim.core.errors import ConfigError
+from raysim.sweep.compare import Comparison, arm, arm_space
+from raysim.sweep.space import default_space_file
+
+
+def test_an_arm_is_a_method_and_its_own_settings():
+    assert arm("sgpt") == ("sgpt", {})
+    method, layer = arm("sgpt:head_pooling=cls:train.lr=0.01:shared_blocks=[0, 1]")
+    assert method == "sgpt"
+    assert layer == {"sgpt": {"head_pooling": "cls", "shared_blocks": [0, 1]}, "train": {"lr": 0.01}}
+
+
+@pytest.mark.parametrize(
+    ("label", "message"),
+    [("nosuch", "unknown method 'nosuch'"), ("sgpt:groups", "'groups' must be KEY=VALUE")],
+)
+def test_a_bad_arm_is_one_line(label, message):
+    with pytest.raises(ConfigError, match=message):
+        arm(label)
+
+
+def comparison(tmp_path) -> Comparison:
+    return Comparison("c", ("sgpt", "fedavg"), (0,), None, [], {}, 2, str(tmp_path))
+
+
+def test_an_arm_tunes_its_space_less_the_keys_it_sets(tmp_path):
+    shipped = yaml.safe_load(Path(default_space_file("sgpt")).read_text())
+    assert arm_space(comparison(tmp_path), "sgpt") == default_space_file("sgpt")
+    own = yaml.safe_load(Path(arm_space(comparison(tmp_path), "sgpt:groups=5:alpha_k=0.2")).read_text())
+    assert set(own["space"]) == set(shipped["space"]) - {"sgpt.groups", "sgpt.alpha_k"}
+    assert own["fixed"] == shipped["fixed"]
+
+
+def test_an_arm_that_sets_every_tuned_key_has_nothing_to_tune(tmp_path):
+    with pytest.raises(ConfigError, match="sets every key of fedavg.yaml itself"):
+        arm_space(comparison(tmp_path), "fedavg:train.lr=0.01")
