@@ -3,7 +3,8 @@ Federated Learning with Group-Aware Prompt Tuning"; METHODS.md "FGPT and FGPT-U"
 
 Shared prompts (length 5) enter before the first block (VPT-shallow); one group prompt enters before the 0-based block u
 (the paper's layer 6 of 12, counted from 1, is u = 5; scaled to the backbone), chosen per sample by argmax_g cos(q(x),
-b_g) with fixed keys b_g that never train (orthogonal; ``keys=random`` is the paper's ablation). Training is joint
+b_g) with fixed keys b_g that never train (orthogonal; ``keys=random`` is the paper's ablation) and q(x) the frozen
+backbone's class token (Eq. 5; ``query=relu`` applies a ReLU first, as SGPT's authors do). Training is joint
 cross-entropy with no q_g calibration and no momentum. The server averages head and shared prompts with N_i / N and each
 group prompt with beta_g^i = N_g^i / sum_i N_g^i. FGPT-U (inference only) averages the logits of the top-K groups; the
 blocks before u run once and only blocks u..U-1 run per group: (u + K (U - u)) / U passes.
@@ -26,6 +27,7 @@ from raysim.models.prompted import PromptSlot, PromptSpec, xavier_prompt
 from raysim.ops import selection as sel
 
 GROUP, COUNTS, FIXED_KEYS = "extra.group_prompts", gp.COUNTS, gp.FIXED_KEYS
+QUERIES = ("plain", "relu")  # fgpt.query
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,9 @@ class FGPTOptions:
     shared_length: int = 5
     group_block: int = -1
     keys: str = "orthogonal"
+    # q(x) in Select(x) = argmax_g cos(q(x), b_g): "plain", the class token itself (FGPT Eq. 5 and the line below it:
+    # "the cls token output from the pre-trained foundation model"); "relu", ReLU first, as the SGPT authors' code.
+    query: str = "plain"
     k: int = 5
     select_layer: int = 0
     # "paper": the class token after block select_layer (FGPT Eq. 2-3: cls_u is L_u's output); "code": the SGPT
@@ -51,6 +56,8 @@ class FGPTOptions:
             raise ConfigError(f"fgpt.shared_length={self.shared_length} must be >= 0 (0: no shared prompts)")
         if self.keys not in ("orthogonal", "random"):
             raise ConfigError(f"fgpt.keys={self.keys!r} is not one of orthogonal, random")
+        if self.query not in QUERIES:
+            raise ConfigError(f"fgpt.query={self.query!r} is not one of {', '.join(QUERIES)}")
         if self.select_layer < 0:
             raise ConfigError("fgpt.select_layer must be >= 0 (0 = the last block)")
         if self.select_layer_as not in gp.LAYER_READINGS:
@@ -96,7 +103,8 @@ class FGPT(gp.GroupDiagnostics, CachesRowFeatures, SendsExtras, ResolvesOptions,
 
     def row_features(self, model, x):
         layer = gp.query_layer("fgpt.select_layer", self.options.select_layer, len(model.vit.blocks))
-        return {"query": gp.backbone_query(model.vit, x, layer, reading=self.options.select_layer_as)}
+        relu = self.options.query == "relu"
+        return {"query": gp.backbone_query(model.vit, x, layer, relu, reading=self.options.select_layer_as)}
 
     def uplink_extras(self, state) -> dict[str, tuple[int, ...]]:
         return {COUNTS: (self.options.groups,)}

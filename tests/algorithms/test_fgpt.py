@@ -1,4 +1,7 @@
-"""FGPT / FGPT-U: fixed keys, N_g^i-weighted group prompts, and the top-K ensemble's cost and equivalences."""
+"""FGPT / FGPT-U: the query, fixed keys, N_g^i-weighted group prompts, the top-K ensemble's cost and equivalences."""
+
+import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -6,12 +9,15 @@ import torch
 from raysim.algorithms._group_prompts import cached_cosine
 from raysim.config import build_config
 from raysim.core import training as train
+from raysim.core.errors import ConfigError
 from raysim.core.messages import Broadcast, ClientUpdate, GlobalState
 from raysim.core.registry import get_method
 from raysim.engine.client import ClientRuntime
+from raysim.models.backbones import build_backbone
+from raysim.ops import selection as sel
 from raysim.testing.smoke import open_simulation, prepared
 
-pytestmark = pytest.mark.usefixtures("ray_session")  # the data source reads with Ray Data
+uses_ray = pytest.mark.usefixtures("ray_session")  # the data source reads with Ray Data
 
 TINY = {
     "federation": {"clients": 6, "rounds": 2, "participation": 0.5, "seed": 2},
@@ -26,6 +32,47 @@ def runtime_for(method, **options):
     config = build_config(method, [TINY, {"fgpt": {"groups": 4, **options}}])
     config, initial, shards = prepared(config)
     return ClientRuntime(config, shards.info.num_classes), initial, shards
+
+
+def backbone_passing_class_token(cls: list[float]):
+    """The nano backbone cut down to what a hand computation follows: zero patch and position embeddings and blocks
+    that add nothing (zero output projections), so the last block's class token is ``cls`` padded with zeros."""
+    vit = build_backbone("raysim_vit_nano_p4_16")
+    with torch.no_grad():
+        for p in (vit.patch_embed.proj.weight, vit.patch_embed.proj.bias, vit.pos_embed, vit.cls_token, vit.norm.bias):
+            p.zero_()
+        for block in vit.blocks:
+            for layer in (block.attn.proj, block.mlp.fc2):
+                layer.weight.zero_(), layer.bias.zero_()
+        vit.norm.weight.fill_(1.0)
+        vit.cls_token[0, 0, : len(cls)] = torch.tensor(cls)
+    return vit
+
+
+@pytest.mark.parametrize(
+    "query, expected, picked",
+    [
+        # FGPT Eq. 5: q = c / |c| (the final LayerNorm only rescales a zero-mean c); c = (3, -1, -4, 2), |c|^2 = 30
+        ("plain", [3 / math.sqrt(30), -1 / math.sqrt(30), -4 / math.sqrt(30), 2 / math.sqrt(30)], 0),
+        # ReLU first: (3, 0, 0, 2) / sqrt(13)
+        ("relu", [3 / math.sqrt(13), 0.0, 0.0, 2 / math.sqrt(13)], 1),
+    ],
+)
+def test_query_is_the_normalised_class_token_with_relu_only_when_asked(query, expected, picked):
+    method = get_method("fgpt").cls(build_config("fgpt", [{"fgpt": {"query": query}}]))
+    vit = backbone_passing_class_token([3.0, -1.0, -4.0, 2.0])
+    q = method.row_features(SimpleNamespace(vit=vit), torch.rand(2, 3, 16, 16))["query"]
+    assert torch.allclose(q[:, :4], torch.tensor([expected, expected]), atol=1e-5)
+    assert q[:, 4:].abs().max() < 1e-6
+    # keys -e_2 and e_0: cosines (0.730, 0.548) plain, (0, 0.832) with ReLU: the two queries pick different groups
+    keys = torch.zeros(2, 64)
+    keys[0, 2], keys[1, 0] = -1.0, 1.0
+    assert sel.cosine(q, keys).argmax(dim=1).tolist() == [picked, picked]
+
+
+def test_an_unknown_query_names_the_valid_ones():
+    with pytest.raises(ConfigError, match="^fgpt.query='cosine' is not one of plain, relu$"):
+        build_config("fgpt", [{"fgpt": {"query": "cosine"}}])
 
 
 def test_group_prompts_are_averaged_with_selection_counts():
@@ -51,6 +98,7 @@ def test_group_prompts_are_averaged_with_selection_counts():
     assert out.params[GROUP].flatten().tolist() == [1.5, 6.0]
 
 
+@uses_ray
 def test_keys_are_fixed_orthogonal_never_communicated_and_never_trained():
     config = build_config("fgpt", [TINY, {"fgpt": {"groups": 4}}])
     config, initial, shards = prepared(config)
@@ -72,6 +120,7 @@ def count_blocks(model):
     return calls, handles
 
 
+@uses_ray
 def test_fgpt_u_with_k1_is_fgpt_and_with_k2_is_the_mean_of_full_passes_at_lower_cost():
     runtime, _, shards = runtime_for("fgpt-u", k=2)
     model, data = runtime.model, shards.test(0)
@@ -97,6 +146,7 @@ def test_fgpt_u_with_k1_is_fgpt_and_with_k2_is_the_mean_of_full_passes_at_lower_
     assert (ensemble_blocks, full_blocks) == (u + 2 * (depth - u), 2 * depth)
 
 
+@uses_ray
 def test_training_selects_one_group_per_row_with_the_fixed_keys():
     runtime, initial, shards = runtime_for("fgpt")
     (result,) = runtime.train(1, Broadcast(initial.params), [[(0, {}, None)]], shards)
