@@ -5,7 +5,8 @@ The model is cut in three: the client's head (patch embedding and ``head_blocks`
 (the blocks between) and the client's tail (``tail_blocks`` blocks, final norm, classifier). On a client, the
 encoder is a :class:`RemoteEncoder` module: its forward sends the smashed features to the server and its
 backward sends the gradient with respect to the server's output and receives the gradient with respect to the
-smashed features, so the client trains with an ordinary ``loss.backward()``.
+smashed features, so the client trains with an ordinary ``loss.backward()``. :func:`random_head_and_tail` draws
+a client's own head and tail.
 
 :class:`EncoderServer` is the server (pure torch), a service the engine starts: in-process for the sequential
 backend, as a Ray actor otherwise. Its weights change only between rounds, so the clients' requests of a round
@@ -14,6 +15,7 @@ are served concurrently and every client sees the same encoder, whichever order 
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 
@@ -26,6 +28,7 @@ from raysim.models.factory import pick_device
 from raysim.ops.spsa import perturbed_forward, spsa_step
 
 KINDS = ("activations", "gradients", "spsa", "params")  # what crosses the cut, counted each way per client
+HEAD_AND_TAIL = ("patch_embed", "norm_pre", "norm", "fc_norm", "head")  # the client's modules outside the blocks
 
 
 class EncoderServer:
@@ -232,3 +235,37 @@ def remote_encoder(model: nn.Module) -> RemoteEncoder:
 
 def _nbytes(tensor: torch.Tensor) -> float:
     return float(tensor.numel() * tensor.element_size())
+
+
+def random_head_and_tail(vit: nn.Module, seed: int) -> Tensors:
+    """A randomly initialised head and tail (FedV Algorithm 1 line 1) for ``vit``, as ``vit.<name>`` tensors.
+
+    The embedding stage (patch embedding, class and position tokens) and the final norm and classifier get timm's
+    own ViT initialisation (``VisionTransformer.init_weights``, default mode): position embedding truncated normal
+    (to [-2, 2]) with std 0.02, class token N(0, 1e-6), linear layers truncated normal with std 0.02 and zero bias,
+    the patch embedding's convolution and the norms their ``reset_parameters``. Drawn on the CPU from ``seed`` (the same
+    numbers on any device); blocks kept on the client keep their weights, and ``vit`` is left untouched.
+    """
+    fresh: Tensors = {}
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
+        torch.default_generator.manual_seed(seed)  # CPU only, like the backbone's own initialisation
+        for name, std in (("pos_embed", 0.02), ("cls_token", 1e-6), ("reg_token", 1e-6)):
+            token = getattr(vit, name, None)
+            if token is not None:
+                draw = nn.init.trunc_normal_ if name == "pos_embed" else nn.init.normal_
+                fresh[f"vit.{name}"] = draw(torch.empty(token.shape), std=std)
+        for name in HEAD_AND_TAIL:
+            module = copy.deepcopy(getattr(vit, name)).cpu()
+            module.apply(_timm_init)
+            fresh.update({f"vit.{name}.{key}": p.detach() for key, p in module.named_parameters()})
+    return fresh
+
+
+def _timm_init(module: nn.Module) -> None:
+    """timm's ``init_weights_vit_timm`` for one module."""
+    if isinstance(module, nn.Linear):
+        nn.init.trunc_normal_(module.weight, std=0.02)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+    elif hasattr(module, "reset_parameters"):
+        module.reset_parameters()

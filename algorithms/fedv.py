@@ -12,13 +12,15 @@ steps from each participating client's last local step:
   server's two perturbed outputs and sends back the scalar; z_i is regenerated from a seed, never stored.
 
 w <- w - (lr_server / m) * sum_i g_i, lr_server halved (``lr_decay``) every ``decay_every`` rounds: the paper gives
-the decay rate 0.5 but not its period. Every ``fedround`` rounds the participating clients' heads and tails are
-averaged (1/m) and every client continues from the average; between, each client keeps its own (personalised:
-evaluated with its own head and tail).
+the decay rate 0.5 but not its period. At rounds t = 0, fedround, 2 fedround, ... (Algorithm 1 line 20, t counted
+from 0: raysim's rounds 1, fedround + 1, ...) the participating clients' heads and tails are averaged (1/m) and every
+client continues from the average; between, each client keeps its own (personalised: evaluated with its own).
 
-Deviation: the paper initialises heads and tails at random; here they start from the pretrained backbone's
-patch embedding and norm (a random patch embedding would waste the pretrained encoder) with a fresh classifier,
-the same for every client.
+``client_init``: "random" (the paper, Algorithm 1 line 1: "Randomly initialize the local weights of the head and
+tail pairs for each client i") gives each client its own draw (:func:`~raysim.algorithms._split.random_head_and_tail`,
+seeded by the run seed and the client id); as the first average comes at t = 0, only round 1's clients train from
+their draws and every later client starts from an average. "pretrained" starts every client from the backbone's
+pretrained patch embedding and norm with the run's fresh classifier (raysim's earlier default).
 """
 
 from __future__ import annotations
@@ -36,17 +38,18 @@ from raysim.core.errors import ConfigError
 from raysim.core.messages import ClientUpdate, GlobalState
 from raysim.core.protocol import Diagnostics, ModelParts, Personalised, SplitLearning
 from raysim.core.registry import register
-from raysim.core.seeding import Purpose, derive_seed
+from raysim.core.seeding import Init, Purpose, derive_seed
 from raysim.models.prompted import PromptSpec
 from raysim.ops.aggregate import tensor_bytes, weighted_mean
 from raysim.ops.spsa import spsa_coefficient
 
 SPSA = "spsa_coefficient"
+CLIENT_INITS = ("random", "pretrained")  # where the heads and tails start
 
 
 @dataclass(frozen=True)
 class SplitOptions:
-    """Where the model is cut, how often heads and tails are averaged, and the server's step size."""
+    """Where the model is cut, how heads and tails start and how often they are averaged, the server's step size."""
 
     head_blocks: int = 0
     tail_blocks: int = 0
@@ -54,6 +57,7 @@ class SplitOptions:
     lr_server: float = 1e-6
     lr_decay: float = 0.5
     decay_every: int = 100
+    client_init: str = "random"
 
     def __post_init__(self):
         _check(
@@ -65,6 +69,10 @@ class SplitOptions:
         _check(self.lr_server >= 0, f"lr_server={self.lr_server} must be >= 0 (0 freezes the encoder)")
         _check(0 < self.lr_decay <= 1, f"lr_decay={self.lr_decay} must be in (0, 1] (1 keeps lr_server constant)")
         _check(self.decay_every >= 1, f"decay_every={self.decay_every} must be at least 1 (rounds per lr_decay)")
+        _check(
+            self.client_init in CLIENT_INITS,
+            f"client_init={self.client_init!r} is not one of {', '.join(CLIENT_INITS)} (how heads and tails start)",
+        )
 
 
 @dataclass(frozen=True)
@@ -100,7 +108,7 @@ METRICS = (
 
 
 def smoke(key: str) -> dict:
-    """The smoke tests' 3 rounds: heads and tails averaged every 2."""
+    """The smoke tests' 3 rounds: heads and tails averaged after rounds 1 and 3."""
     return {key: {"fedround": 2}}
 
 
@@ -134,7 +142,8 @@ class FedV(SplitLearning, Personalised, Diagnostics, FedAvg):
         return ModelParts(PromptSpec(train_backbone=True))
 
     def init_global(self, model, generator) -> GlobalState:
-        """The shared head and tail (``params``) and the encoder (``server``, ``encoder.*``) from the built model."""
+        """The shared head and tail (``params``; drawn from ``generator`` for ``client_init=random``) and the encoder
+        (``server``, ``encoder.*``) from the built model."""
         start, stop = self.server_segment(len(model.vit.blocks))
         params, encoder = {}, {}
         for name, tensor in model.trainable_state().items():
@@ -143,12 +152,29 @@ class FedV(SplitLearning, Personalised, Diagnostics, FedAvg):
                 encoder[split.PREFIX + ".".join([str(int(parts[2]) - start), *parts[3:]])] = tensor
             else:
                 params[name] = tensor
+        if self.options.client_init == "random":
+            params.update(
+                split.random_head_and_tail(model.vit, int(torch.randint(0, 2**62, (1,), generator=generator)))
+            )
         return GlobalState(params=params, server=encoder)
 
+    def averages(self, round: int) -> bool:
+        """Whether heads and tails are averaged after this (1-based) round: t % fedround = 0 with t = round - 1."""
+        return (round - 1) % self.options.fedround == 0
+
+    def own_head_and_tail(self, ctx, client_state) -> dict:
+        """The random head and tail a client draws for itself (only before the first average, so in round 1)."""
+        if client_state is not None or ctx.round > 1 or self.options.client_init != "random":
+            return {}
+        return split.random_head_and_tail(ctx.model.vit, client_init_seed(ctx.config, ctx.client_id))
+
     def client_update(self, ctx, broadcast, client_state, data) -> ClientUpdate:
-        """Local steps through the server from the client's own head and tail (the average after a ``fedround``)."""
+        """Local steps through the server from the client's own head and tail (its draw in round 1 with
+        ``client_init=random``, else the last average until it has trained its own)."""
         model, view = ctx.model, broadcast.params
-        model.load_trainable(view if client_state is None else client_state)
+        own = self.own_head_and_tail(ctx, client_state)
+        received = {} if client_state is not None else {k: v for k, v in view.items() if k not in own}
+        model.load_trainable({**view, **own} if client_state is None else client_state)
         remote = split.remote_encoder(model)
         remote.begin(ctx.client_id)
         last = training.steps_per_round(len(data), ctx.config.train)
@@ -162,8 +188,8 @@ class FedV(SplitLearning, Personalised, Diagnostics, FedAvg):
         metrics = training.local_train(ctx, data, objective)
         tensors = model.trainable_state()
         counters = remote.counters
-        counters["bytes_down_params"] = float(tensor_bytes(view)) if client_state is None else 0.0
-        counters["bytes_up_params"] = float(tensor_bytes(tensors)) if ctx.round % self.options.fedround == 0 else 0.0
+        counters["bytes_down_params"] = float(tensor_bytes(received))
+        counters["bytes_up_params"] = float(tensor_bytes(tensors)) if self.averages(ctx.round) else 0.0
         return ClientUpdate(ctx.client_id, len(data), tensors, metrics={**metrics, **counters, **extra}, state=tensors)
 
     def last_step(self, ctx, remote, x, y) -> dict[str, float]:
@@ -177,14 +203,15 @@ class FedV(SplitLearning, Personalised, Diagnostics, FedAvg):
         return server_metrics(server, lr)
 
     def aggregate(self, round, state, updates) -> GlobalState:
-        """Every ``fedround`` rounds: the unweighted mean (1/m, Algorithm 1 line 21) of the heads and tails."""
-        if round % self.options.fedround:
+        """At t % fedround = 0 (:meth:`averages`): the unweighted mean (1/m, Algorithm 1 line 21) of the heads and
+        tails."""
+        if not self.averages(round):
             return state
         trained = [u.params for u in updates if u.num_samples > 0]
         return GlobalState(params=weighted_mean(trained, [1.0] * len(trained)), server=state.server)
 
     def resets_client_states(self, round: int) -> bool:
-        return round % self.options.fedround == 0
+        return self.averages(round)
 
     def eval_params(self, params, client_state):
         return params if client_state is None else client_state
@@ -249,6 +276,11 @@ def server_metrics(server, lr: float) -> dict[str, float]:
     requests it served at once."""
     compute_s, peak = server.end_round()
     return {"lr_server": lr, "server_compute_s": compute_s, "server_concurrency": float(peak)}
+
+
+def client_init_seed(config, client: int) -> int:
+    """The seed of a client's own random head and tail: the classifier's initialisation seed keyed by the client."""
+    return derive_seed(config.federation.seed, Purpose.INIT, Init.WRAPPER, client)
 
 
 def spsa_seed(config, round: int, client: int) -> int:

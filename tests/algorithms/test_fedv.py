@@ -1,19 +1,24 @@
-"""FedV/FedVZ (seed 001): the SPSA estimator, the server's steps, the cut's autograd, fedround, bytes, determinism."""
+"""FedV/FedVZ (seed 001): the SPSA estimator, the server's steps, the cut's autograd, the heads' and tails' random
+start and t = 0 averaging schedule, bytes, determinism."""
 
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
 from torch import nn
 
 from raysim.algorithms import _split as split
-from raysim.algorithms.fedv import FedV, server_lr
+from raysim.algorithms.fedv import FedV, client_init_seed, server_lr
 from raysim.config import build_config
 from raysim.core import training as train
+from raysim.core.errors import ConfigError
 from raysim.core.messages import ClientUpdate, GlobalState
 from raysim.engine.driver import make_simulation, stop
+from raysim.models.backbones import build_backbone
+from raysim.models.factory import build_model
 from raysim.ops import spsa
 from raysim.testing.smoke import open_simulation, prepared
 from raysim.tracking.checkpoint import Checkpoint
@@ -126,17 +131,102 @@ def test_server_lr_decay_schedule():
     assert [server_lr(config.options, r) for r in (1, 10, 11, 21)] == [1e-6, 1e-6, 5e-7, 2.5e-7]
 
 
-def test_heads_and_tails_are_averaged_unweighted_every_fedround_rounds():
+def test_heads_and_tails_are_averaged_unweighted_at_t_0_and_every_fedround_rounds_after():
+    """Algorithm 1 line 20, t % fedround = 0 with t = round - 1: with fedround 3, after rounds 1, 4 and 7 of 8."""
     method = FedV(build_config("fedv", [{"fedv": {"fedround": 3}}]))
     state = GlobalState(params={"t": torch.tensor([0.0, 0.0])})
     results = [
         ClientUpdate(1, 10, {"t": torch.tensor([1.0, 2.0])}),
         ClientUpdate(2, 30, {"t": torch.tensor([3.0, 6.0])}),
     ]
-    assert method.aggregate(2, state, results) is state and not method.resets_client_states(2)
-    averaged = method.aggregate(3, state, results)
-    assert torch.equal(averaged.params["t"], torch.tensor([2.0, 4.0]))  # 1/m, not N_i / N
-    assert method.resets_client_states(3) and method.resets_client_states(6)
+    averaging = [r for r in range(1, 9) if method.aggregate(r, state, results) is not state]
+    assert averaging == [1, 4, 7] == [r for r in range(1, 9) if method.resets_client_states(r)]
+    assert torch.equal(method.aggregate(1, state, results).params["t"], torch.tensor([2.0, 4.0]))  # 1/m, not N_i / N
+
+
+def pretrained_stand_in():
+    """The nano backbone with a 10-class classifier and every weight 7.0, standing in for pretrained weights."""
+    vit = build_backbone("raysim_vit_nano_p4_16")
+    vit.reset_classifier(10)
+    with torch.no_grad():
+        for p in vit.parameters():
+            p.fill_(7.0)
+    return vit
+
+
+def test_a_random_head_and_tail_is_timms_init_of_the_embedding_final_norm_and_classifier():
+    vit = pretrained_stand_in()
+    drawn = split.random_head_and_tail(vit, seed=5)
+    assert set(drawn) == {
+        "vit.pos_embed",
+        "vit.cls_token",
+        "vit.patch_embed.proj.weight",
+        "vit.patch_embed.proj.bias",
+        "vit.norm.weight",
+        "vit.norm.bias",
+        "vit.head.weight",
+        "vit.head.bias",
+    }  # the blocks keep their (pretrained) weights
+    assert all(torch.equal(p, torch.full_like(p, 7.0)) for p in vit.parameters())  # vit itself untouched
+    assert torch.equal(drawn["vit.norm.weight"], torch.ones(64)) and torch.equal(
+        drawn["vit.norm.bias"], torch.zeros(64)
+    )
+    assert torch.equal(drawn["vit.head.bias"], torch.zeros(10))
+    # truncated normals with std 0.02 (640 and 17 * 64 draws) and the class token's N(0, 1e-6) (64 draws)
+    assert drawn["vit.head.weight"].std().item() == pytest.approx(0.02, rel=0.15)
+    assert drawn["vit.pos_embed"].std().item() == pytest.approx(0.02, rel=0.15)
+    assert drawn["vit.cls_token"].std().item() == pytest.approx(1e-6, rel=0.4)
+    # the patch embedding's Conv2d.reset_parameters: uniform within 1 / sqrt(fan_in), fan_in = 3 * 4 * 4 = 48
+    bound = 1 / math.sqrt(48)
+    for name in ("vit.patch_embed.proj.weight", "vit.patch_embed.proj.bias"):
+        assert 0.8 * bound < drawn[name].abs().max().item() <= bound
+    again, other = split.random_head_and_tail(vit, seed=5), split.random_head_and_tail(vit, seed=6)
+    assert all(torch.equal(drawn[k], again[k]) for k in drawn)  # deterministic per seed
+    assert all(not torch.equal(drawn[k], other[k]) for k in drawn if drawn[k].std() > 0)
+
+
+def test_with_client_init_random_each_round_1_client_draws_its_own_head_and_tail_from_the_run_seed():
+    config = build_config("fedv", [TINY])
+    method, vit = FedV(config), pretrained_stand_in()
+
+    def own(round, client, client_state=None, method=method, config=config):
+        ctx = SimpleNamespace(round=round, client_id=client, config=config, model=SimpleNamespace(vit=vit))
+        return method.own_head_and_tail(ctx, client_state)
+
+    first, second = own(1, 0), own(1, 1)
+    assert all(
+        torch.equal(first[k], v) for k, v in split.random_head_and_tail(vit, client_init_seed(config, 0)).items()
+    )
+    assert all(torch.equal(first[k], v) for k, v in own(1, 0).items())
+    assert not torch.equal(first["vit.head.weight"], second["vit.head.weight"])  # per client
+    reseeded = build_config("fedv", [TINY, {"federation": {"seed": 2}}])
+    assert not torch.equal(first["vit.head.weight"], own(1, 0, config=reseeded)["vit.head.weight"])
+    # after the t = 0 average, a client without its own starts from the average; one with its own keeps it
+    assert own(2, 0) == {} and own(1, 0, client_state={}) == {}
+    pretrained = build_config("fedv", [TINY, {"fedv": {"client_init": "pretrained"}}])
+    assert own(1, 0, method=FedV(pretrained)) == {}
+
+
+def test_the_global_head_and_tail_are_a_draw_from_the_init_generator_and_the_encoder_as_built():
+    """With client_init=random the global head and tail (what a client without its own would start from) are a draw
+    seeded from init_global's generator; everything else is the built model's, as with client_init=pretrained."""
+    config = build_config("fedv", [TINY])
+    model = build_model(config, FedV(config), num_classes=10)
+    state = FedV(config).init_global(model, torch.Generator().manual_seed(0))
+    pretrained = build_config("fedv", [TINY, {"fedv": {"client_init": "pretrained"}}])
+    built = FedV(pretrained).init_global(model, torch.Generator().manual_seed(0))
+    seed = int(torch.randint(0, 2**62, (1,), generator=torch.Generator().manual_seed(0)))
+    expected = {**built.params, **split.random_head_and_tail(model.vit, seed)}
+    assert set(state.params) == set(expected) and all(torch.equal(state.params[k], expected[k]) for k in expected)
+    assert all(torch.equal(state.server[k], built.server[k]) for k in built.server) and set(state.server) == set(
+        built.server
+    )
+    assert not torch.equal(state.params["vit.patch_embed.proj.weight"], built.params["vit.patch_embed.proj.weight"])
+
+
+def test_an_unknown_client_init_names_the_valid_ones():
+    with pytest.raises(ConfigError, match="^fedv.client_init='zeros' is not one of random, pretrained"):
+        build_config("fedv", [{"fedv": {"client_init": "zeros"}}])
 
 
 def run(method, rounds=3, backend="sequential", workers=0, **options):
@@ -153,17 +243,18 @@ def run(method, rounds=3, backend="sequential", workers=0, **options):
 
 
 def test_clients_keep_their_own_head_and_tail_until_the_fedround_average(ray_session):
-    _, _, reports, state, client_states = run("fedv", rounds=2, fedround=2)
-    assert client_states == {}  # round 2 averaged: every client continues from the global head and tail
-    _, _, reports, _, client_states = run("fedv", rounds=3, fedround=2)
-    assert set(client_states) == set(reports[-1].sampled)  # round 3's clients trained their own copies
+    _, _, reports, state, client_states = run("fedv", rounds=3, fedround=2)
+    assert client_states == {}  # round 3 (t = 2) averaged: every client continues from the global head and tail
+    _, _, reports, _, client_states = run("fedv", rounds=2, fedround=2)
+    assert set(client_states) == set(reports[-1].sampled)  # round 2's clients trained their own copies
 
 
 @pytest.mark.parametrize("method", ["fedv", "fedvz"])
 def test_bytes_counted_match_the_tensors_sent(ray_session, method):
     """Per round: every step sends the smashed batch up and gets the encoder output down (activations), sends the
     output gradient and gets the input gradient (gradients); FedVZ's last step adds the batch up, two outputs down
-    and one float64 up; heads and tails go down to clients without their own and up on fedround rounds."""
+    and one float64 up; heads and tails go up on averaging rounds (1 and 3) and down to clients without their own,
+    except in round 1, where each client draws its own."""
     config, shards, reports, state, _ = run(method, rounds=2, fedround=2)
     sizes, row = shards.train_sizes(), TOKENS * WIDTH * 4
     batch = config.train.batch_size
@@ -174,9 +265,9 @@ def test_bytes_counted_match_the_tensors_sent(ray_session, method):
         assert m["bytes_activations"] == m["bytes_gradients"] == 2 * sum(rows) * row
         last = [n - (train.steps_per_round(n, config.train) - 1) * batch for n in rows]
         assert m["bytes_spsa"] == (3 * sum(last) * row + 8 * len(rows) if method == "fedvz" else 0)
-        up_params = params * len(rows) if report.round % 2 == 0 else 0
-        down_params = params * len(rows) if report.round == 1 else 0  # round 2's clients hold their own copies
-        assert m["bytes_params"] == up_params + down_params or report.round == 2
+        up_params = params * len(rows) if report.round == 1 else 0
+        down_params = params * len(rows) if report.round == 2 else 0  # the average after round 1
+        assert m["bytes_params"] == up_params + down_params
         assert m["bytes_up"] + m["bytes_down"] == pytest.approx(
             m["bytes_activations"] + m["bytes_gradients"] + m["bytes_spsa"] + m["bytes_params"]
         )
