@@ -291,7 +291,18 @@ def execute(comparison: Comparison) -> tuple[str, list[Path]]:
         status = "KILLED"
         raise
     finally:
+        end_stopped_cells(comparison, tracker.run_id)
         tracker.end(status)
+
+
+def end_stopped_cells(comparison: Comparison, own_run: str) -> None:
+    """Mark KILLED the cells a stopped Tune left RUNNING (their trial was killed before its run could end)."""
+    client = MlflowClient(comparison.pinned["tracking"]["tracking_uri"])
+    experiment = client.get_experiment_by_name(comparison.name)
+    query = f"attributes.status = 'RUNNING' and tags.`{NAME}` = '{comparison.name}'"
+    for found in client.search_runs([experiment.experiment_id], filter_string=query):
+        if found.info.run_id != own_run:
+            client.set_terminated(found.info.run_id, status="KILLED")
 
 
 def _run_cells(comparison: Comparison, tuned: dict, todo: list[tuple[str, int]], parent: str) -> None:

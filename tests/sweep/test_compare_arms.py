@@ -1,5 +1,5 @@
-"""The arms of ``raysim compare``: ``METHOD:KEY=VALUE`` parsing, and the search space an arm tunes (its method's,
-less what the arm sets itself)."""
+"""The arms of ``raysim compare``: ``METHOD:KEY=VALUE`` parsing, the search space an arm tunes (its method's, less
+what the arm sets itself), and the cells a stopped comparison leaves behind."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from mlflow.tracking import MlflowClient
 
 from raysim.core.errors import ConfigError
-from raysim.sweep.compare import Comparison, arm, arm_space
+from raysim.sweep.compare import Comparison, arm, arm_space, end_stopped_cells
 from raysim.sweep.space import default_space_file
 
 
@@ -44,3 +45,15 @@ def test_an_arm_tunes_its_space_less_the_keys_it_sets(tmp_path):
 def test_an_arm_that_sets_every_tuned_key_has_nothing_to_tune(tmp_path):
     with pytest.raises(ConfigError, match="sets every key of fedavg.yaml itself"):
         arm_space(comparison(tmp_path), "fedavg:train.lr=0.01")
+
+
+def test_cells_a_stopped_comparison_left_running_end_killed(tracking_uri):
+    client = MlflowClient(tracking_uri)
+    experiment = client.create_experiment("c")
+    tags = {"raysim.compare": "c"}
+    own, stopped, done, other = (client.create_run(experiment, tags=t) for t in (tags, tags, tags, {}))
+    client.set_terminated(done.info.run_id, status="FINISHED")
+    pinned = {"tracking": {"tracking_uri": tracking_uri}}
+    end_stopped_cells(Comparison("c", ("fedavg",), (0,), None, [], pinned, 0, "unused"), own.info.run_id)
+    status = {run: client.get_run(run.info.run_id).info.status for run in (own, stopped, done, other)}
+    assert [status[r] for r in (own, stopped, done, other)] == ["RUNNING", "KILLED", "FINISHED", "RUNNING"]
