@@ -110,6 +110,15 @@ def plan(
     if len(set(methods)) != len(methods):
         raise ConfigError(f"each method once: {' '.join(methods)} names one twice")
     named = [arm(label) for label in methods]
+    for label, (_, own) in zip(methods, named):
+        changed = [f"data.{k}" for k in own.get("data", {})] + [
+            f"federation.{k}" for k in own.get("federation", {}) if f"federation.{k}" in sweeping.DATA_KEYS
+        ]
+        if changed:
+            raise ConfigError(
+                f"{label}: {changed[0]} changes the clients' data, which every method of a seed shares; "
+                f"set it for all (--set {changed[0]}=...) or compare it in separate comparisons"
+            )
     if seeds < 1:
         raise ConfigError(f"--seeds {seeds} must be at least 1 (3 or more for a confidence interval that means much)")
     if tune_budget < 0:

@@ -86,6 +86,7 @@ BAD = [
     (["fedavg", "fedavg"], "names one twice"),
     (["fedavg", "fedvpt:prompt_length"], "'prompt_length' must be KEY=VALUE"),
     (["fedavg", "fedvpt:prompt_length=0"], "prompt_length=0 must be at least 1"),
+    (["fedavg", "fedvpt:data.alpha=0.1"], "data.alpha changes the clients' data"),
     (["fedavg", "sgpt", "--tune-budget", "-1"], "--tune-budget -1 must be 0"),
 ]
 
