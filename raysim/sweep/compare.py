@@ -86,6 +86,11 @@ class Comparison:
         seeded = {"federation": {"seed": seed}}
         return build_config(method, [*self.layers(label), as_layer(tuned), own, seeded, self.pinned])
 
+    @property
+    def uri(self) -> str:
+        """The tracking store every cell logs to."""
+        return self.pinned["tracking"]["tracking_uri"]
+
     def tuning(self) -> str:
         """How the methods' hyperparameters were chosen, as the report says it."""
         if not self.tune_budget:
@@ -129,7 +134,7 @@ def plan(
     layers = [[preset_for_method(load_preset(preset), m)] if preset else [] for m, _ in named]
     probes = [build_config(m, [*before, *flags, own]) for (m, own), before in zip(named, layers)]
     base = probes[0].federation.seed
-    name = probes[0].tracking.experiment if _experiment_given(flags) else default_name(methods, preset)
+    name = probes[0].tracking.experiment if sweeping.flag_set(flags, "experiment") else default_name(methods, preset)
     uri = probes[0].tracking.resolved_uri
     check_store(uri)
     connect_ray(probes[0].resources)
@@ -150,10 +155,6 @@ def plan(
 def default_name(methods: tuple[str, ...], preset: str | None) -> str:
     """``compare-M1-M2[-PRESET]``: the same command names the same comparison, so running it again resumes it."""
     return "-".join(["compare", *methods, *([Path(preset).stem] if preset else [])])
-
-
-def _experiment_given(flags: list[dict]) -> bool:
-    return any("experiment" in layer.get("tracking", {}) for layer in flags)
 
 
 def tuned_values(comparison: Comparison) -> dict[str, dict[str, Any]]:
@@ -222,7 +223,7 @@ def _cell(params: dict[str, Any], comparison: Comparison, tuned: dict, shards: d
 def finished_cells(comparison: Comparison, tuned: dict) -> set[tuple[str, int]]:
     """The (method, seed) cells that already have a FINISHED run of the same config; a finished cell of another
     config (the experiment holds a comparison of other settings) is a one-line error."""
-    client = MlflowClient(comparison.pinned["tracking"]["tracking_uri"])
+    client = MlflowClient(comparison.uri)
     experiment = client.get_experiment_by_name(comparison.name)
     if experiment is None:
         return set()
@@ -243,7 +244,7 @@ def finished_cells(comparison: Comparison, tuned: dict) -> set[tuple[str, int]]:
 
 def open_run(comparison: Comparison) -> Tracker:
     """The comparison's own MLflow run (re-opened when the comparison resumes)."""
-    uri = comparison.pinned["tracking"]["tracking_uri"]
+    uri = comparison.uri
     tracker = Tracker(uri)
     experiment = tracker.client.get_experiment_by_name(comparison.name)
     if experiment is not None:
@@ -289,7 +290,7 @@ def execute(comparison: Comparison) -> tuple[str, list[Path]]:
         if missing:
             cells = ", ".join(f"{m}/s{s}" for m, s in sorted(missing))
             raise SweepError(f"comparison {comparison.name}: {cells} did not finish; run the same command to retry")
-        uri = comparison.pinned["tracking"]["tracking_uri"]
+        uri = comparison.uri
         folder = Path(comparison.folder) / "report"
         table, paths = write_comparison(uri, comparison.name, folder, list(comparison.methods))
         for path in paths:
@@ -306,7 +307,7 @@ def execute(comparison: Comparison) -> tuple[str, list[Path]]:
 
 def end_stopped_cells(comparison: Comparison, own_run: str) -> None:
     """Mark KILLED the cells a stopped Tune left RUNNING (their trial was killed before its run could end)."""
-    client = MlflowClient(comparison.pinned["tracking"]["tracking_uri"])
+    client = MlflowClient(comparison.uri)
     experiment = client.get_experiment_by_name(comparison.name)
     query = f"attributes.status = 'RUNNING' and tags.`{NAME}` = '{comparison.name}'"
     for found in client.search_runs([experiment.experiment_id], filter_string=query):

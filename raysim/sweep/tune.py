@@ -369,7 +369,7 @@ def plan(
     name = name or f"{method}-{time.strftime('%Y%m%d-%H%M%S')}"
     check_store(probe.tracking.resolved_uri)
     connect_ray(probe.resources)
-    experiment = probe.tracking.experiment if _flag_set(flag_layers, "experiment") else name
+    experiment = probe.tracking.experiment if flag_set(flag_layers, "experiment") else name
     sweep = Sweep(
         method,
         name,
@@ -412,7 +412,8 @@ def check_store_and_ray(sweep: Sweep) -> None:
     connect_ray(config.resources)
 
 
-def _flag_set(layers: list[dict], key: str) -> bool:
+def flag_set(layers: list[dict], key: str) -> bool:
+    """Whether the flag layers set ``tracking.KEY`` (``--experiment``, say)."""
     return any(key in layer.get("tracking", {}) for layer in layers)
 
 

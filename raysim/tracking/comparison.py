@@ -21,7 +21,7 @@ from scipy import stats
 from raysim.core.errors import ConfigError
 from raysim.tracking.mlflow import TRAINABLE
 from raysim.tracking.plots import plot_tradeoff
-from raysim.tracking.report import collect
+from raysim.tracking.report import collect, latest_by_step
 
 NAME, CELL, VARIANT = "raysim.compare", "raysim.cell", "raysim.variant"  # tags of every cell
 TUNING, TUNED = "raysim.tuning", "raysim.tuned"  # how its values were chosen, and the tuned values (JSON)
@@ -71,8 +71,7 @@ def _bytes_per_round(client: MlflowClient, run_id: str) -> float:
     """Mean over rounds of the bytes sent down and up."""
     total: dict[int, float] = defaultdict(float)
     for key in ("bytes_down", "bytes_up"):
-        latest = {m.step: m.value for m in sorted(client.get_metric_history(run_id, key), key=lambda m: m.timestamp)}
-        for step, value in latest.items():
+        for step, value in latest_by_step(client.get_metric_history(run_id, key)).items():
             total[step] += value
     return float(np.mean(list(total.values()))) if total else float("nan")
 

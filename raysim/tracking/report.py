@@ -31,6 +31,11 @@ COLUMNS = (
 )
 
 
+def latest_by_step(history) -> dict[int, float]:
+    """A metric's history as {step: value}; a replayed round (after a recovery or a resume) keeps its latest value."""
+    return {m.step: m.value for m in sorted(history, key=lambda m: m.timestamp)}
+
+
 def collect(uri: str, experiment: str, parent_run_id: str | None = None) -> list[dict]:
     """The experiment's FINISHED runs (those nested under ``parent_run_id`` if given; never a sweep's or a
     comparison's own run): name, method, tags, latest metrics, summary statistics {(metric, stat): value} and
@@ -48,9 +53,7 @@ def collect(uri: str, experiment: str, parent_run_id: str | None = None) -> list
     out = []
     for run in runs:
         history = client.get_metric_history(run.info.run_id, "global_acc")
-        latest = {}
-        for m in sorted(history, key=lambda m: m.timestamp):  # a replayed round keeps its latest value
-            latest[m.step] = m.value
+        latest = latest_by_step(history)
         summary = {summary_key(k): v for k, v in run.data.metrics.items() if summary_key(k)}
         out.append(
             {
