@@ -17,7 +17,7 @@ from raysim.core.messages import Broadcast, ClientUpdate, GlobalState
 from raysim.core.protocol import ClientContext, CohortPhase, CohortTraining, Method, ModelParts
 from raysim.core.registry import register
 from raysim.models.prompted import PromptSpec
-from raysim.ops.aggregate import weighted_mean
+from raysim.ops.aggregate import row_masked_mean, weighted_mean
 
 
 @register("fedavg", "FedAvg, full fine-tuning of backbone + head (McMahan et al. 2017)", family="global")
@@ -52,6 +52,11 @@ class FedAvg(CohortTraining, Method):
         return [CohortPhase(tuple(model.trainable_names()), objective)]
 
     def aggregate(self, round, state, updates) -> GlobalState:
-        """Sample-weighted mean (N_i / N) of the clients' tensors."""
-        params = weighted_mean([u.params for u in updates], [u.num_samples for u in updates])
+        """Sample-weighted mean (N_i / N) of the clients' tensors; with capacity tiers, of each row over the clients
+        that trained it."""
+        tensors, weights = [u.params for u in updates], [u.num_samples for u in updates]
+        if any(u.trained for u in updates):
+            params = row_masked_mean(tensors, weights, [u.trained for u in updates], state.params)
+        else:
+            params = weighted_mean(tensors, weights)
         return GlobalState(params=params, server=state.server)

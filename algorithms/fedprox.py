@@ -31,6 +31,7 @@ def proximal_term(params: dict[str, torch.Tensor], anchor: dict[str, torch.Tenso
     family="global",
     options=ProxOptions,
     cohort=True,
+    tiers=True,
 )
 class FedProx(FedVPT):
     def loss(self, model, logits, labels, broadcast):

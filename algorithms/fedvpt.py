@@ -35,6 +35,7 @@ class PromptOptions:
     family="global",
     options=PromptOptions,
     cohort=True,
+    tiers=True,
 )
 class FedVPT(FedAvg):
     def parts(self, vit, generator) -> ModelParts:

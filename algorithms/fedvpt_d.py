@@ -15,6 +15,7 @@ from raysim.models.prompted import PromptSlot, PromptSpec
     options=PromptOptions,
     options_key="fedvpt",
     cohort=True,
+    tiers=True,
 )
 class FedVPTDeep(FedAvg):
     def parts(self, vit, generator) -> ModelParts:

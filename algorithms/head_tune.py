@@ -7,7 +7,11 @@ from raysim.models.prompted import PromptSpec
 
 
 @register(
-    "head-tune", "FedAvg of the classifier head only, frozen backbone (linear probe)", family="global", cohort=True
+    "head-tune",
+    "FedAvg of the classifier head only, frozen backbone (linear probe)",
+    family="global",
+    cohort=True,
+    tiers=True,
 )
 class HeadTune(FedAvg):
     def parts(self, vit, generator) -> ModelParts:

@@ -30,7 +30,7 @@ from raysim.config.sections import (
     TrainConfig,
 )
 from raysim.core.errors import ConfigError, unknown_name
-from raysim.core.registry import METHODS, NoOptions, get_method
+from raysim.core.registry import METHODS, NoOptions, get_method, require_tiers
 
 NOT_COMPUTED = ("tracking", "resources", "checkpoint")  # where and how a run goes, not what it computes
 
@@ -56,6 +56,8 @@ class Config:
                 f"{self.method} is split learning: its traffic is per local step, which the virtual clock does not "
                 "model; unset systems.* and federation.deadline_s/over_select"
             )
+        if self.systems.tiers is not None:
+            require_tiers(self.method, "systems.tiers")
         workers = self.resources.workers
         if workers > self.federation.clients:
             raise ConfigError(

@@ -18,6 +18,7 @@ from raysim.data.partition import PARTITIONERS
 from raysim.data.sources import SOURCES
 from raysim.systems import traces
 from raysim.systems.distributions import parse_distribution
+from raysim.systems.tiers import parse_tiers
 
 DEFAULT_TRACKING_DIR = "raysim-runs"
 PRECISIONS = ("auto", "fp32", "bf16")  # client compute; auto is resolved by the driver (raysim.engine.precision)
@@ -221,7 +222,8 @@ class DataConfig:
 class SystemsConfig:
     """Each client's device, for the virtual clock (docs/systems.md): compute speed in samples/s and link in bytes/s,
     each a number, ``uniform:LOW,HIGH`` or ``lognormal:MU,SIGMA`` (ln of the value), drawn per client from the run
-    seed, or a trace file's columns; the chance a client fails mid-round. All unset: clients cost no time."""
+    seed, or a trace file's columns; the chance a client fails mid-round; the capacity tier that decides what a
+    client trains and sends. All unset: clients cost no time and train everything."""
 
     speed: str | None = setting(None, "Client compute in samples/s, e.g. lognormal:3,0.5 (null: no compute time).")
     downlink: str | None = setting(None, "Client download bandwidth in bytes/s, e.g. 1e6 (null: instant).")
@@ -234,6 +236,11 @@ class SystemsConfig:
         "Chance that a selected client fails mid-round, per client and round, from the run seed.",
         checks=((lambda v: 0 <= v < 1, "must be in [0, 1), e.g. 0.1"),),
     )
+    tiers: str | None = setting(
+        None,
+        "Capacity tiers drawn per client from the run seed, e.g. head,last-2,all (head, first-K, last-K, all; "
+        "null: every client trains everything).",
+    )
 
     def __post_init__(self):
         validate(self)
@@ -242,13 +249,14 @@ class SystemsConfig:
                 parse_distribution(name, getattr(self, name))
         if self.trace is not None:
             traces.resolve(self.trace)
+        if self.tiers is not None:
+            parse_tiers(self.tiers)
 
     @property
     def modelled(self) -> bool:
         """Whether any device property is set (else the clock only runs when federation sets a deadline)."""
-        return any(getattr(self, name) is not None for name in ("speed", "downlink", "uplink", "trace")) or bool(
-            self.dropout
-        )
+        names = ("speed", "downlink", "uplink", "trace", "tiers")
+        return any(getattr(self, name) is not None for name in names) or bool(self.dropout)
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,8 @@ class ClientUpdate:
     """What comes back from a client: its trained ``params``, named ``extras`` (statistics a method defines, e.g.
     SGPT's selection counts N_g^i, FedGCR's representation h_tilde), its sample count, scalar ``metrics`` (loss,
     steps, timings) and its new persistent ``state`` (kept for the client's next participation, never aggregated).
+    ``trained`` marks, per params tensor a client of a capacity tier trained only in part, the rows (first dimension)
+    it trained as a boolean mask; only those rows are sent, counted and averaged. Absent: the whole tensor.
     """
 
     client_id: int
@@ -58,7 +60,14 @@ class ClientUpdate:
     extras: Tensors = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
     state: Tensors | None = None
+    trained: Tensors = field(default_factory=dict)
 
     @property
     def bytes_up(self) -> int:
-        return tensor_bytes(self.params) + tensor_bytes(self.extras)
+        whole = {name: t for name, t in self.params.items() if name not in self.trained}
+        rows = sum(
+            int(mask.sum()) * (t.numel() // max(len(mask), 1)) * t.element_size()
+            for name, mask in self.trained.items()
+            if (t := self.params.get(name)) is not None
+        )
+        return tensor_bytes(whole) + rows + tensor_bytes(self.extras)

@@ -58,6 +58,7 @@ class ClientContext:
     config: Any
     instructions: Tensors = field(default_factory=dict)
     work: float = 1.0  # the share of its local samples the client gets through (< 1: a straggler cut at the deadline)
+    tier: str = "all"  # the client's capacity tier (raysim.systems.tiers): what it trains and sends
 
     def generator(self) -> torch.Generator:
         """A fresh generator seeded for this (round, client): the same draws on any worker or backend."""

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from raysim.core.errors import unknown_name
+from raysim.core.errors import ConfigError, unknown_name
 from raysim.core.protocol import CohortTraining, SplitLearning
 
 T = TypeVar("T")
@@ -71,6 +71,8 @@ class MethodInfo:
         smoke: config layers under which the method runs in seconds on the tests' tiny settings.
         cohort: the method trains several clients together when ``train.cohort`` allows
             (:class:`~raysim.core.protocol.CohortTraining`).
+        tiers: the method trains by capacity tier (``systems.tiers``): its clients train whatever tensors the
+            model leaves trainable, and its server averages each row over the clients that sent it.
     """
 
     name: str
@@ -85,6 +87,7 @@ class MethodInfo:
     needs_client_types: bool = False
     smoke: dict[str, Any] = field(default_factory=dict)
     cohort: bool = False
+    tiers: bool = False
 
     @property
     def split_learning(self) -> bool:
@@ -108,6 +111,7 @@ def register(
     needs_client_types: bool = False,
     smoke: dict[str, Any] | None = None,
     cohort: bool = False,
+    tiers: bool = False,
 ):
     """Class decorator: make a :class:`~raysim.core.protocol.Method` subclass runnable as ``raysim run NAME``."""
     if family not in FAMILIES:
@@ -129,6 +133,7 @@ def register(
             needs_client_types,
             smoke or {},
             cohort,
+            tiers,
         )
         cls.info = METHODS.add(name, info)
         return cls
@@ -139,3 +144,10 @@ def register(
 def get_method(name: str) -> MethodInfo:
     """The registration of method ``name``; the error lists the valid names."""
     return METHODS.get(name)
+
+
+def require_tiers(method: str, what: str) -> None:
+    """A one-line ConfigError unless ``method`` trains by capacity tier (``what`` is the setting that asked)."""
+    if not get_method(method).tiers:
+        able = ", ".join(name for name, info in METHODS.items() if info.tiers)
+        raise ConfigError(f"{what}: {method} does not train by capacity tier; methods that do: {able}")

@@ -17,12 +17,19 @@ from raysim.core.registry import get_method
 from raysim.core.seeding import Purpose, derive_seed
 from raysim.core.training import EVAL_BATCH, correct_per_row
 from raysim.data.shards import ClientData, ShardStore
+from raysim.engine.capacity import sent_rows, tier_rows
 from raysim.engine.cohort import train_cohort
 from raysim.engine.precision import autocast, full_width
 from raysim.models.factory import build_model, pick_device
+from raysim.systems.tiers import ALL
 
-# (client id, per-client instructions, client state[, work share]): a straggler's partial round has work < 1
-Task = tuple[int, Tensors, Tensors | None] | tuple[int, Tensors, Tensors | None, float]
+# (client id, per-client instructions, client state[, work share[, capacity tier]]): a straggler's partial round has
+# work < 1; a tier other than "all" trains part of the tensors (raysim.systems.tiers)
+Task = (
+    tuple[int, Tensors, Tensors | None]
+    | tuple[int, Tensors, Tensors | None, float]
+    | tuple[int, Tensors, Tensors | None, float, str]
+)
 EVAL_WINDOW = 32 * EVAL_BATCH  # rows of several clients evaluated together: batches as one concatenation would give
 
 
@@ -85,31 +92,38 @@ class ClientRuntime:
         self, round: int, broadcast: Broadcast, cohorts: list[list[Task]], shards: ShardStore, server=None
     ) -> list[ClientUpdate]:
         """Local updates of the given clients from the shared broadcast, cohort by cohort, in the order given: a
-        cohort of several clients trains together when the method and ``train.cohort`` allow (:mod:`.cohort`), else
-        client by client. ``server`` is split learning's server (or a handle on it)."""
+        cohort of several clients trains together when the method and ``train.cohort`` allow (:mod:`.cohort`) and
+        none of them is of a capacity tier below ``all``, else client by client. ``server`` is split learning's
+        server (or a handle on it)."""
         if self.remote is not None:
             self.remote.server = server
         updates = []
         for cohort in cohorts:
-            ctxs = [self._context(round, *task[:2], task[3] if len(task) > 3 else 1.0) for task in cohort]
+            ctxs = [self._context(round, *task[:2], *task[3:]) for task in cohort]
             with autocast(self.device, self.config.train.precision):
-                if len(cohort) > 1 and cohort_training(self.config):
+                if len(cohort) > 1 and cohort_training(self.config) and all(ctx.tier == ALL for ctx in ctxs):
                     datas = [shards.train(ctx.client_id) for ctx in ctxs]
                     done = train_cohort(self.method, self.model, ctxs, broadcast, datas, self.config.train)
                 else:
-                    done = [
-                        self.method.client_update(ctx, broadcast, task[2], shards.train(ctx.client_id))
-                        for ctx, task in zip(ctxs, cohort)
-                    ]
-            for update in done:
+                    done = [self._update(ctx, broadcast, task[2], shards) for ctx, task in zip(ctxs, cohort)]
+            for ctx, update in zip(ctxs, done):
                 update.params, update.extras = _to_cpu(update.params), _to_cpu(update.extras)
                 update.state = _to_cpu(update.state)
+                if ctx.tier != ALL:
+                    sent_rows(update, broadcast, tier_rows(self.model, ctx.tier))
             updates += done
         return updates
 
-    def _context(self, round: int, client_id: int, instructions: Tensors, work: float = 1.0) -> ClientContext:
+    def _update(self, ctx: ClientContext, broadcast: Broadcast, state, shards: ShardStore) -> ClientUpdate:
+        """One client's update, training what its capacity tier affords."""
+        with self.model.training_rows(tier_rows(self.model, ctx.tier)):
+            return self.method.client_update(ctx, broadcast, state, shards.train(ctx.client_id))
+
+    def _context(
+        self, round: int, client_id: int, instructions: Tensors, work: float = 1.0, tier: str = ALL
+    ) -> ClientContext:
         seed = derive_seed(self.config.federation.seed, Purpose.CLIENT, round, client_id)
-        return ClientContext(round, client_id, seed, self.model, self.device, self.config, instructions, work)
+        return ClientContext(round, client_id, seed, self.model, self.device, self.config, instructions, work, tier)
 
     def evaluate(
         self, params: Tensors, client_ids: list[int], states: dict[int, Tensors], shards: ShardStore, server=None

@@ -35,6 +35,10 @@ class Devices:
             return [], self.profiles.next_online(now)
         return sample_clients(self.fed.seed, round, online, min(self.fed.clients_selected, len(online))), 0.0
 
+    def tier(self, client: int) -> str:
+        """The client's capacity tier (``all`` unless ``systems.tiers`` or the trace gives one)."""
+        return str(self.profiles.tier[client])
+
     def failing(self, round: int, selected: list[int]) -> set[int]:
         """The selected clients that fail mid-round (``systems.dropout``), drawn from the run seed."""
         if not self.systems.dropout or not selected:

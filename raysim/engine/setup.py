@@ -15,7 +15,7 @@ from raysim.core import seeding
 from raysim.core.errors import ConfigError
 from raysim.core.messages import GlobalState
 from raysim.core.protocol import CachesRowFeatures, ResolvesOptions
-from raysim.core.registry import get_method
+from raysim.core.registry import get_method, require_tiers
 from raysim.core.seeding import Init, Purpose
 from raysim.core.training import EVAL_BATCH, model_inputs
 from raysim.data.partition import PartitionParams, partition
@@ -89,8 +89,10 @@ def initial_state(config: Config, shards: ShardStore) -> tuple[Config, GlobalSta
             f"{config.data.partition!r} gives clients no type; use --partition domains "
             f"(e.g. --dataset digits5 --partition domains)"
         )
-    if config.clocked:  # a trace that does not fit the run fails here, before anything is written
-        draw_profiles(config.systems, shards.num_clients, config.federation.seed)
+    # a trace that does not fit the run (or gives tiers to a method that cannot train by tier) fails here, before
+    # anything is written
+    if config.clocked and draw_profiles(config.systems, shards.num_clients, config.federation.seed).tiered:
+        require_tiers(config.method, f"the capacity tiers of {config.systems.trace or 'systems.tiers'}")
     device = pick_device()
     model = build_model(config, method, shards.info.num_classes).to(device)
     if isinstance(method, ResolvesOptions):

@@ -29,6 +29,7 @@ from raysim.engine.client_states import ClientStates
 from raysim.engine.devices import Devices
 from raysim.engine.executors import Pool, start_executor
 from raysim.ops.metrics import accuracy_metrics, client_accuracies
+from raysim.systems.tiers import ALL
 from raysim.tracking.checkpoint import Checkpoint
 
 log = logging.getLogger("raysim")
@@ -65,7 +66,8 @@ def screen(
 ) -> tuple[list[ClientUpdate], dict[int, str]]:
     """Split off poisoned updates: every channel a client sends is checked.
 
-    ``params`` must be exactly the global tensors, with their shapes; ``extras`` only the declared names, each with
+    ``params`` must be exactly the global tensors, with their shapes, and a capacity tier's ``trained`` masks one
+    boolean per row of a global tensor; ``extras`` only the declared names, each with
     its declared shape (``extras`` None: none may be sent); scalar metrics finite (aggregation reads some: losses,
     FedVZ's SPSA coefficient) for a client that trained; the new state free of NaN/Inf and, where the client kept a
     state before, of its shapes. Returns the updates to use and, per rejected client, why (one line naming it).
@@ -84,6 +86,14 @@ def screen(
             if name not in params
             else _bad(f"params {name}", t, params[name].shape)
             for name, t in update.params.items()
+        ]
+        problems += [
+            f"trained {name} is not a global parameter"
+            if name not in params
+            else f"trained {name}: expected a boolean mask of {params[name].shape[0]} rows"
+            if mask.dtype != torch.bool or tuple(mask.shape) != (params[name].shape[0],)
+            else None
+            for name, mask in update.trained.items()
         ]
         problems += [
             f"extra {name} is not one the method declares"
@@ -215,6 +225,8 @@ class Simulation:
             metrics["train_loss"] = float(np.mean(losses))
         if rejected:
             metrics["rejected_updates"] = float(len(rejected))
+        if self.devices is not None and self.devices.profiles.tiered:
+            metrics["tiered_updates"] = float(sum(1 for u in updates if u.trained))
         report = RoundReport(
             round, metrics, sampled=sampled, evaluated=round % fed.eval_every == 0 or round == fed.rounds
         )
@@ -235,7 +247,8 @@ class Simulation:
 
     def _train(self, round: int, broadcast: Broadcast, work: list[tuple[int, float]]) -> list[ClientUpdate]:
         """The clients' updates, by client id; each ``(client, share of its work)`` trains from its kept state."""
-        tasks = [(c, broadcast.instructions.get(c, {}), self.clients.get(c), share) for c, share in work]
+        tier = self.devices.tier if self.devices is not None else lambda c: ALL
+        tasks = [(c, broadcast.instructions.get(c, {}), self.clients.get(c), share, tier(c)) for c, share in work]
         return sorted(self.executor.train(round, broadcast, tasks), key=lambda u: u.client_id)
 
     def _evaluate(self, report: RoundReport) -> None:

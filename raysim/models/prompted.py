@@ -139,6 +139,7 @@ class PromptedViT(nn.Module):
         vit.requires_grad_(spec.train_backbone)
         vit.head.requires_grad_(spec.train_head)
         self._trainable = tuple(sorted(name for name, p in self.named_parameters() if p.requires_grad))
+        self._frozen_rows: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # slot -> (rows trained, held values)
         # per block: the (slot, index into slot.blocks) pairs whose tokens enter before it
         self._schedule = tuple(
             tuple((slot, slot.blocks.index(b)) for slot in spec.slots if b in slot.blocks)
@@ -228,6 +229,36 @@ class PromptedViT(nn.Module):
             for name in self._trainable:
                 params[name].requires_grad_(True)
 
+    def prompt_blocks(self) -> dict[str, tuple[int, ...]]:
+        """Per trainable prompt tensor (``prompts.<slot>``), the block each of its rows enters."""
+        return {f"prompts.{slot.name}": slot.blocks for slot in self.spec.slots if slot.name in self.prompts}
+
+    @contextmanager
+    def training_rows(self, rows: dict[str, torch.Tensor]):
+        """Within the block, a trainable tensor named in ``rows`` trains only the rows (first dimension) its boolean
+        mask marks (capacity tiers): a tensor with none stops requiring grad, and a prompt tensor's other rows enter
+        the forward as the values it held when the block began or was last loaded (:meth:`load_trainable`), so the
+        optimiser's weight decay on them never reaches the loss. Partial masks are for prompt tensors only."""
+        params = dict(self.named_parameters())
+        partial = {name: mask for name, mask in rows.items() if mask.any() and not mask.all()}
+        if set(partial) - set(self.prompt_blocks()):
+            raise ValueError(f"only prompt tensors can train some of their rows, not {sorted(partial)}")
+        try:
+            for name, mask in rows.items():
+                params[name].requires_grad_(bool(mask.any()))
+            self._frozen_rows = {name.split(".", 1)[1]: (mask.clone(), None) for name, mask in partial.items()}
+            self._hold_frozen_rows()
+            yield
+        finally:
+            self._frozen_rows = {}
+            for name in self._trainable:
+                params[name].requires_grad_(True)
+
+    def _hold_frozen_rows(self) -> None:
+        """Take the current values of the rows :meth:`training_rows` keeps fixed."""
+        for slot, (mask, _) in self._frozen_rows.items():
+            self._frozen_rows[slot] = (mask, self.prompts[slot].detach().clone())
+
     def offload(self, start: int, stop: int, stand_in: nn.Module) -> nn.ModuleList:
         """Split learning: blocks ``start..stop-1`` leave this model; ``stand_in`` (e.g. a
         :class:`raysim.split.RemoteEncoder`) runs in their place and what trains is recomputed.
@@ -264,6 +295,7 @@ class PromptedViT(nn.Module):
         with torch.no_grad():
             for name in self._trainable:
                 params[name].copy_(state[name])
+        self._hold_frozen_rows()
 
     def _slot_tokens(
         self, slot: PromptSlot, k: int, batch: int, dynamic: dict[str, torch.Tensor] | None
@@ -271,7 +303,9 @@ class PromptedViT(nn.Module):
         """Tokens ``[B, length, D]`` that ``slot`` adds at its ``k``-th block."""
         if slot.dynamic:
             return dynamic[slot.name][:, k]
-        return self.prompts[slot.name][k].expand(batch, -1, -1)
+        trained, held = self._frozen_rows.get(slot.name, (None, None))
+        source = held if trained is not None and not trained[k] else self.prompts[slot.name]
+        return source[k].expand(batch, -1, -1)
 
     def _enter(self, x: torch.Tensor, slot: PromptSlot, new: torch.Tensor, sizes: dict[str, int]) -> torch.Tensor:
         """Put ``new`` at the start of ``slot``'s segment, replacing the old segment in "replace" mode."""

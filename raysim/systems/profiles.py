@@ -7,8 +7,10 @@ A profile is drawn per client from the run seed (``systems.speed=lognormal:MU,SI
     0,40.0,2.5e6,1.0e6,86400,0-3600 7200-30000
 
 ``online`` lists the ``start-end`` intervals (seconds of virtual time within a period of ``period_s``, repeating) in
-which the client can take part; empty: always. A trace's columns override the distributions; a client the trace
-does not list takes the listed rows in turn (client c: the (c mod K)-th of K rows), as FedScale assigns its traces.
+which the client can take part; empty: always. An optional ``tier`` column gives each client's capacity tier
+(:mod:`raysim.systems.tiers`), or ``systems.tiers=head,last-2,all`` draws one per client. A trace's columns override
+the distributions; a client the trace does not list takes the listed rows in turn (client c: the (c mod K)-th of K
+rows), as FedScale assigns its traces.
 """
 
 from __future__ import annotations
@@ -23,15 +25,18 @@ from raysim.core.errors import ConfigError
 from raysim.core.seeding import Purpose, rng
 from raysim.systems import traces
 from raysim.systems.distributions import parse_distribution
+from raysim.systems.tiers import ALL, check_tier, parse_tiers
 
 FIELDS = ("speed", "downlink", "uplink")  # drawn per client; units samples/s, bytes/s, bytes/s
-TRACE_COLUMNS = ("client", *FIELDS, "period_s", "online")
+TRACE_COLUMNS = ("client", *FIELDS, "period_s", "online", "tier")
+TIER_DRAW = len(FIELDS)  # the key of the tiers' generator, after the fields'
 
 
 @dataclass(frozen=True)
 class Profiles:
     """Every client's device. ``inf`` speed or bandwidth: that part costs no time. Online intervals are flat
-    arrays (``owner[i]`` is online in ``[start[i], end[i])`` of its period); a client with none is always online."""
+    arrays (``owner[i]`` is online in ``[start[i], end[i])`` of its period); a client with none is always online.
+    ``tier``: each client's capacity tier (``all``: it trains everything)."""
 
     speed: np.ndarray
     downlink: np.ndarray
@@ -40,6 +45,12 @@ class Profiles:
     owner: np.ndarray
     start: np.ndarray
     end: np.ndarray
+    tier: np.ndarray
+
+    @property
+    def tiered(self) -> bool:
+        """Whether some client trains less than everything."""
+        return bool((self.tier != ALL).any())
 
     @cached_property
     def offline_by_default(self) -> np.ndarray:
@@ -82,8 +93,15 @@ def draw_profiles(systems, clients: int, seed: int) -> Profiles:
             values[name] = np.full(clients, np.inf)
         else:
             values[name] = parse_distribution(f"systems.{name}", spec).draw(rng(seed, Purpose.SYSTEMS, index), clients)
+    if systems.tiers:
+        tiers = np.asarray(parse_tiers(systems.tiers), dtype=object)
+        tier = tiers[rng(seed, Purpose.SYSTEMS, TIER_DRAW).integers(len(tiers), size=clients)]
+    else:
+        tier = np.full(clients, ALL, dtype=object)
     empty = np.zeros(0)
-    profiles = Profiles(**values, period=np.full(clients, np.inf), owner=empty.astype(np.int64), start=empty, end=empty)
+    profiles = Profiles(
+        **values, period=np.full(clients, np.inf), owner=empty.astype(np.int64), start=empty, end=empty, tier=tier
+    )
     return read_trace(systems.trace, profiles) if systems.trace else profiles
 
 
@@ -118,7 +136,11 @@ def read_trace(path: str, base: Profiles) -> Profiles:
     owner, start, end = base.owner, base.start, base.end
     if "online" in table.columns:
         owner, start, end = _intervals(path, table["online"], row_of, period)
-    return Profiles(**values, period=period, owner=owner, start=start, end=end)
+    tier = base.tier
+    if "tier" in table.columns:
+        column = table["tier"].astype(str).str.strip().replace("", ALL)
+        tier = np.asarray([check_tier(t, f"trace {path}: column tier") for t in column], dtype=object)[row_of]
+    return Profiles(**values, period=period, owner=owner, start=start, end=end, tier=tier)
 
 
 def _read_table(path: str) -> pd.DataFrame:
@@ -126,7 +148,7 @@ def _read_table(path: str) -> pd.DataFrame:
     try:
         if file.suffix == ".parquet":
             return pd.read_parquet(file)
-        return pd.read_csv(file, dtype={"online": str}, keep_default_na=False)
+        return pd.read_csv(file, dtype={"online": str, "tier": str}, keep_default_na=False)
     except Exception as error:  # pandas and pyarrow raise many types; the user needs one line
         raise ConfigError(f"trace {path} could not be read: {str(error).splitlines()[0]}") from None
 

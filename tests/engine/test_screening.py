@@ -37,9 +37,14 @@ def test_screen_names_the_client_and_the_channel():
     undeclared = ClientUpdate(7, 5, {"a": torch.ones(2), "b": torch.ones(1, 3)}, {"leak": torch.ones(1)})
     metric = ClientUpdate(8, 5, {"a": torch.ones(2), "b": torch.ones(1, 3)}, metrics={"global_loss": math.inf})
     state = ClientUpdate(9, 5, {"a": torch.ones(2), "b": torch.ones(1, 3)}, state={"h": torch.ones(3)})
-    updates = [good, nan, inf, shape, missing, unknown, extra, undeclared, metric, state]
+    rows = ClientUpdate(10, 5, {"a": torch.ones(2), "b": torch.ones(1, 3)}, trained={"b": torch.tensor([True, False])})
+    tiered = ClientUpdate(
+        11, 5, {"a": torch.ones(2), "b": torch.ones(1, 3)}, trained={"a": torch.tensor([True, False])}
+    )
+    stray = ClientUpdate(12, 5, {"a": torch.ones(2), "b": torch.ones(1, 3)}, trained={"z": torch.tensor([True])})
+    updates = [good, nan, inf, shape, missing, unknown, extra, undeclared, metric, state, rows, tiered, stray]
     kept, rejected = screen(updates, params, {"counts": (4,)}, {9: {"h": torch.zeros(2)}})
-    assert kept == [good]
+    assert kept == [good, tiered]
     assert rejected == {
         1: "client 1 (params a has NaN or Inf)",
         2: "client 2 (params b has NaN or Inf)",
@@ -50,6 +55,8 @@ def test_screen_names_the_client_and_the_channel():
         7: "client 7 (extra leak is not one the method declares)",
         8: "client 8 (metric global_loss is inf)",
         9: "client 9 (state h: expected shape (2,), got shape (3,))",
+        10: "client 10 (trained b: expected a boolean mask of 1 rows)",
+        12: "client 12 (trained z is not a global parameter)",
     }
 
 
