@@ -93,11 +93,14 @@ def test_a_partial_round_trains_the_first_steps_of_the_full_plan(ray_session):
 
 
 def test_resume_continues_the_clock_exactly(ray_session, tracking_uri, tmp_path):
-    """Round 3 replayed from the round-2 checkpoint: the same devices, draws, clock and numbers."""
+    """Round 3 replayed from the round-2 checkpoint: the same devices, tiers, draws, clock and numbers."""
     config = build_config(
         "fedvpt",
         [
-            {"systems": DEVICES, "federation": {"deadline_s": 6.0, "stragglers": "partial", "over_select": 0.4}},
+            {
+                "systems": {**DEVICES, "tiers": "head,all"},
+                "federation": {"deadline_s": 6.0, "stragglers": "partial", "over_select": 0.4},
+            },
             FAST,
             {"resources": {"backend": "sequential"}, "checkpoint": {"keep": 0, "dir": str(tmp_path / "ck")}},
             {"tracking": {"tracking_uri": tracking_uri}},
@@ -113,3 +116,4 @@ def test_resume_continues_the_clock_exactly(ray_session, tracking_uri, tmp_path)
 
     assert comparable(resumed.history) == comparable(full.history)
     assert resumed.history[-1]["sim_time_s"] > resumed.history[1]["sim_time_s"] > 0
+    assert sum(h["tiered_updates"] for h in resumed.history) > 0
