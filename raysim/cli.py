@@ -215,7 +215,7 @@ def compare(methods, seeds, tune_budget, max_concurrent, preset, overrides, **fl
     """Run METHODS on the same data for several seeds and report means with 95% CIs and paired differences.
 
     A method may carry settings of its own, METHOD:KEY=VALUE[:KEY=VALUE] (KEY: one of its options, or
-    section.key), e.g. sgpt:head_pooling=cls, as one row of an ablation.
+    section.key), e.g. sgpt:head_pooling=cls or fedvpt:systems.speed=lognormal:3,0.5, as one row of an ablation.
 
     Every (method, seed) is an MLflow run in the comparison's experiment (--experiment; default
     compare-M1-M2-...-PRESET); the report (report.md, accuracy-vs-fairness and accuracy-vs-bytes plots) is logged to

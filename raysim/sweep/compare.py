@@ -49,9 +49,16 @@ TUNED_FILE = "tuned.json"
 
 
 def arm(label: str) -> tuple[str, dict[str, dict[str, Any]]]:
-    """``METHOD:KEY=VALUE:...`` -> (METHOD, its settings as a config layer); a bare KEY is one of METHOD's options."""
-    method, *pairs = label.split(":")
+    """``METHOD:KEY=VALUE:...`` -> (METHOD, its settings as a config layer); a bare KEY is one of METHOD's options. A
+    part without ``=`` after a setting continues its value (``systems.speed=lognormal:3,0.5``)."""
+    method, *parts = label.split(":")
     options = get_method(method).options_key
+    pairs: list[str] = []
+    for part in parts:
+        if "=" not in part and pairs:
+            pairs[-1] += f":{part}"
+        else:
+            pairs.append(part)
     layer: dict[str, dict[str, Any]] = {}
     for pair in pairs:
         if "=" not in pair:

@@ -19,6 +19,9 @@ def test_an_arm_is_a_method_and_its_own_settings():
     method, layer = arm("sgpt:head_pooling=cls:train.lr=0.01:shared_blocks=[0, 1]")
     assert method == "sgpt"
     assert layer == {"sgpt": {"head_pooling": "cls", "shared_blocks": [0, 1]}, "train": {"lr": 0.01}}
+    method, layer = arm("fedvpt:systems.speed=lognormal:3,0.5:federation.deadline_s=20:systems.uplink=uniform:1,2")
+    assert layer["systems"] == {"speed": "lognormal:3,0.5", "uplink": "uniform:1,2"}
+    assert layer["federation"] == {"deadline_s": 20}
 
 
 @pytest.mark.parametrize(
