@@ -1,15 +1,22 @@
-"""What bf16 autocast buys (or costs) on this machine: SGPT's client compute on the default backbone, per row.
+"""What bf16 autocast buys (or costs) on this machine: speed, and accuracy against float32.
 
-Times, on one thread as a client worker runs, a local training step of each of SGPT's two blocks (batch 16) and
-an evaluation forward (batch 256), in float32 and under bf16 autocast; then the same with oneDNN limited to
-AVX2 (``ONEDNN_MAX_CPU_ISA=AVX2``, ``ATEN_CPU_CAPABILITY=avx2``), which is how a CPU without AVX-512 BF16 or AMX
-runs bf16. ``train.precision=auto`` picks bf16 only where the first table says it is faster.
+Speed (the default): times, on one thread as a client worker runs, a local training step of each of SGPT's two
+blocks (batch 16) and an evaluation forward (batch 256), in float32 and under bf16 autocast; then the same with
+oneDNN limited to AVX2 (``ONEDNN_MAX_CPU_ISA=AVX2``, ``ATEN_CPU_CAPABILITY=avx2``), which is how a CPU without AVX-512
+BF16 or AMX runs bf16.
+
+Accuracy (``--accuracy``): for each method, ``raysim compare METHOD:train.precision=fp32 METHOD:train.precision=bf16``
+on one setting over several seeds: the report's paired difference (bf16 - fp32, mean and 95% CI over seeds) is the
+gap ``train.precision=auto`` may ignore only where it is within noise. Run it on a CPU with native bf16 (AVX-512
+BF16 or AMX): elsewhere bf16 is emulated and about 15x slower.
 
     python bench/precision.py
+    python bench/precision.py --accuracy [--methods fedvpt sgpt ...] [--seeds 3] [--rounds 8] [--preset offline-s10]
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -77,9 +84,30 @@ def measure() -> None:
         print(f"{what:32}{fp32:8.2f}{bf16:8.2f}{bf16 / fp32:11.2f}")
 
 
+def accuracy(argv: list[str]) -> None:
+    """One ``raysim compare`` per method: float32 against bf16 autocast, paired over seeds."""
+    parser = argparse.ArgumentParser(description="bf16 against float32 accuracy, per method (raysim compare)")
+    parser.add_argument("--accuracy", action="store_true")
+    parser.add_argument("--methods", nargs="+", default=["fedvpt", "sgpt"], help="methods (raysim ls methods)")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--preset", default="offline-s10")
+    args, rest = parser.parse_known_args(argv)
+    for method in args.methods:
+        arms = [f"{method}:train.precision={precision}" for precision in ("fp32", "bf16")]
+        command = [sys.executable, "-m", "raysim.cli", "compare", *arms, "--preset", args.preset]
+        command += ["--seeds", str(args.seeds), "--rounds", str(args.rounds), "--eval-every", "2"]
+        command += ["--experiment", f"precision-{method}-{args.preset}-r{args.rounds}", *rest]
+        print(" ".join(command), flush=True)
+        subprocess.run(command, check=True)
+
+
 def main() -> None:
     if "--measure" in sys.argv:
         measure()
+        return
+    if "--accuracy" in sys.argv:
+        accuracy(sys.argv[1:])
         return
     from raysim.engine.precision import native_bf16_cpu
 

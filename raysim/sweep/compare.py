@@ -88,10 +88,14 @@ class Comparison:
         return ([preset_for_method(load_preset(self.preset), method)] if self.preset else []) + self.flags
 
     def config(self, label: str, seed: int, tuned: dict[str, Any]) -> Config:
-        """The cell's config: preset < flags < its tuned values < its own settings < the seed < the pinned layer."""
+        """The cell's config: preset < flags < its tuned values < its own settings < the seed < the pinned layer, but
+        for a precision the arm names itself (``fedvpt:train.precision=bf16``: a precision ablation)."""
         method, own = arm(label)
         seeded = {"federation": {"seed": seed}}
-        return build_config(method, [*self.layers(label), as_layer(tuned), own, seeded, self.pinned])
+        pinned = self.pinned
+        if "precision" in own.get("train", {}):
+            pinned = {**pinned, "train": {**pinned.get("train", {}), "precision": own["train"]["precision"]}}
+        return build_config(method, [*self.layers(label), as_layer(tuned), own, seeded, pinned])
 
     @property
     def uri(self) -> str:

@@ -37,6 +37,14 @@ def comparison(tmp_path) -> Comparison:
     return Comparison("c", ("sgpt", "fedavg"), (0,), None, [], {}, 2, str(tmp_path))
 
 
+def test_an_arm_that_names_its_precision_keeps_it_and_the_others_take_the_pinned_one(tmp_path):
+    pinned = {"train": {"precision": "fp32"}, "federation": {"rounds": 2}}
+    both = Comparison("c", ("fedvpt", "fedvpt:train.precision=bf16"), (0, 1), None, [], pinned, 0, str(tmp_path))
+    plain, bf16 = (both.config(label, 1, {}) for label in both.methods)
+    assert (plain.train.precision, bf16.train.precision) == ("fp32", "bf16")
+    assert plain.federation.rounds == bf16.federation.rounds == 2 and bf16.federation.seed == 1
+
+
 def test_an_arm_tunes_its_space_less_the_keys_it_sets(tmp_path):
     shipped = yaml.safe_load(Path(default_space_file("sgpt")).read_text())
     assert arm_space(comparison(tmp_path), "sgpt") == default_space_file("sgpt")
