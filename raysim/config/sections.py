@@ -255,7 +255,7 @@ class SystemsConfig:
     @property
     def modelled(self) -> bool:
         """Whether any device property is set (else the clock only runs when federation sets a deadline)."""
-        names = ("speed", "downlink", "uplink", "trace", "tiers")
+        names = ("speed", "downlink", "uplink", "trace")
         return any(getattr(self, name) is not None for name in names) or bool(self.dropout)
 
 

@@ -14,7 +14,7 @@ import numpy as np
 from raysim.core.messages import Broadcast, ClientUpdate
 from raysim.core.seeding import Purpose, rng, sample_clients
 from raysim.systems.clock import finish_times, settle, work_by_deadline
-from raysim.systems.profiles import draw_profiles
+from raysim.systems.profiles import Profiles
 
 Retrain = Callable[[list[tuple[int, float]]], list[ClientUpdate]]  # (client, work share) -> their updates
 
@@ -22,9 +22,9 @@ Retrain = Callable[[list[tuple[int, float]]], list[ClientUpdate]]  # (client, wo
 class Devices:
     """The clients' devices and the round's systems decisions."""
 
-    def __init__(self, config, num_clients: int):
+    def __init__(self, config, profiles: Profiles):
         self.fed, self.systems = config.federation, config.systems
-        self.profiles = draw_profiles(config.systems, num_clients, self.fed.seed)
+        self.profiles = profiles
 
     def select(self, round: int, now: float, seen: list[int]) -> tuple[list[int], float]:
         """The round's clients among those online at ``now`` (``clients_selected`` of them, or all online), and the
@@ -34,10 +34,6 @@ class Devices:
         if not online:
             return [], self.profiles.next_online(now)
         return sample_clients(self.fed.seed, round, online, min(self.fed.clients_selected, len(online))), 0.0
-
-    def tier(self, client: int) -> str:
-        """The client's capacity tier (``all`` unless ``systems.tiers`` or the trace gives one)."""
-        return str(self.profiles.tier[client])
 
     def failing(self, round: int, selected: list[int]) -> set[int]:
         """The selected clients that fail mid-round (``systems.dropout``), drawn from the run seed."""

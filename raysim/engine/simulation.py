@@ -29,6 +29,7 @@ from raysim.engine.client_states import ClientStates
 from raysim.engine.devices import Devices
 from raysim.engine.executors import Pool, start_executor
 from raysim.ops.metrics import accuracy_metrics, client_accuracies
+from raysim.systems.profiles import draw_profiles
 from raysim.systems.tiers import ALL
 from raysim.tracking.checkpoint import Checkpoint
 
@@ -154,7 +155,10 @@ class Simulation:
         self.seen = self.shards.seen_clients()
         self.unseen = list(self.shards.unseen)
         self.eval_seen, self.eval_unseen = evaluated_clients(config.federation, self.seen, self.unseen)
-        self.devices = Devices(config, self.shards.num_clients) if config.clocked else None
+        clients, systems = self.shards.num_clients, config.systems
+        profiles = draw_profiles(systems, clients, config.federation.seed) if config.clocked or systems.tiers else None
+        self.devices = Devices(config, profiles) if config.clocked else None
+        self.tiers = profiles.tier if profiles is not None and profiles.tiered else None  # capacity tiers, per client
         self.sim_time = self.history[-1].get("sim_time_s", 0.0) if self.history else 0.0  # the virtual clock
         self.callbacks = list(callbacks)
         for callback in self.callbacks:
@@ -225,7 +229,7 @@ class Simulation:
             metrics["train_loss"] = float(np.mean(losses))
         if rejected:
             metrics["rejected_updates"] = float(len(rejected))
-        if self.devices is not None and self.devices.profiles.tiered:
+        if self.tiers is not None:
             metrics["tiered_updates"] = float(sum(1 for u in updates if u.trained))
         report = RoundReport(
             round, metrics, sampled=sampled, evaluated=round % fed.eval_every == 0 or round == fed.rounds
@@ -247,9 +251,12 @@ class Simulation:
 
     def _train(self, round: int, broadcast: Broadcast, work: list[tuple[int, float]]) -> list[ClientUpdate]:
         """The clients' updates, by client id; each ``(client, share of its work)`` trains from its kept state."""
-        tier = self.devices.tier if self.devices is not None else lambda c: ALL
-        tasks = [(c, broadcast.instructions.get(c, {}), self.clients.get(c), share, tier(c)) for c, share in work]
+        tasks = [(c, broadcast.instructions.get(c, {}), self.clients.get(c), share, self._tier(c)) for c, share in work]
         return sorted(self.executor.train(round, broadcast, tasks), key=lambda u: u.client_id)
+
+    def _tier(self, client: int) -> str:
+        """The client's capacity tier (docs/systems.md): ``all`` unless ``systems.tiers`` or a trace gives one."""
+        return str(self.tiers[client]) if self.tiers is not None else ALL
 
     def _evaluate(self, report: RoundReport) -> None:
         start = time.perf_counter()

@@ -58,4 +58,4 @@ def test_a_trace_tier_column_overrides_the_draw_and_empty_means_all(tmp_path):
 def test_only_methods_that_train_by_tier_accept_tiers():
     with pytest.raises(ConfigError, match="sgpt does not train by capacity tier; methods that do: fedprox, fedvpt"):
         build_config("sgpt", [{"systems": {"tiers": "head,all"}}])
-    assert build_config("fedvpt-d", [{"systems": {"tiers": "head,all"}}]).clocked
+    assert not build_config("fedvpt-d", [{"systems": {"tiers": "head,all"}}]).clocked  # tiers alone cost no time
