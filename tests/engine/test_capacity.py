@@ -11,6 +11,7 @@ from raysim.config import build_config
 from raysim.core.messages import Broadcast
 from raysim.engine.capacity import tier_rows
 from raysim.engine.client import ClientRuntime
+from raysim.engine.precision import autocast
 from raysim.ops.aggregate import tensor_bytes
 from raysim.ops.metrics import TIMING_KEYS
 from raysim.testing.smoke import FAST, prepared, run_rounds
@@ -78,7 +79,7 @@ def test_a_tiered_client_sends_only_what_it_trained(runtime, tier):
     head = {k: v for k, v in initial.params.items() if k.startswith("vit.head.")}
     if tier == "head":  # the same head as a client that could only ever train the head
         assert update.bytes_up == tensor_bytes(head)
-        with worker.model.training_only(list(head)):
+        with worker.model.training_only(list(head)), autocast(worker.device, worker.config.train.precision):
             probe = worker.method.client_update(worker._context(1, client, {}), broadcast, None, shards.train(client))
         assert torch.equal(update.params["vit.head.weight"], probe.params["vit.head.weight"].cpu())
 
