@@ -33,8 +33,11 @@ def random_keys(groups: int, dim: int, generator: torch.Generator) -> torch.Tens
 
 
 def cosine(queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-    """``[B, G]`` cosine similarities between queries ``[B, D]`` and keys ``[G, D]``."""
-    return torch.nn.functional.normalize(queries, dim=1) @ torch.nn.functional.normalize(keys, dim=1).T
+    """``[B, G]`` cosine similarities between queries ``[B, D]`` and keys ``[G, D]``, in float32 even under bf16
+    autocast: a selection is an argmax over them, and bf16's 8 bits flip near-ties (a few rows of a client's epoch)."""
+    with torch.autocast(queries.device.type, enabled=False):
+        q, k = torch.nn.functional.normalize(queries.float(), dim=1), torch.nn.functional.normalize(keys.float(), dim=1)
+        return q @ k.T
 
 
 def shares(totals: torch.Tensor) -> torch.Tensor:
