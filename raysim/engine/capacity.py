@@ -30,10 +30,9 @@ def tier_rows(model: PromptedViT, tier: str) -> dict[str, torch.Tensor]:
     return rows
 
 
-def sent_rows(update: ClientUpdate, broadcast: Broadcast, rows: dict[str, torch.Tensor]) -> ClientUpdate:
-    """``update`` as a client of a tier sends it: the rows it did not train hold the broadcast's values (never what
-    the optimiser's weight decay made of them) and ``trained`` marks the rows it did."""
+def sent_rows(update: ClientUpdate, broadcast: Broadcast, rows: dict[str, torch.Tensor]) -> None:
+    """Make ``update`` what a client of a tier sends: the rows it did not train hold the broadcast's values (never
+    what the optimiser's weight decay made of them) and ``trained`` marks the rows it did."""
     for name, mask in rows.items():
         update.params[name][~mask] = broadcast.params[name][~mask]
     update.trained = rows
-    return update

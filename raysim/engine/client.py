@@ -100,23 +100,27 @@ class ClientRuntime:
         updates = []
         for cohort in cohorts:
             ctxs = [self._context(round, *task[:2], *task[3:]) for task in cohort]
+            rows = [tier_rows(self.model, ctx.tier) for ctx in ctxs]  # {}: the client trains everything
             with autocast(self.device, self.config.train.precision):
                 if len(cohort) > 1 and cohort_training(self.config) and all(ctx.tier == ALL for ctx in ctxs):
                     datas = [shards.train(ctx.client_id) for ctx in ctxs]
                     done = train_cohort(self.method, self.model, ctxs, broadcast, datas, self.config.train)
                 else:
-                    done = [self._update(ctx, broadcast, task[2], shards) for ctx, task in zip(ctxs, cohort)]
-            for ctx, update in zip(ctxs, done):
+                    done = [
+                        self._update(ctx, trained, broadcast, task[2], shards)
+                        for ctx, trained, task in zip(ctxs, rows, cohort)
+                    ]
+            for trained, update in zip(rows, done):
                 update.params, update.extras = _to_cpu(update.params), _to_cpu(update.extras)
                 update.state = _to_cpu(update.state)
-                if ctx.tier != ALL:
-                    sent_rows(update, broadcast, tier_rows(self.model, ctx.tier))
+                if trained:
+                    sent_rows(update, broadcast, trained)
             updates += done
         return updates
 
-    def _update(self, ctx: ClientContext, broadcast: Broadcast, state, shards: ShardStore) -> ClientUpdate:
-        """One client's update, training what its capacity tier affords."""
-        with self.model.training_rows(tier_rows(self.model, ctx.tier)):
+    def _update(self, ctx: ClientContext, rows, broadcast: Broadcast, state, shards: ShardStore) -> ClientUpdate:
+        """One client's update, training the rows its capacity tier affords (``rows``: :func:`.capacity.tier_rows`)."""
+        with self.model.training_rows(rows):
             return self.method.client_update(ctx, broadcast, state, shards.train(ctx.client_id))
 
     def _context(
