@@ -4,9 +4,14 @@ The ``offline-s10`` preset (the offline counterpart of SGPT/FGPT's CIFAR-100 s=1
 round, pathological s=10, E=2, 40 rounds, the shipped ViT) with the baselines' options it carries, evaluated every 2
 rounds; seeds 0, 1, 2. Columns, mean ± std over the seeds: final global accuracy (all seen clients' test rows pooled,
 each client with the parameters it is evaluated with), final local accuracy (mean of per-client accuracies), and
-bytes per round (down + up, mean over rounds, MB = 10^6 bytes); then minutes per run.
+bytes per round (down + up, mean over rounds, MB = 10^6 bytes); then minutes per run. Accuracy cells also give the
+95% confidence half-width of the mean (Student's t over the seeds).
 
-    python bench/baselines_table.py [--rounds 40] [--seeds 3] [--methods fedmix,moon]
+Runs go on the sequential backend (it gives the Ray backend's numbers: tests/engine/test_executors.py) with
+``--threads`` torch threads, so two invocations with disjoint ``--methods`` share a 2-core machine without Ray's
+start-up per run.
+
+    python bench/baselines_table.py [--rounds 40] [--seeds 3] [--threads 1] [--methods fedmix,moon]
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from rich.console import Console
 
 from raysim.config import build_config, load_preset, preset_for_method
 from raysim.engine.driver import run
+from raysim.tracking.comparison import interval
 
 PRESET = "offline-s10"
 SETTING = {"federation": {"eval_every": 2}}
@@ -40,13 +46,16 @@ METHODS = (
 )
 
 
-def one_run(method: str, seed: int, rounds: int, tracking: str) -> dict[str, float]:
+def one_run(method: str, seed: int, rounds: int, threads: int, tracking: str) -> dict[str, float]:
     config = build_config(
         method,
         [
             preset_for_method(load_preset(PRESET), method),
             SETTING,
-            {"federation": {"rounds": rounds, "seed": seed}},
+            {
+                "federation": {"rounds": rounds, "seed": seed},
+                "resources": {"backend": "sequential", "threads": threads},
+            },
             {"tracking": {"tracking_uri": tracking, "experiment": "baselines-table"}},
         ],
     )
@@ -64,22 +73,32 @@ def cell(values: list[float], digits: int) -> str:
     return f"{np.mean(values):.{digits}f} ± {np.std(values):.{digits}f}"
 
 
+def cell_with_ci(values: list[float], digits: int) -> str:
+    """mean ± std, then the 95% half-width of the mean in brackets."""
+    _, half = interval(values)
+    return f"{cell(values, digits)} [±{half:.{digits}f}]"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads per run")
     parser.add_argument("--methods", help=f"comma-separated (default: {','.join(METHODS)})")
     args = parser.parse_args()
     methods = args.methods.split(",") if args.methods else METHODS
-    print(f"{PRESET}, {args.rounds} rounds, seeds 0..{args.seeds - 1}: mean ± std over seeds\n")
+    print(f"{PRESET}, {args.rounds} rounds, seeds 0..{args.seeds - 1}: mean ± std over seeds [95% CI half-width]\n")
     print("| method | global acc | local acc | MB/round | min/run |")
     print("|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for method in methods:
-            rows = [one_run(method, seed, args.rounds, f"sqlite:///{tmp}/mlflow.db") for seed in range(args.seeds)]
+            rows = [
+                one_run(method, seed, args.rounds, args.threads, f"sqlite:///{tmp}/mlflow.db")
+                for seed in range(args.seeds)
+            ]
             columns = {key: [r[key] for r in rows] for key in rows[0]}
             print(
-                f"| {method} | {cell(columns['global'], 2)} | {cell(columns['local'], 2)} | "
+                f"| {method} | {cell_with_ci(columns['global'], 2)} | {cell_with_ci(columns['local'], 2)} | "
                 f"{cell(columns['MB/round'], 3)} | {np.mean(columns['min']):.1f} |",
                 flush=True,
             )
