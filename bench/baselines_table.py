@@ -5,13 +5,15 @@ round, pathological s=10, E=2, 40 rounds, the shipped ViT) with the baselines' o
 rounds; seeds 0, 1, 2. Columns, mean ± std over the seeds: final global accuracy (all seen clients' test rows pooled,
 each client with the parameters it is evaluated with), final local accuracy (mean of per-client accuracies), and
 bytes per round (down + up, mean over rounds, MB = 10^6 bytes); then minutes per run. Accuracy cells also give the
-95% confidence half-width of the mean (Student's t over the seeds).
+95% confidence half-width of the mean (Student's t over the seeds); the global accuracy of each seed and its
+difference with the first method named, paired over the seeds (seed s is the same partition for every method), follow.
 
 Runs go on the sequential backend (it gives the Ray backend's numbers: tests/engine/test_executors.py) with
 ``--threads`` torch threads, so two invocations with disjoint ``--methods`` share a 2-core machine without Ray's
 start-up per run.
 
-    python bench/baselines_table.py [--rounds 40] [--seeds 3] [--threads 1] [--methods fedmix,moon]
+    python bench/baselines_table.py [--rounds 40] [--seeds 3] [--threads 1] [--methods fedvpt,fedmix,moon]
+                                    [--tracking-uri sqlite:///runs.db]   # keep the runs (default: a temporary store)
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from rich.console import Console
 
 from raysim.config import build_config, load_preset, preset_for_method
 from raysim.engine.driver import run
-from raysim.tracking.comparison import interval
+from raysim.tracking.comparison import interval, paired
 
 PRESET = "offline-s10"
 SETTING = {"federation": {"eval_every": 2}}
@@ -85,21 +87,25 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1")
     parser.add_argument("--threads", type=int, default=2, help="torch threads per run")
     parser.add_argument("--methods", help=f"comma-separated (default: {','.join(METHODS)})")
+    parser.add_argument("--tracking-uri", help="MLflow store that keeps the runs (default: a temporary one)")
     args = parser.parse_args()
     methods = args.methods.split(",") if args.methods else METHODS
     print(f"{PRESET}, {args.rounds} rounds, seeds 0..{args.seeds - 1}: mean ± std over seeds [95% CI half-width]\n")
-    print("| method | global acc | local acc | MB/round | min/run |")
-    print("|---|---|---|---|---|")
+    print(f"| method | global acc | local acc | MB/round | min/run | global by seed | paired with {methods[0]} |")
+    print("|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
+        tracking = args.tracking_uri or f"sqlite:///{tmp}/mlflow.db"
+        reference = None
         for method in methods:
-            rows = [
-                one_run(method, seed, args.rounds, args.threads, f"sqlite:///{tmp}/mlflow.db")
-                for seed in range(args.seeds)
-            ]
+            rows = [one_run(method, seed, args.rounds, args.threads, tracking) for seed in range(args.seeds)]
             columns = {key: [r[key] for r in rows] for key in rows[0]}
+            by_seed = dict(enumerate(columns["global"]))
+            reference = reference or by_seed
+            versus = "" if by_seed is reference else "{:+.2f} ± {:.2f} ({}/{})".format(*paired(reference, by_seed))
             print(
                 f"| {method} | {cell_with_ci(columns['global'], 2)} | {cell_with_ci(columns['local'], 2)} | "
-                f"{cell(columns['MB/round'], 3)} | {np.mean(columns['min']):.1f} |",
+                f"{cell(columns['MB/round'], 3)} | {np.mean(columns['min']):.1f} | "
+                f"{' / '.join(f'{v:.2f}' for v in columns['global'])} | {versus} |",
                 flush=True,
             )
 
