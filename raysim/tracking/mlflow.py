@@ -27,6 +27,7 @@ PARAM_LIMIT = 500  # MLflow caps a param value's length
 SUMMARY = "summary/"
 KIND, SWEEP = "raysim.kind", "sweep"  # a sweep's parent run is tagged KIND=SWEEP; its trials are nested under it
 TRAINABLE = "trainable_params"  # every run logs the size of its global trainable state once, at step 0
+DATASET_TRIES = 3  # a concurrent run added the same data set first: look again (see Tracker.log_dataset)
 COMPARE = "comparison"  # a comparison's own run (KIND=COMPARE); its (method, seed) runs are nested under it
 EXPERIMENT_KIND = "mlflow.experimentKind"  # what MLflow's UI takes an experiment for; raysim's are classic ML
 MACHINE_LEARNING = "custom_model_development"
@@ -109,6 +110,12 @@ def _artifact_root(uri: str) -> str | None:
     return None
 
 
+def _duplicate_key(error: MlflowException) -> bool:
+    """Whether the store refused a row because another writer added the same key first (SQLite, PostgreSQL, MySQL)."""
+    message = str(error).lower()
+    return "unique constraint" in message or "duplicate entry" in message
+
+
 class Tracker:
     """A thin layer over an MLflow client for one run; every call names the run explicitly."""
 
@@ -152,7 +159,17 @@ class Tracker:
         return self.run_id
 
     def log_dataset(self, dataset: DatasetInput) -> None:
-        self.client.log_inputs(self.run_id, datasets=[dataset])
+        """Links the run to its data set. Runs started at once on the same data (a comparison's cells, a sweep's
+        trials) race to add it to the store: MLflow looks the data set up, then inserts it, and the slower run's
+        insert breaks the store's unique key. Its transaction is rolled back whole, and the retry finds the row the
+        faster run added and links to it."""
+        for attempt in range(DATASET_TRIES):
+            try:
+                self.client.log_inputs(self.run_id, datasets=[dataset])
+                return
+            except MlflowException as error:
+                if attempt == DATASET_TRIES - 1 or not _duplicate_key(error):
+                    raise
 
     def attach(self, run_id: str) -> None:
         """Continue an existing run (``--resume``): it is RUNNING again until :meth:`end`."""
