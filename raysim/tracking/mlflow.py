@@ -14,8 +14,9 @@ import os
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from mlflow.entities import DatasetInput, Metric, Param
 from mlflow.exceptions import MlflowException
@@ -27,7 +28,8 @@ PARAM_LIMIT = 500  # MLflow caps a param value's length
 SUMMARY = "summary/"
 KIND, SWEEP = "raysim.kind", "sweep"  # a sweep's parent run is tagged KIND=SWEEP; its trials are nested under it
 TRAINABLE = "trainable_params"  # every run logs the size of its global trainable state once, at step 0
-DATASET_TRIES = 3  # a concurrent run added the same data set first: look again (see Tracker.log_dataset)
+RACE_TRIES = 3  # a concurrent run added the same row first: look again (see looked_up_again)
+T = TypeVar("T")
 COMPARE = "comparison"  # a comparison's own run (KIND=COMPARE); its (method, seed) runs are nested under it
 EXPERIMENT_KIND = "mlflow.experimentKind"  # what MLflow's UI takes an experiment for; raysim's are classic ML
 MACHINE_LEARNING = "custom_model_development"
@@ -116,6 +118,20 @@ def _duplicate_key(error: MlflowException) -> bool:
     return "unique constraint" in message or "duplicate entry" in message
 
 
+def looked_up_again(look_up_or_add: Callable[[], T]) -> T:
+    """``look_up_or_add()``, repeated when it lost a race. Runs started at once (a comparison's cells, a sweep's
+    trials, runs launched together) look the same experiment or data set up, find nothing and add it; the slower
+    insert breaks the store's unique key, its transaction is rolled back whole, and looking up again finds the row
+    the faster run added."""
+    for _ in range(RACE_TRIES - 1):
+        try:
+            return look_up_or_add()
+        except MlflowException as error:
+            if not _duplicate_key(error):
+                raise
+    return look_up_or_add()
+
+
 class Tracker:
     """A thin layer over an MLflow client for one run; every call names the run explicitly."""
 
@@ -129,6 +145,9 @@ class Tracker:
 
     def experiment_id(self, name: str) -> str:
         """The experiment ``name``, created if missing (artifacts beside a SQLite store) and marked classic ML."""
+        return looked_up_again(lambda: self._experiment_id(name))
+
+    def _experiment_id(self, name: str) -> str:
         found = self.client.get_experiment_by_name(name)
         if found is None:
             return self.client.create_experiment(
@@ -159,17 +178,8 @@ class Tracker:
         return self.run_id
 
     def log_dataset(self, dataset: DatasetInput) -> None:
-        """Links the run to its data set. Runs started at once on the same data (a comparison's cells, a sweep's
-        trials) race to add it to the store: MLflow looks the data set up, then inserts it, and the slower run's
-        insert breaks the store's unique key. Its transaction is rolled back whole, and the retry finds the row the
-        faster run added and links to it."""
-        for attempt in range(DATASET_TRIES):
-            try:
-                self.client.log_inputs(self.run_id, datasets=[dataset])
-                return
-            except MlflowException as error:
-                if attempt == DATASET_TRIES - 1 or not _duplicate_key(error):
-                    raise
+        """Links the run to its data set (MLflow adds the data set's row if no run added it before)."""
+        looked_up_again(lambda: self.client.log_inputs(self.run_id, datasets=[dataset]))
 
     def attach(self, run_id: str) -> None:
         """Continue an existing run (``--resume``): it is RUNNING again until :meth:`end`."""
