@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import threading
 
+import pytest
 from rich.console import Console
 
 from raysim.config import build_config
@@ -16,7 +17,7 @@ from raysim.ops.metrics import TIMING_KEYS
 from raysim.testing import chaos
 
 BASE = {
-    "federation": {"clients": 8, "rounds": 5, "participation": 1.0, "seed": 5, "eval_every": 1},
+    "federation": {"clients": 8, "rounds": 4, "participation": 1.0, "seed": 5, "eval_every": 1},
     "data": {"dataset": "synthetic", "partition": "dirichlet"},
     "train": {"local_epochs": 2},
     "model": {"backbone": "raysim_vit_nano_p4_16", "pretrained": False},
@@ -55,8 +56,14 @@ def config_for(tracking_uri, tmp_path, backend="ray", **checkpoint):
     return build_config("fedprox", layers)
 
 
-def test_worker_killed_mid_round_is_replaced_and_the_round_rerun(ray_session, tracking_uri, tmp_path):
-    clean = quiet(config_for(tracking_uri, tmp_path, backend="sequential"))
+@pytest.fixture(scope="module")
+def clean(ray_session, tmp_path_factory):
+    """FedProx's metrics without failures, which both FedProx tests must end with."""
+    folder = tmp_path_factory.mktemp("clean")
+    return metrics_of(quiet(config_for(f"sqlite:///{folder / 'mlflow.db'}", folder, backend="sequential")))
+
+
+def test_worker_killed_mid_round_is_replaced_and_the_round_rerun(clean, tracking_uri, tmp_path):
     killed, timers = [], []
 
     def kill_soon(round):  # the next round starts right after this returns; its training takes ~1 s
@@ -68,12 +75,11 @@ def test_worker_killed_mid_round_is_replaced_and_the_round_rerun(ray_session, tr
     for timer in timers:
         timer.join()
     assert len(killed) == 2 and None not in killed
-    assert metrics_of(survived) == metrics_of(clean)
+    assert metrics_of(survived) == clean
     assert not set(killed) & set(chaos.actor_pids("ClientWorker"))  # (the pool is gone; no stale pid lives on)
 
 
-def test_killed_coordinator_is_recovered_from_the_last_checkpoint(ray_session, tracking_uri, tmp_path):
-    clean = quiet(config_for(tracking_uri, tmp_path, backend="sequential"))
+def test_killed_coordinator_is_recovered_from_the_last_checkpoint(clean, tracking_uri, tmp_path):
     killed = []
 
     def kill_after_round_3(round):  # checkpoints every 2 rounds: round 3 is lost and replayed
@@ -82,7 +88,7 @@ def test_killed_coordinator_is_recovered_from_the_last_checkpoint(ray_session, t
 
     recovered = quiet(config_for(tracking_uri, tmp_path, every=2), kill_after_round_3)
     assert killed and killed[0] is not None
-    assert metrics_of(recovered) == metrics_of(clean)
+    assert metrics_of(recovered) == clean
 
 
 def test_killed_split_server_is_recovered_from_the_last_checkpoint(ray_session, tracking_uri, tmp_path):

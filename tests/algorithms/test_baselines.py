@@ -16,8 +16,6 @@ from raysim.core.registry import get_method
 from raysim.ops.nullspace import null_space_projector
 from raysim.testing.smoke import open_simulation, run_rounds, smoke_config
 
-pytestmark = pytest.mark.usefixtures("ray_session")  # the data source reads with Ray Data
-
 
 def rounds(method: str, *layers: dict):
     """(simulation's states after each round, the updates of each round) of a 2-round tiny run."""

@@ -33,7 +33,7 @@ SMALL = {
 
 
 @pytest.fixture
-def simulate(ray_session):  # the data source reads with Ray Data
+def simulate():
     """simulate(method, *layers, rounds=None) -> (config, shards, simulation, reports); stopped after the test."""
     with ExitStack() as stack:
 
@@ -114,7 +114,7 @@ def test_fewer_clients_than_clusters_send_only_the_fitted_centres(simulate):
     assert method.configure(3, after, [0, 5]).extras["gc_centres"].shape == (2, 64)  # T' = 3, but 2 clients reported
 
 
-def test_ray_backend_gives_the_sequential_numbers(simulate):
+def test_ray_backend_gives_the_sequential_numbers(simulate, ray_session):
     ray_layer = {"resources": {"backend": "ray", "workers": 2}}
     _, _, _, sequential = simulate("fedgcr", rounds=2)
     _, _, _, on_ray = simulate("fedgcr", ray_layer, rounds=2)

@@ -17,8 +17,6 @@ from raysim.models.backbones import build_backbone
 from raysim.ops import selection as sel
 from raysim.testing.smoke import open_simulation, prepared
 
-uses_ray = pytest.mark.usefixtures("ray_session")  # the data source reads with Ray Data
-
 TINY = {
     "federation": {"clients": 6, "rounds": 2, "participation": 0.5, "seed": 2},
     "data": {"dataset": "synthetic", "partition": "dirichlet", "alpha": 1.0},
@@ -98,7 +96,6 @@ def test_group_prompts_are_averaged_with_selection_counts():
     assert out.params[GROUP].flatten().tolist() == [1.5, 6.0]
 
 
-@uses_ray
 def test_keys_are_fixed_orthogonal_never_communicated_and_never_trained():
     config = build_config("fgpt", [TINY, {"fgpt": {"groups": 4}}])
     config, initial, shards = prepared(config)
@@ -120,7 +117,6 @@ def count_blocks(model):
     return calls, handles
 
 
-@uses_ray
 def test_fgpt_u_with_k1_is_fgpt_and_with_k2_is_the_mean_of_full_passes_at_lower_cost():
     runtime, _, shards = runtime_for("fgpt-u", k=2)
     model, data = runtime.model, shards.test(0)
@@ -146,7 +142,6 @@ def test_fgpt_u_with_k1_is_fgpt_and_with_k2_is_the_mean_of_full_passes_at_lower_
     assert (ensemble_blocks, full_blocks) == (u + 2 * (depth - u), 2 * depth)
 
 
-@uses_ray
 def test_training_selects_one_group_per_row_with_the_fixed_keys():
     runtime, initial, shards = runtime_for("fgpt")
     (result,) = runtime.train(1, Broadcast(initial.params), [[(0, {}, None)]], shards)

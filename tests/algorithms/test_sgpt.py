@@ -16,8 +16,6 @@ from raysim.engine.cohort import unfused_attention
 from raysim.models.factory import build_model
 from raysim.testing.smoke import prepared
 
-with_data = pytest.mark.usefixtures("ray_session")  # prepared(): the data source reads with Ray Data
-
 TINY = {
     "federation": {"clients": 6, "rounds": 2, "participation": 0.5, "seed": 1},
     "data": {"dataset": "synthetic", "partition": "dirichlet", "alpha": 1.0},
@@ -119,7 +117,6 @@ def trace_blocks(monkeypatch, **options):
 HEAD_BOTH = {"vit.head.weight", "vit.head.bias"}
 
 
-@with_data
 def test_bcd_trains_shared_then_group_with_shared_frozen(monkeypatch):
     calls, result, rows = trace_blocks(monkeypatch)
     (req1, changed1), (req2, changed2) = calls
@@ -128,7 +125,6 @@ def test_bcd_trains_shared_then_group_with_shared_frozen(monkeypatch):
     assert result.extras["selection_counts"].sum() == rows  # one selection per row in Block II (E = 1)
 
 
-@with_data
 def test_bcd_inv_reverses_the_blocks_and_joint_trains_everything_at_once(monkeypatch):
     (req1, _), (req2, _) = trace_blocks(monkeypatch, bcd="bcd-inv")[0]
     assert req1 == {GROUP, KEYS} | HEAD_BOTH and req2 == {SHARED} | HEAD_BOTH
@@ -136,7 +132,6 @@ def test_bcd_inv_reverses_the_blocks_and_joint_trains_everything_at_once(monkeyp
     assert required == changed == {SHARED, GROUP, KEYS} | HEAD_BOTH
 
 
-@with_data
 def test_prompt_ablations_train_only_their_prompts(monkeypatch):
     ((required, _),) = trace_blocks(monkeypatch, prompts="shared")[0]
     assert required == {SHARED} | HEAD_BOTH
@@ -144,7 +139,6 @@ def test_prompt_ablations_train_only_their_prompts(monkeypatch):
     assert required == {GROUP, KEYS} | HEAD_BOTH
 
 
-@with_data
 def test_inference_selects_by_plain_cosine_and_uses_the_selected_group_prompt():
     config = build_config("sgpt", [TINY, {"sgpt": {"groups": 3}}])
     config, _, shards = prepared(config)
@@ -163,7 +157,6 @@ def test_inference_selects_by_plain_cosine_and_uses_the_selected_group_prompt():
     assert not torch.allclose(expected, other)
 
 
-@with_data
 def test_initial_keys_are_orthogonal_and_shared_prompts_start_at_zero():
     config = build_config("sgpt", [TINY, {"sgpt": {"groups": 4}}])
     config, initial, shards = prepared(config)
@@ -174,7 +167,6 @@ def test_initial_keys_are_orthogonal_and_shared_prompts_start_at_zero():
     assert shards.features["query"].shape == (len(shards.labels), 64)
 
 
-@with_data
 def test_block_sets_and_select_layer_are_checked_against_the_depth():
     for options, message in [
         ({"shared_blocks": [4]}, "sgpt.shared_blocks=[4] must be distinct block indices in [0, 3]"),

@@ -1,4 +1,5 @@
-"""Sources read with Ray Data: the bundled digits, the synthetic set, and parquet files in the documented layout."""
+"""Sources: the bundled digits and the synthetic set (built in-process, no Ray needed), and parquet files in the
+documented layout (read with Ray Data)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from raysim.core.errors import ConfigError
 from raysim.data.sources import fixed_test_split, load_dataset
 
 
-def test_digits_are_the_real_sklearn_digits(ray_session):
+def test_digits_are_the_real_sklearn_digits():
     from sklearn.datasets import load_digits
 
     info, arrays = load_dataset(DataConfig(dataset="digits"))
@@ -25,7 +26,7 @@ def test_digits_are_the_real_sklearn_digits(ray_session):
     assert abs(arrays["is_test"].mean() - 0.2) < 0.01
 
 
-def test_synthetic_is_deterministic_and_balanced(ray_session):
+def test_synthetic_is_deterministic_and_balanced():
     info, first = load_dataset(DataConfig(dataset="synthetic"))
     _, second = load_dataset(DataConfig(dataset="synthetic"))
     assert (first["image"] == second["image"]).all()

@@ -93,7 +93,7 @@ def client_update(precision: str):
     return initial, shards, result
 
 
-def test_bf16_autocast_runs_the_client_and_what_it_sends_is_float32(ray_session):  # Ray Data reads the source
+def test_bf16_autocast_runs_the_client_and_what_it_sends_is_float32():
     initial, shards, fp32 = client_update("fp32")
     _, bf16_shards, bf16 = client_update("bf16")
     assert bf16_shards.features["query"].dtype == shards.features["query"].dtype
