@@ -7,7 +7,7 @@ augmented: stroke width, rotation, scale, shift and an elastic warp in one resam
 downsample, and a *look* (ink and paper colours with a gradient, random colours, a natural photo patch
 blended as in MNIST-M, or a binarised 16x16 rendering as in USPS) plus Gaussian noise. Rows are rendered
 by Ray Data from row ids, so the result does not depend on how the work is split, then cached as one
-parquet file per dataset (:func:`cached_path`) and read back with ``ray.data.read_parquet``. All images
+parquet file per dataset (:func:`cached_path`) and read back with pyarrow. All images
 are 32x32 RGB uint8; the test split is :func:`~raysim.data.sources.fixed_test_split` (20% of every
 (domain, class) cell, independent of the run seed).
 
