@@ -5,7 +5,7 @@ clients, the default ViT-Tiny architecture from random init with a 4-token VPT-s
 batch 32, one local epoch, the same clients per round, 5 rounds, evaluated after the last. For each it prints wall
 time (process start to exit), start-up (process start to the first round), the first and the steady round (median
 of rounds 2-4), evaluation time, peak RSS and PSS summed over the process tree (sampled from /proc), the most
-processes alive at once, and each figure as a ratio to the plain loop.
+processes alive at once, and each figure as a ratio to the plain loop; then raysim's PSS at its peak by process.
 
     python bench/scale.py                       # 100 x 200 (5 a round), 1,000 x 20 and 10,000 x 20 (10 a round)
     python bench/scale.py --scales 100000x5     # CLIENTSxROWS[:PER_ROUND], comma-separated
@@ -63,13 +63,26 @@ def write_parquet(path: Path, rows: int, seed: int = 0) -> None:
     writer.close()
 
 
+def process_name(pid: int) -> str:
+    """A short name for a process of the tree: Ray's title (``ray::ClientWorker``, ``raylet``) or the script."""
+    words = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    words = [w.decode(errors="replace") for w in words if w]
+    title = words[0] if words else "?"
+    if title.startswith("ray::"):
+        return title.split(".")[0].split()[0]
+    script = next((w for w in words[1:] if not w.startswith("-")), "")
+    return Path(title).name + (" " + Path(script).name if Path(title).name.startswith("python") else "")
+
+
 class TreeSampler:
-    """Peak RSS and PSS (MB) summed over a process and its descendants, and the most processes alive at once."""
+    """Peak RSS and PSS (MB) summed over a process and its descendants, the most processes alive at once, and the
+    PSS of each process (by name) at the PSS peak."""
 
     def __init__(self, pid: int, every_s: float = 0.25):
         self.pid, self.every_s = pid, every_s
         self.peak_rss = self.peak_pss = 0.0
         self.peak_processes = 0
+        self.at_peak: dict[str, float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -78,15 +91,20 @@ class TreeSampler:
         while not self._stop.is_set():
             pids = [self.pid, *descendants(self.pid)]
             rss = pss = 0.0
+            by_name: dict[str, float] = {}
             for pid in pids:
                 try:
+                    name = process_name(pid)
                     for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
                         if line.startswith("Rss:"):
                             rss += int(line.split()[1]) / 1024
                         elif line.startswith("Pss:"):
                             pss += int(line.split()[1]) / 1024
+                            by_name[name] = by_name.get(name, 0.0) + int(line.split()[1]) / 1024
                 except OSError:
                     continue
+            if pss > self.peak_pss:
+                self.at_peak = by_name
             self.peak_rss, self.peak_pss = max(self.peak_rss, rss), max(self.peak_pss, pss)
             self.peak_processes = max(self.peak_processes, len(pids))
             self._stop.wait(self.every_s)
@@ -166,6 +184,7 @@ def raysim_figures(data: Path, clients: int, per_round: int, extra: list[str], t
         "peak RSS MB": sampler.peak_rss,
         "peak PSS MB": sampler.peak_pss,
         "processes": sampler.peak_processes,
+        "at peak": sampler.at_peak,
     }
 
 
@@ -282,6 +301,7 @@ def main() -> None:
     keys = ("wall", "start-up", "first round", "steady round", "evaluation", "peak RSS MB", "peak PSS MB", "processes")
     print("| scale | run | " + " | ".join(keys) + " |")
     print("|---|---|" + "---|" * len(keys))
+    peaks = []
     for scale in args.scales.split(","):
         shape, _, per_round = scale.partition(":")
         clients, rows = (int(v) for v in shape.split("x"))
@@ -298,6 +318,10 @@ def main() -> None:
             print(f"| {label} | {name} | " + " | ".join(cells) + " |")
         ratios = [f"{ours[k] / plain[k]:.2f}x" if plain[k] else "-" for k in keys]
         print(f"| {label} | raysim / plain | " + " | ".join(ratios) + " |", flush=True)
+        peaks.append((label, ours["at peak"]))
+    for label, at_peak in peaks:
+        parts = ", ".join(f"{name} {mb:,.0f}" for name, mb in sorted(at_peak.items(), key=lambda item: -item[1]))
+        print(f"\nraysim's PSS at its peak, {label}, MB by process: {parts}")
 
 
 if __name__ == "__main__":
