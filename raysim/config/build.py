@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from raysim.config import yaml12
 from raysim.config.sections import (
     SECTIONS,
     CheckpointConfig,
@@ -113,7 +114,7 @@ def load_preset(name_or_path: str) -> dict[str, Any]:
     else:
         raise unknown_name("preset", name_or_path, presets())
     try:
-        data = yaml.safe_load(text) or {}
+        data = yaml12.load(text) or {}
     except yaml.YAMLError as error:
         raise ConfigError(f"preset {name_or_path} is not valid YAML: {str(error).splitlines()[0]}") from None
     if not isinstance(data, dict) or not all(isinstance(v, dict) or k == "method" for k, v in data.items()):
@@ -138,7 +139,7 @@ def parse_override(text: str) -> tuple[str, str, Any]:
     dotted, raw = text.split("=", 1)
     section, key = dotted.strip().split(".", 1)
     try:
-        value = yaml.safe_load(raw) if raw.strip() else None
+        value = yaml12.load(raw) if raw.strip() else None
     except yaml.YAMLError:
         value = raw
     return section, key, value

@@ -32,7 +32,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NOTE, MLFL
 from ray import tune
 from rich.console import Console
 
-from raysim.config import Config, beside_store, build_config, load_preset, parse_override, preset_for_method
+from raysim.config import Config, beside_store, build_config, load_preset, parse_override, preset_for_method, yaml12
 from raysim.core.errors import ConfigError, SweepError
 from raysim.core.registry import get_method
 from raysim.engine.driver import run
@@ -199,7 +199,7 @@ def arm_space(comparison: Comparison, label: str) -> str:
     comparison when it sets any)."""
     method, own = arm(label)
     source = default_space_file(method)
-    data = yaml.safe_load(Path(source).read_text())
+    data = yaml12.load(Path(source).read_text())
     kept = {
         key: spec for key, spec in data["space"].items() if key.split(".", 1)[1] not in own.get(key.split(".")[0], {})
     }

@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 from ray import tune
 
-from raysim.config import Config, build_config
+from raysim.config import Config, build_config, yaml12
 from raysim.core.errors import ConfigError
 from raysim.core.registry import get_method
 
@@ -78,7 +78,7 @@ def load_space(path: str, method: str, before: list[dict], after: list[dict]) ->
     ``fixed`` < ``after`` (flags, --set) < the sampled values."""
     where = Path(path).name if Path(path).parent.name == "tune_spaces" else path
     try:
-        data = yaml.safe_load(Path(path).read_text())
+        data = yaml12.load(Path(path).read_text())
     except OSError:
         raise ConfigError(f"search space file {path} does not exist; see tune_spaces/ for examples") from None
     except yaml.YAMLError as error:

@@ -32,6 +32,21 @@ def test_parse_override_reads_yaml_values():
     assert parse_override("data.dataset=digits") == ("data", "dataset", "digits")
 
 
+def test_on_off_yes_no_are_words_and_only_true_false_are_booleans():
+    """YAML 1.2's booleans: README's ``--set train.cohort=off`` is the word a choice field expects."""
+    assert [parse_override(f"train.cohort={word}")[2] for word in ("off", "on", "yes", "no")] == [
+        "off",
+        "on",
+        "yes",
+        "no",
+    ]
+    layers = [{"train": dict([parse_override("train.cohort=off")[1:]])}, {"model": {"pretrained": False}}]
+    assert build_config("fedvpt", layers).train.cohort == "off"
+    assert parse_override("model.pretrained=false")[2] is False and parse_override("model.pretrained=True")[2] is True
+    with pytest.raises(ConfigError, match="model.pretrained='no' has the wrong type; expected bool"):
+        build_config("fedvpt", [{"model": {"pretrained": parse_override("model.pretrained=no")[2]}}])
+
+
 @pytest.mark.parametrize(
     "layers, fragment",
     [
