@@ -9,8 +9,9 @@ precision:
     python bench/regression.py --save /tmp/before            # on the old commit
     python bench/regression.py --compare /tmp/before         # on the new one: exit 1 on any difference
 
-``--precision fp32|bf16`` forces the precision (default: what ``auto`` picks here); ``--cohort off`` trains client by
-client (cohort training is exact only within float tolerance); ``--methods a,b`` a subset.
+``--precision fp32|bf16`` forces the precision (default: what ``auto`` picks here); ``--cohort on|off`` forces cohort
+training or not (cohorts are exact only within float tolerance; ``auto`` trains in cohorts only with GPUs);
+``--methods a,b`` a subset.
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ def main() -> None:
     target.add_argument("--save", type=Path, help="write the dump here")
     target.add_argument("--compare", type=Path, help="compare with the dump here; exit 1 on any difference")
     parser.add_argument("--precision", choices=("fp32", "bf16"))
-    parser.add_argument("--cohort", choices=("auto", "off"), default="auto")
+    parser.add_argument("--cohort", choices=("auto", "on", "off"), default="auto")
     parser.add_argument("--methods", help="comma-separated subset (default: every registered method)")
     args = parser.parse_args()
     torch.set_num_threads(1)

@@ -157,9 +157,10 @@ class TrainConfig:
     weight_decay: float = setting(1e-5, "Weight decay of the client optimiser.", checks=(NON_NEGATIVE,))
     cohort: str = setting(
         "auto",
-        "Train several clients of a worker together (one forward over their batches; methods that support it): "
-        "auto or off.",
-        choices=("auto", "off"),
+        "Train several clients of a worker together (one forward over their batches; methods that support it): on, "
+        "off, or auto: on where clients train on a GPU (on CPUs a client's batch already fills the cores: measured "
+        "slower, with activations growing with the cohort).",
+        choices=("auto", "on", "off"),
     )
     cohort_size: int = setting(
         8, "Clients per cohort: the round's clients, in order, in groups of this many.", checks=(at_least(1),)

@@ -18,7 +18,7 @@ from raysim.core.seeding import Purpose, derive_seed
 from raysim.core.training import EVAL_BATCH, correct_per_row
 from raysim.data.shards import ClientData, ShardStore
 from raysim.engine.capacity import sent_rows, tier_rows
-from raysim.engine.cohort import train_cohort
+from raysim.engine.cohort import resolve_cohort, train_cohort
 from raysim.engine.precision import autocast, full_width
 from raysim.models.factory import build_model, pick_device
 from raysim.systems.tiers import ALL
@@ -58,8 +58,8 @@ def _to_cpu(tensors: Tensors | None) -> Tensors | None:
 
 
 def cohort_training(config) -> bool:
-    """Whether the run trains a worker's clients in cohorts: the method supports it and ``train.cohort`` is auto."""
-    return config.train.cohort == "auto" and get_method(config.method).cohort
+    """Whether the run trains a worker's clients in cohorts: the method supports it and ``train.cohort`` resolves on."""
+    return resolve_cohort(config.train, config.resources) == "on" and get_method(config.method).cohort
 
 
 def cohorts_of(tasks: list, config) -> list[list]:

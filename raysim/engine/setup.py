@@ -21,6 +21,7 @@ from raysim.core.training import EVAL_BATCH, model_inputs
 from raysim.data.partition import PartitionParams, partition
 from raysim.data.shards import ShardStore, build_shards
 from raysim.data.sources import cache_dir, load_dataset
+from raysim.engine.cohort import resolve_cohort
 from raysim.engine.precision import autocast, full_width, resolve
 from raysim.models.factory import build_model, pick_device
 from raysim.systems.profiles import draw_profiles
@@ -30,8 +31,9 @@ THREADS_ENV = "RAYSIM_TORCH_THREADS"  # torch threads per client worker when res
 
 def resolved(config: Config) -> Config:
     """``config`` with what depends on the machine made concrete, once, on the driver, before the run starts (and
-    recorded with it): ``train.precision=auto`` (:func:`raysim.engine.precision.resolve`) and ``resources.threads=0``
-    (``$RAYSIM_TORCH_THREADS``, else the worker's CPUs, at least 1). Every worker then computes alike."""
+    recorded with it): ``train.precision=auto`` (:func:`raysim.engine.precision.resolve`), ``train.cohort=auto``
+    (:func:`raysim.engine.cohort.resolve_cohort`) and ``resources.threads=0`` (``$RAYSIM_TORCH_THREADS``, else the
+    worker's CPUs, at least 1). Every worker then computes alike."""
     info = get_method(config.method)
     precision = resolve(config.train.precision, method_allows=info.bf16)
     threads = config.resources.threads or int(
@@ -39,7 +41,9 @@ def resolved(config: Config) -> Config:
     )
     return dataclasses.replace(
         config,
-        train=dataclasses.replace(config.train, precision=precision),
+        train=dataclasses.replace(
+            config.train, precision=precision, cohort=resolve_cohort(config.train, config.resources)
+        ),
         resources=dataclasses.replace(config.resources, threads=threads),
     )
 

@@ -9,8 +9,9 @@ import torch
 
 from raysim.config import build_config
 from raysim.core.registry import METHODS
-from raysim.engine.client import ClientRuntime, cohorts_of
+from raysim.engine.client import ClientRuntime, cohort_training, cohorts_of
 from raysim.engine.cohort import StackedOptimizer
+from raysim.engine.setup import resolved
 from raysim.testing.smoke import TINY, prepared, smoke_config
 
 COHORT_METHODS = [name for name, info in METHODS.items() if info.cohort]
@@ -27,7 +28,7 @@ def test_cohort_training_equals_the_per_client_loop(ray_session, method, optimiz
     """In float32, whatever precision the suite forces: under bf16 autocast the cohort's batched products round
     differently from the loop's at bf16's 8 bits (AdamW then turns it into lr-sized steps: 7e-3 apart after 2
     epochs of the smoke setting, losses 6e-4 apart), so exact agreement is a float32 property."""
-    train = {"optimizer": optimizer, "local_epochs": 2, "batch_size": 8, "precision": "fp32"}
+    train = {"optimizer": optimizer, "local_epochs": 2, "batch_size": 8, "precision": "fp32", "cohort": "on"}
     layers = {"federation": {"clients": 8}, "train": train}
     config, initial, shards = prepared(smoke_config(method, layers))
     runtime = ClientRuntime(config, shards.info.num_classes)
@@ -70,9 +71,20 @@ def test_stacked_optimizer_equals_torch_for_each_client_and_skips_absent_ones(op
 
 
 def test_cohorts_are_fixed_groups_of_the_round_in_order():
-    config = build_config("fedvpt", [TINY, {"train": {"cohort_size": 4}}])
+    config = build_config("fedvpt", [TINY, {"train": {"cohort": "on", "cohort_size": 4}}])
     tasks = [(c, {}, None) for c in (3, 5, 8, 9, 11, 12, 20)]
     assert [[t[0] for t in cohort] for cohort in cohorts_of(tasks, config)] == [[3, 5, 8, 9], [11, 12, 20]]
     off = build_config("fedvpt", [TINY, {"train": {"cohort": "off"}}])
     assert all(len(cohort) == 1 for cohort in cohorts_of(tasks, off))
-    assert all(len(cohort) == 1 for cohort in cohorts_of(tasks, build_config("ditto", [TINY])))
+    assert all(
+        len(cohort) == 1 for cohort in cohorts_of(tasks, build_config("ditto", [TINY, {"train": {"cohort": "on"}}]))
+    )
+
+
+def test_auto_trains_in_cohorts_only_where_clients_train_on_a_gpu():
+    """On CPUs a client's batch already fills the cores (measured slower in cohorts, with more memory)."""
+    cpu, gpu = (resolved(build_config("fedvpt", [TINY, {"resources": {"gpus_per_client": g}}])) for g in (0.0, 0.5))
+    assert (cpu.train.cohort, gpu.train.cohort) == ("off", "on")
+    assert not cohort_training(cpu) and cohort_training(gpu)
+    forced = resolved(build_config("fedvpt", [TINY, {"train": {"cohort": "on"}}]))
+    assert forced.train.cohort == "on" and cohort_training(forced)

@@ -1,4 +1,5 @@
-"""The Ray backend: same numbers as the sequential one, any pool size, fractional resources, many clients."""
+"""The Ray backend: same numbers as the sequential one, any pool size (cohorts dealt whole to workers), fractional
+resources, many clients."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from raysim.testing.smoke import FAST, open_simulation, prepared, run_rounds
 
 
 def config_for(backend, workers=0, **resources):
-    return build_config("fedvpt", [FAST, {"resources": {"backend": backend, "workers": workers, **resources}}])
+    """FAST in cohorts of 2 (5 clients a round: a worker of two gets a cohort of 1 beside two of 2)."""
+    layers = [FAST, {"resources": {"backend": backend, "workers": workers, **resources}}]
+    return build_config("fedvpt", [*layers, {"train": {"cohort": "on", "cohort_size": 2}}])
 
 
 def metrics_of(config):
