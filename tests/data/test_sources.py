@@ -72,6 +72,17 @@ def test_parquet_with_png_bytes_domains_and_split(ray_session, tmp_path):
     assert arrays["is_test"].tolist() == [True] * 4 + [False] * 8
 
 
+def test_parquet_folder_of_several_files_and_row_groups_keeps_images_with_their_labels(tmp_path):
+    """Images are decoded one row group at a time; the labels are read in one pass: both in the dataset's order."""
+    folder = tmp_path / "data"
+    folder.mkdir()
+    for part, labels in enumerate(([0, 1, 2, 3, 4], [5, 6, 7, 8, 9, 0, 1])):
+        table = pa.table({"image": [_png(np.full((4, 4, 3), 20 * v, np.uint8)) for v in labels], "label": labels})
+        pq.write_table(table, folder / f"part-{part}.parquet", row_group_size=2)
+    _, arrays = load_dataset(DataConfig(dataset="parquet", data_dir=str(folder)))
+    assert len(arrays["label"]) == 12 and (arrays["image"][:, 0, 0, 0] == 20 * arrays["label"]).all()
+
+
 def test_parquet_without_split_gets_the_fixed_split(ray_session, tmp_path):
     table = pa.table(
         {"image": [_png(np.full((4, 4), i, np.uint8)) for i in range(20)], "label": [i % 2 for i in range(20)]}
