@@ -1,10 +1,14 @@
+import gc
+
 import numpy as np
+import pytest
 
 from raysim.data.partition import PartitionParams, partition
 from raysim.data.shards import DatasetInfo, build_shards
 
 
-def test_shards_are_contiguous_per_client_and_match_the_partition():
+@pytest.mark.parametrize("on_disk", [False, True], ids=["in-memory", "mapped-file"])
+def test_shards_are_contiguous_per_client_and_match_the_partition(on_disk, tmp_path):
     rng = np.random.default_rng(0)
     n = 300
     labels, domains = rng.integers(0, 5, n), np.zeros(n, dtype=np.int64)
@@ -27,7 +31,8 @@ def test_shards_are_contiguous_per_client_and_match_the_partition():
         params=PartitionParams(alpha=1.0),
         seed=1,
     )
-    shards = build_shards(DatasetInfo("t", 5, 1, (2, 2)), arrays, part, unseen=(3,))
+    folder = tmp_path / "shards" if on_disk else None
+    shards = build_shards(DatasetInfo("t", 5, 1, (2, 2)), arrays, part, unseen=(3,), folder=folder)
     train_rows, test_rows = np.flatnonzero(~is_test), np.flatnonzero(is_test)
     seen_rows = []
     for client in range(7):
@@ -43,3 +48,10 @@ def test_shards_are_contiguous_per_client_and_match_the_partition():
     assert shards.train_sizes().sum() + shards.test_sizes().sum() == n
     assert shards.seen_clients() == [0, 1, 2, 4, 5, 6]
     assert shards.images.flags.c_contiguous
+    if on_disk:  # a read-only map of one file, removed with the last store that maps it
+        assert isinstance(shards.images, np.memmap) and not shards.images.flags.writeable
+        assert shards.images.dtype == np.uint8 and shards.images.shape == (n, 2, 2)
+        (file,) = folder.iterdir()
+        del shards, train, test
+        gc.collect()
+        assert not file.exists()
