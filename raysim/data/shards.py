@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from raysim.data.npy_file import write_npy
 from raysim.data.partition import Partition
 
 GATHER_ROWS = 16_384  # rows copied at a time when a block is written to disk (bounds the memory it takes)
@@ -182,19 +183,11 @@ def build_shards(
 
 
 def _gather(images: np.ndarray, order: np.ndarray, folder: Path) -> np.memmap:
-    """``images[order]`` written to a new ``.npy`` file in ``folder`` a chunk at a time, then mapped read-only.
-
-    Written with plain writes, not through a map: pages written through a map count in this process's memory while it
-    maps them (the driver's data phase held the whole block twice at 100,000 clients).
-    """
+    """``images[order]`` written to a new ``.npy`` file in ``folder`` a chunk at a time (:func:`write_npy`), then
+    mapped read-only."""
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"shards-{uuid.uuid4().hex}.npy"
-    header = {"descr": np.lib.format.dtype_to_descr(images.dtype), "fortran_order": False}
-    with open(path, "wb") as file:
-        np.lib.format.write_array_header_1_0(file, {**header, "shape": (len(order), *images.shape[1:])})
-        for start in range(0, len(order), GATHER_ROWS):
-            file.write(np.ascontiguousarray(images[order[start : start + GATHER_ROWS]]).data)
-    return np.load(path, mmap_mode="r")
+    chunks = (images[order[start : start + GATHER_ROWS]] for start in range(0, len(order), GATHER_ROWS))
+    return write_npy(folder / f"shards-{uuid.uuid4().hex}.npy", images.dtype, (len(order), *images.shape[1:]), chunks)
 
 
 def _mapped_store(path: str, fields: dict) -> ShardStore:

@@ -13,6 +13,7 @@ import contextlib
 import gc
 import hashlib
 import io
+import itertools
 import json
 import os
 import uuid
@@ -28,6 +29,7 @@ import pyarrow.parquet
 
 from raysim.core.errors import ConfigError
 from raysim.core.registry import Registry
+from raysim.data.npy_file import write_npy
 from raysim.data.shards import DatasetInfo
 
 SPLIT_SEED = 20240611
@@ -185,24 +187,25 @@ def _decoded_images(dataset, rows: int, cfg) -> np.ndarray:
         return np.load(path, mmap_mode="r")
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
-    out, done, first = None, 0, None
-    try:
-        for batch in _image_batches(dataset):
-            decoded = _decode_column(batch.column(0), cfg.image_size)
-            for image in decoded:
-                first = first or image.shape
-                if image.shape != first:
+    decoded = (_decode_column(batch.column(0), cfg.image_size) for batch in _image_batches(dataset))
+    batches = (images for images in decoded if len(images))
+    first = next(batches, None)
+    if first is None:
+        raise ConfigError(f"dataset parquet at {cfg.data_dir} has no rows")
+    shape = first[0].shape
+
+    def checked():
+        for images in itertools.chain([first], batches):
+            for image in images:
+                if image.shape != shape:
                     raise ConfigError(
-                        f"parquet images at {cfg.data_dir} differ in size ({'x'.join(map(str, first[:2]))}, "
+                        f"parquet images at {cfg.data_dir} differ in size ({'x'.join(map(str, shape[:2]))}, "
                         f"{'x'.join(map(str, image.shape[:2]))}); pass --set data.image_size=N to resize them to N x N"
                     )
-            if out is None:
-                out = np.lib.format.open_memmap(partial, mode="w+", dtype=np.uint8, shape=(rows, *first))
-            out[done : done + len(decoded)] = np.stack(decoded)
-            done += len(decoded)
-            out.flush()  # written pages can leave memory
-        out.flush()
-        del out
+            yield np.stack(images)
+
+    try:
+        write_npy(partial, np.uint8, (rows, *shape), checked())
         os.replace(partial, path)
     finally:
         partial.unlink(missing_ok=True)
@@ -292,10 +295,9 @@ def load_dataset(cfg) -> tuple[DatasetInfo, dict[str, np.ndarray]]:
 
     ray.data.DataContext.get_current().execution_options.preserve_order = True
     rows, info = SOURCES[cfg.dataset].read(cfg)
-    ran_ray_data = not isinstance(rows, dict)
     arrays = _to_numpy(rows)
     del rows
-    if ran_ray_data:
+    if ray.is_initialized():  # a source may have run Ray Data inside (the glyph generator)
         _stop_ray_data()
     if len(arrays["label"]) == 0:
         raise ConfigError(f"dataset {cfg.dataset} has no rows")
