@@ -34,7 +34,7 @@ from raysim.data.shards import ClientData
 def resolve_cohort(train, resources) -> str:
     """``train.cohort=auto`` made concrete: "on" where clients train on a GPU, else "off". On 2 CPU cores a
     ViT-Tiny client's batch already fills the cores: 8 clients in one cohort trained 65 samples/s against 89 one at
-    a time, with 2.5x the memory (``bench/scale.py`` at 100 x 200: the worker's PSS 2,058 MB against 766 MB)."""
+    a time, with 2.7x the memory (``bench/scale.py`` at 100 x 200: the worker's PSS 2,058 MB against 766 MB)."""
     if train.cohort != "auto":
         return train.cohort
     return "on" if resources.gpus_per_client > 0 else "off"

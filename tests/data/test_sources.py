@@ -98,6 +98,12 @@ def test_parquet_without_split_gets_the_fixed_split(ray_session, tmp_path):
         (lambda p: None, "needs data.data_dir"),
         (lambda p: pq.write_table(pa.table({"pixels": [b"x"], "y": [1]}), p / "x.parquet"), "expected a parquet"),
         (lambda p: (p / "x.parquet").write_text("not parquet"), "could not read parquet"),
+        (
+            lambda p: pq.write_table(
+                pa.table({"image": pa.array([], pa.binary()), "label": pa.array([], pa.int64())}), p / "x.parquet"
+            ),
+            "has no rows",
+        ),
     ],
 )
 def test_bad_parquet_dirs_give_one_line_errors(ray_session, tmp_path, make, fragment):
