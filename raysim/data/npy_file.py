@@ -1,12 +1,16 @@
-"""``.npy`` files written a chunk at a time with plain writes, then mapped read-only.
+"""``.npy`` files written a chunk at a time with plain writes, then mapped read-only; and maps read through without
+keeping their pages.
 
 Pages written through a map count in the writer's memory for as long as it maps them; pages written with ``write``
-go to the page cache only. The data phase writes the parquet decode cache and the shard block this way.
+go to the page cache only. The data phase writes the parquet decode cache and the shard block this way. Pages read
+through a map count in the reader's memory too, until it unmaps them or drops them (:func:`release_pages`): a
+process that reads a whole block once (to gather, hash or embed it) drops them a chunk at a time.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import mmap
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -20,3 +24,21 @@ def write_npy(path: Path, dtype, shape: tuple[int, ...], chunks: Iterable[np.nda
         for chunk in chunks:
             file.write(np.ascontiguousarray(chunk, dtype=dtype).data)
     return np.load(path, mmap_mode="r")
+
+
+def release_pages(array: np.ndarray) -> None:
+    """Drop the pages of the file map under ``array`` from this process; they stay in the page cache, so reading
+    them again costs a minor fault, not a disk read. Arrays not backed by a map are left alone."""
+    base = array
+    while isinstance(base, np.ndarray):
+        base = base.base
+    if isinstance(base, mmap.mmap):
+        base.madvise(mmap.MADV_DONTNEED)
+
+
+def read_through(array: np.ndarray, rows: int) -> Iterator[np.ndarray]:
+    """``array`` ``rows`` rows at a time (views); when it is a file map, the pages read so far are dropped from this
+    process before each next chunk, so a pass over the whole block holds one chunk's pages at a time."""
+    for start in range(0, len(array), rows):
+        yield array[start : start + rows]
+        release_pages(array)

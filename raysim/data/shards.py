@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from raysim.data.npy_file import write_npy
+from raysim.data.npy_file import release_pages, write_npy
 from raysim.data.partition import Partition
 
 GATHER_ROWS = 16_384  # rows copied at a time when a block is written to disk (bounds the memory it takes)
@@ -184,10 +184,16 @@ def build_shards(
 
 def _gather(images: np.ndarray, order: np.ndarray, folder: Path) -> np.memmap:
     """``images[order]`` written to a new ``.npy`` file in ``folder`` a chunk at a time (:func:`write_npy`), then
-    mapped read-only."""
+    mapped read-only. When ``images`` is a map (the decode cache), its pages are dropped after each chunk: the gather
+    reads all over it, and the pages read would otherwise count in this process until the run ends."""
     folder.mkdir(parents=True, exist_ok=True)
-    chunks = (images[order[start : start + GATHER_ROWS]] for start in range(0, len(order), GATHER_ROWS))
-    return write_npy(folder / f"shards-{uuid.uuid4().hex}.npy", images.dtype, (len(order), *images.shape[1:]), chunks)
+
+    def chunks():
+        for start in range(0, len(order), GATHER_ROWS):
+            yield images[order[start : start + GATHER_ROWS]]  # a copy: the source's pages can go
+            release_pages(images)
+
+    return write_npy(folder / f"shards-{uuid.uuid4().hex}.npy", images.dtype, (len(order), *images.shape[1:]), chunks())
 
 
 def _mapped_store(path: str, fields: dict) -> ShardStore:

@@ -18,6 +18,7 @@ from raysim.core.protocol import CachesRowFeatures, ResolvesOptions
 from raysim.core.registry import get_method, require_tiers
 from raysim.core.seeding import Init, Purpose
 from raysim.core.training import EVAL_BATCH, model_inputs
+from raysim.data.npy_file import read_through
 from raysim.data.partition import PartitionParams, partition
 from raysim.data.shards import ShardStore, build_shards
 from raysim.data.sources import cache_dir, load_dataset
@@ -115,8 +116,8 @@ def initial_state(config: Config, shards: ShardStore) -> tuple[Config, GlobalSta
 def row_features(method: CachesRowFeatures, model, images: np.ndarray, device: torch.device) -> dict[str, np.ndarray]:
     """``method.row_features`` over every row of ``images`` (batched), or {} when the method caches nothing."""
     out: dict[str, list[np.ndarray]] = {}
-    for start in range(0, len(images), EVAL_BATCH):
-        computed = method.row_features(model, model_inputs(model, images[start : start + EVAL_BATCH], device))
+    for batch in read_through(images, EVAL_BATCH):  # a mapped block's pages are not kept by the driver
+        computed = method.row_features(model, model_inputs(model, batch, device))
         if computed is None:
             return {}
         for name, values in computed.items():

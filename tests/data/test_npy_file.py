@@ -1,0 +1,77 @@
+"""Block files: written with plain writes, and read through without this process keeping the pages."""
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+
+from raysim.data.npy_file import read_through, release_pages, write_npy
+from raysim.data.shards import DatasetInfo, ShardStore
+from raysim.tracking.provenance import partition_digest
+
+MB = 2**20
+ROWS, ROW_BYTES = 256, 64 * 1024  # a 16 MB block
+
+
+def resident_kb(path: Path) -> int:
+    """This process's resident kB of its maps of ``path`` (/proc/self/smaps)."""
+    total, inside = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()
+        if head and "-" in head[0] and len(head) >= 5:  # a mapping's first line
+            inside = line.endswith(str(path))
+        elif inside and line.startswith("Rss:"):
+            total += int(head[1])
+    return total
+
+
+def block(tmp_path) -> tuple[Path, np.ndarray]:
+    values = np.random.default_rng(0).integers(0, 255, (ROWS, ROW_BYTES), dtype=np.uint8)
+    path = tmp_path / "block.npy"
+    write_npy(path, np.uint8, values.shape, (values[i : i + 32] for i in range(0, ROWS, 32)))
+    return path, values
+
+
+def test_written_block_reads_back_and_release_drops_its_pages(tmp_path):
+    path, values = block(tmp_path)
+    mapped = np.load(path, mmap_mode="r")
+    assert np.array_equal(mapped, values)
+    assert resident_kb(path) * 1024 >= 0.9 * values.nbytes  # read once: every page counts here
+    release_pages(mapped[10:20])  # through a view too
+    assert resident_kb(path) == 0
+    assert np.array_equal(mapped, values)  # still readable: the pages come back from the page cache
+    release_pages(values)  # not a map: nothing happens
+
+
+def test_read_through_holds_one_chunk_of_a_map(tmp_path):
+    path, values = block(tmp_path)
+    mapped = np.load(path, mmap_mode="r")
+    chunks, most = [], 0
+    for chunk in read_through(mapped, 32):
+        chunks.append(np.array(chunk))
+        most = max(most, resident_kb(path))
+    assert np.array_equal(np.concatenate(chunks), values)
+    assert most * 1024 <= 2 * 32 * ROW_BYTES  # a 2 MB chunk (and a page either side), not the 16 MB block
+    assert resident_kb(path) * 1024 <= 32 * ROW_BYTES
+
+
+def test_partition_digest_reads_a_mapped_block_without_keeping_it(tmp_path):
+    path, values = block(tmp_path)
+    labels, offsets = np.arange(ROWS, dtype=np.int64) % 3, np.array([0, 100, 200], dtype=np.int64)
+    shards = ShardStore(
+        DatasetInfo("t", 3, 1, (ROW_BYTES,)),
+        np.load(path, mmap_mode="r"),
+        labels,
+        np.zeros(ROWS, np.int64),
+        offsets,
+        np.array([200, 230, ROWS], dtype=np.int64),
+        None,
+        (1,),
+    )
+    expected = hashlib.sha256()
+    for array in (values, labels, np.zeros(ROWS, np.int64), offsets, shards.test_offsets):
+        expected.update(f"{array.dtype}{array.shape}".encode())
+        expected.update(np.ascontiguousarray(array))
+    expected.update(b"[1]")
+    assert partition_digest(shards) == expected.hexdigest()[:8]
+    assert resident_kb(path) * 1024 <= 16 * MB // 4  # the hashed block's pages are dropped as it goes
