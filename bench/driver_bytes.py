@@ -43,7 +43,7 @@ def measure(method: str, rounds: int, backbone: str) -> None:
     config, initial, shards = prepared(build_config(method, layers))
     with tempfile.TemporaryDirectory() as tmp:
         start = Checkpoint("bench", 0, config.to_dict(), initial, {}, "")
-        pool, owned = reserve_pool(config)
+        pool, owned = reserve_pool(config, shards.info.num_classes)
         simulation = make_simulation(config, shards, start, pool, [Checkpointing(Path(tmp), "", {})])
         try:
             for round in range(1, rounds + 1):

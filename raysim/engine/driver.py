@@ -196,8 +196,8 @@ def run(
     config, initial, shards = initial_state(config, shards if shards is not None else prepare_shards(config))
     if resume is None:
         config = named(config)
-    pool, owned = reserve_pool(config) if config.resources.backend == "ray" else (None, False)
     tracker = Tracker(uri)
+    pool, owned = reserve_pool(config, shards.info.num_classes) if config.resources.backend == "ray" else (None, False)
     status = "FAILED"
     try:
         if resume is None:

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import ray
@@ -20,12 +21,33 @@ from raysim.models.factory import build_model
 
 @dataclass(frozen=True)
 class Pool:
-    """The Ray worker pool's size and its reservation: worker i takes bundle ``first_bundle + i`` of
-    ``placement_group`` (a run's own group, or a Tune trial's, whose bundle 0 is the trial itself)."""
+    """The Ray worker pool: its size, its reservation (worker i takes bundle ``first_bundle + i`` of
+    ``placement_group``: a run's own group, or a Tune trial's, whose bundle 0 is the trial itself) and its
+    ``ClientWorker`` actors once started (:func:`start_workers`)."""
 
     workers: int
     placement_group: object
     first_bundle: int = 0
+    actors: tuple = ()
+
+
+def start_workers(config, num_classes: int, pool: Pool) -> Pool:
+    """``pool`` with its ``ClientWorker`` actors created, not waited for: each builds its model while the driver
+    sets the run up and the coordinator starts, which then waits for them. They belong to the caller, not to a
+    coordinator, so one that dies and is replaced drives the same workers; Ray restarts a worker that dies
+    (``max_restarts=-1``) and re-runs its task."""
+    res = config.resources
+    actors = tuple(
+        ClientWorker.options(
+            num_cpus=res.cpus_per_client,
+            num_gpus=res.gpus_per_client,
+            max_restarts=-1,
+            max_task_retries=3,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(pool.placement_group, pool.first_bundle + i),
+        ).remote(config, num_classes)
+        for i in range(pool.workers)
+    )
+    return dataclasses.replace(pool, actors=actors)
 
 
 def balance(items: list, costs: list[float], parts: int) -> list[list]:
@@ -65,25 +87,15 @@ class SequentialExecutor:
 class RayExecutor:
     """A pool of ``ClientWorker`` actors with fractional resources; virtual clients are multiplexed over it.
 
-    Each round the broadcast is put in the object store once and every worker gets one task with its share of
-    the sampled clients' cohorts, balanced by rows, so per-round overhead is one call per worker, not one per
-    client. The shards travel by reference with each call, so a worker Ray restarts after a crash needs nothing
-    else.
+    The workers are the pool's (:func:`start_workers`). Each round the broadcast is put in the object store once
+    and every worker gets one task with its share of the sampled clients' cohorts, balanced by rows, so per-round
+    overhead is one call per worker, not one per client. The shards travel by reference with each call, so a
+    worker Ray restarts after a crash needs nothing else.
     """
 
     def __init__(self, config, shards, shards_ref, pool: Pool, server=None):
-        res = config.resources
         self.config, self.shards_ref, self.server = config, shards_ref, server
-        self.workers = [
-            ClientWorker.options(
-                num_cpus=res.cpus_per_client,
-                num_gpus=res.gpus_per_client,
-                max_restarts=-1,
-                max_task_retries=3,
-                scheduling_strategy=PlacementGroupSchedulingStrategy(pool.placement_group, pool.first_bundle + i),
-            ).remote(config, shards.info.num_classes)
-            for i in range(pool.workers)
-        ]
+        self.workers = list(pool.actors)
         ray.get([w.ready.remote() for w in self.workers])
         self.train_sizes, self.test_sizes = shards.train_sizes(), shards.test_sizes()
 
@@ -117,8 +129,7 @@ class RayExecutor:
         return ray.get([w.assigned_resources.remote() for w in self.workers])
 
     def shutdown(self) -> None:
-        for worker in self.workers:
-            ray.kill(worker)
+        pass  # the workers are the pool's: released with it (raysim.engine.ray_session.release_pool)
 
 
 def start_server(config, num_classes: int, encoder: Tensors, pool: Pool | None):

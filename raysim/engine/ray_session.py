@@ -13,7 +13,7 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 
 from raysim.core.errors import ConfigError
-from raysim.engine.executors import Pool
+from raysim.engine.executors import Pool, start_workers
 
 LEAN = {  # a local Ray for one run: no idle workers started up front, and none kept once idle (actors are not idle)
     "prestart_worker_first_driver": False,
@@ -95,9 +95,10 @@ def worker_bundle(resources) -> dict[str, float]:
     return bundle
 
 
-def reserve_pool(config, settle_s: float = 20.0) -> tuple[Pool, bool]:
-    """The run's worker pool, reserved: a Tune trial's own placement group (its bundle 0 is the trial), else a new
-    group of one bundle per worker, spread over the nodes. Returns the pool and whether this run owns the group.
+def reserve_pool(config, num_classes: int, settle_s: float = 20.0) -> tuple[Pool, bool]:
+    """The run's worker pool, reserved and its workers starting (:func:`~raysim.engine.executors.start_workers`):
+    a Tune trial's own placement group (its bundle 0 is the trial), else a new group of one bundle per worker,
+    spread over the nodes. Returns the pool and whether this run owns the group.
 
     A pool larger than the cluster is refused at once; one that fits the cluster waits up to ``settle_s`` for the
     resources the data loading held to be freed, then is refused.
@@ -105,7 +106,7 @@ def reserve_pool(config, settle_s: float = 20.0) -> tuple[Pool, bool]:
     res, workers = config.resources, pool_size(config)
     current = ray.util.get_current_placement_group()
     if current is not None:
-        return Pool(workers, current, first_bundle=1), False
+        return start_workers(config, num_classes, Pool(workers, current, first_bundle=1)), False
     bundle, total = worker_bundle(res), ray.cluster_resources()
     need = {key: workers * value for key, value in bundle.items()}
     problem = (
@@ -123,7 +124,7 @@ def reserve_pool(config, settle_s: float = 20.0) -> tuple[Pool, bool]:
                 f"{problem} while other work holds them (free now: {ray.available_resources()}); "
                 f"lower --workers or the per-client resources"
             )
-    return Pool(workers, group), True
+    return start_workers(config, num_classes, Pool(workers, group)), True
 
 
 def _ready(group, timeout_s: float) -> bool:
@@ -135,5 +136,8 @@ def _ready(group, timeout_s: float) -> bool:
 
 
 def release_pool(pool: Pool, owned: bool) -> None:
+    """Stop the pool's workers and give back its placement group if the run owns it."""
+    for actor in pool.actors:
+        ray.kill(actor)
     if owned:
         remove_placement_group(pool.placement_group)

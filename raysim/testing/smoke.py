@@ -59,12 +59,14 @@ def open_simulation(config, shards=None) -> Iterator[tuple]:
     for the sequential backend, a Coordinator with a reserved pool for Ray; stopped and released on exit."""
     config, initial, shards = prepared(config, shards)
     start = Checkpoint("untracked", 0, config.to_dict(), initial, {}, "")
-    pool, owned = reserve_pool(config) if config.resources.backend == "ray" else (None, False)
-    simulation = make_simulation(config, shards, start, pool)
+    pool, owned = reserve_pool(config, shards.info.num_classes) if config.resources.backend == "ray" else (None, False)
     try:
-        yield simulation, initial, shards
+        simulation = make_simulation(config, shards, start, pool)
+        try:
+            yield simulation, initial, shards
+        finally:
+            stop(simulation, graceful=True)
     finally:
-        stop(simulation, graceful=True)
         if pool is not None:
             release_pool(pool, owned)
 
