@@ -48,7 +48,7 @@ import numpy as np
 
 from raysim.core.errors import ConfigError
 from raysim.data.shards import DatasetInfo
-from raysim.data.sources import cache_dir, fixed_test_split, rows_table, sklearn_digits
+from raysim.data.sources import cache_dir, fixed_test_split, ray_data, rows_table, sklearn_digits
 
 log = logging.getLogger(__name__)
 
@@ -499,9 +499,7 @@ def cached_path(name: str) -> Path:
 
 def _render_all(plan: _Plan) -> np.ndarray:
     """Every row's image, rendered by Ray Data in blocks of ``BLOCK_ROWS`` and returned in row order."""
-    import ray
-
-    ds = ray.data.range(len(plan), override_num_blocks=max(1, -(-len(plan) // BLOCK_ROWS)))
+    ds = ray_data().range(len(plan), override_num_blocks=max(1, -(-len(plan) // BLOCK_ROWS)))
     batches = list(
         ds.map_batches(partial(_render_batch, plan=plan), batch_size=None).iter_batches(
             batch_size=None, batch_format="numpy"

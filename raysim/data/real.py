@@ -18,7 +18,7 @@ import numpy as np
 
 from raysim.core.errors import ConfigError
 from raysim.data.shards import DatasetInfo
-from raysim.data.sources import fit_image, fixed_test_split, rows_table
+from raysim.data.sources import fit_image, fixed_test_split, ray_data, rows_table
 
 CIFAR_URL = "https://www.cs.toronto.edu/~kriz/cifar.html"
 TINY_URL = "http://cs231n.stanford.edu/tiny-imagenet-200.zip"
@@ -175,10 +175,8 @@ def _cifar_info(
 
 def _cifar_rows(images: np.ndarray, labels: np.ndarray, is_test: np.ndarray, size: int | None):
     """The rows as a Ray dataset in blocks, resized with Ray Data when ``size`` is not 32."""
-    import ray
-
     table = rows_table(images, labels, np.zeros_like(labels), is_test)
-    ds = ray.data.from_arrow([table.slice(lo, CIFAR_BLOCK_ROWS) for lo in range(0, table.num_rows, CIFAR_BLOCK_ROWS)])
+    ds = ray_data().from_arrow([table.slice(lo, CIFAR_BLOCK_ROWS) for lo in range(0, table.num_rows, CIFAR_BLOCK_ROWS)])
     if size in (None, 32):
         return ds
     return ds.map_batches(partial(_resize_batch, size=size), batch_format="numpy")
@@ -388,10 +386,8 @@ def _image_rows(items: list[dict], size: int, layout: Layout):
 
     The rows are materialised here so that a file that cannot be decoded is a one-line ConfigError.
     """
-    import ray
-
     blocks = max(1, -(-len(items) // BLOCK_ROWS))
-    ds = ray.data.from_items(items, override_num_blocks=blocks)
+    ds = ray_data().from_items(items, override_num_blocks=blocks)
     ds = ds.map_batches(partial(_decode_batch, size=size), batch_format="numpy", batch_size=None).materialize()
     for batch in ds.select_columns(["error"]).iter_batches(batch_size=None, batch_format="numpy"):
         errors = [error for error in batch["error"] if error]

@@ -15,6 +15,7 @@ import hashlib
 import io
 import itertools
 import json
+import logging
 import os
 import uuid
 from collections.abc import Callable
@@ -275,6 +276,19 @@ RAY_DATA_ACTORS = (
 )
 
 
+def ray_data():
+    """``ray.data``, set up as raysim's sources use it: rows in source order, no progress bars, its log at errors only.
+    Imported here, by the sources that parallelise with it (glyph generation, decoding the papers' datasets), so a
+    run whose source does not use it does not import it."""
+    import ray.data
+
+    context = ray.data.DataContext.get_current()
+    context.execution_options.preserve_order = True
+    context.enable_progress_bars = False
+    logging.getLogger("ray.data").setLevel(logging.ERROR)
+    return ray.data
+
+
 def _stop_ray_data() -> None:
     """Stops Ray Data's helper actors, so nothing of the data phase holds memory for the rest of the run."""
     import ray
@@ -293,7 +307,6 @@ def load_dataset(cfg) -> tuple[DatasetInfo, dict[str, np.ndarray]]:
     """
     import ray
 
-    ray.data.DataContext.get_current().execution_options.preserve_order = True
     rows, info = SOURCES[cfg.dataset].read(cfg)
     arrays = _to_numpy(rows)
     del rows

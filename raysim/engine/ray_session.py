@@ -50,8 +50,6 @@ def connect_ray(resources) -> None:
             _system_config=LEAN,
             **kwargs,
         )
-    ray.data.DataContext.get_current().enable_progress_bars = False
-    logging.getLogger("ray.data").setLevel(logging.ERROR)
 
 
 def check_reachable(address: str, timeout_s: float = 3.0) -> None:

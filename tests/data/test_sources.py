@@ -1,9 +1,11 @@
 """Sources: the bundled digits and the synthetic set (built in-process, no Ray needed), and parquet files in the
-documented layout (read with Ray Data)."""
+documented layout (read with pyarrow, decoded into a cache)."""
 
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
 
 import numpy as np
 import pyarrow as pa
@@ -126,3 +128,21 @@ def test_parquet_of_mixed_sizes_needs_image_size_and_then_resizes(ray_session, t
     _, arrays = load_dataset(DataConfig(dataset="parquet", data_dir=str(tmp_path), image_size=8))
     assert arrays["image"].shape == (5, 8, 8, 3)
     assert (arrays["image"][0] == 36).all() and (arrays["image"][4] == 54).all()
+
+
+def test_sources_that_do_not_parallelise_never_import_ray_data(tmp_path):
+    """Ray Data is imported by the sources that run it (raysim.data.sources.ray_data), not by a run on the bundled
+    sets or a parquet file: importing it costs the driver memory and seconds."""
+    pq.write_table(pa.table({"image": [_png(np.zeros((4, 4, 3), np.uint8))] * 5, "label": [0] * 5}), tmp_path / "p.pq")
+    code = (
+        "import sys, ray\n"
+        "from raysim.config import DataConfig\n"
+        "from raysim.data.sources import load_dataset\n"
+        "from raysim.engine.driver import run\n"
+        f"for config in (DataConfig(dataset='digits'), DataConfig(dataset='synthetic'), "
+        f"DataConfig(dataset='parquet', data_dir={str(tmp_path / 'p.pq')!r})):\n"
+        "    load_dataset(config)\n"
+        "print(sorted(m for m in sys.modules if m.startswith('ray.data')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout
