@@ -45,6 +45,7 @@ from functools import cache, partial
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 
 from raysim.core.errors import ConfigError
 from raysim.data.shards import DatasetInfo
@@ -539,7 +540,18 @@ def _read(plan: _Plan, info: DatasetInfo):
         _write_atomically(_generate(plan), path)
         log.info("generated %s (%d rows) in %.1f s into %s", plan.name, len(plan), time.perf_counter() - start, path)
     table = pq.read_table(path)
-    return {name: table[name].combine_chunks().to_numpy(zero_copy_only=False) for name in table.column_names}, info
+    arrays = {name: table[name].to_numpy() for name in table.column_names if name != "image"}
+    return {"image": _image_block(table["image"], info.image_shape), **arrays}, info
+
+
+def _image_block(column, shape: tuple[int, ...]) -> np.ndarray:
+    """The cached image column (Ray Data's tensor type) as uint8 ``[rows, *shape]``, read from its list storage:
+    the same whether or not Ray Data, which registers the type with pyarrow, was imported in this process (without
+    it pyarrow reads the storage, whose rows ``to_numpy`` would give as objects)."""
+    images = column.combine_chunks()
+    if isinstance(images, pa.ExtensionArray):
+        images = images.storage
+    return images.flatten().to_numpy().reshape(len(images), *shape)
 
 
 def read_glyphs62(_cfg):

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -75,6 +78,25 @@ def test_second_read_uses_the_cache(generated, name, caplog):
     assert path.stat().st_mtime_ns == mtime and path.name.startswith(f"{name}-v{glyphs.FORMAT_VERSION}-")
     assert [p.name for p in path.parent.iterdir() if p.name.startswith(name)] == [path.name]  # no temp files left
     assert all(np.array_equal(arrays[key], again[key]) for key in arrays)
+
+
+def test_a_cached_read_needs_no_ray_data(generated, tmp_path):
+    """A run that finds the dataset cached reads it with pyarrow alone (Ray Data, which registers the image
+    column's tensor type, is not imported): the same arrays as the generating process read, images uint8."""
+    arrays, _, path, _ = generated["digits5"]
+    code = (
+        "import sys, numpy as np\n"
+        "from raysim.config import DataConfig\n"
+        "from raysim.data import glyphs\n"
+        "arrays, _ = glyphs.read_digits5(DataConfig())\n"
+        "assert not [m for m in sys.modules if m.startswith('ray.data')]\n"
+        f"np.savez({str(tmp_path / 'read.npz')!r}, **arrays)\n"
+    )
+    env = {**os.environ, "RAYSIM_CACHE": str(path.parent)}
+    subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    read = np.load(tmp_path / "read.npz")
+    assert read["image"].dtype == np.uint8 and read["image"].shape == arrays["image"].shape
+    assert sorted(read.files) == sorted(arrays) and all(np.array_equal(read[key], arrays[key]) for key in arrays)
 
 
 @pytest.mark.parametrize("name", ["glyphs62", "digits5", "five-sources"])
