@@ -172,6 +172,8 @@ def one_run(method: str, setting: str, precision: str, seed: int, args) -> tuple
 def _verdict(mean: float, half: float) -> str:
     if np.isnan(half):
         return "one seed: no interval"
+    if mean == half == 0:
+        return "identical"
     if abs(mean) <= half:
         return "within noise"
     return "bf16 lower" if mean < 0 else "bf16 higher"
