@@ -4,6 +4,10 @@ representation (Eq. 4), the group-customization loss l_GC (Eq. 7) and the repres
 
 ``similarity`` "dot" is the paper's h . H / tau; "cosine" is the authors' code (cosine similarities; l_RA
 then has no temperature).
+
+Every term is computed in float32, also under bf16 autocast: h_tilde sums a client's rows, and the losses divide
+differences of dot products by tau; in bf16's 8 bits both lose what the terms measure (FedGC and FedGCR lost 3-5
+points to it, bench/precision.py --accuracy).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from torch.nn import functional as F
 
 def class_balanced_mean(h: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Eq. 4: h_tilde = (1/C) sum_c mean_{x in D_c} h_x over the C classes present (hides the label mix)."""
+    h = h.float()
     classes, index = torch.unique(labels, return_inverse=True)
     sums = torch.zeros(len(classes), h.shape[1], dtype=h.dtype).index_add_(0, index, h)
     counts = torch.bincount(index, minlength=len(classes)).to(h.dtype)
@@ -36,12 +41,15 @@ def gc_loss(
     Without ``h_prev`` (the client's first participation) the h_prev term is left out of the denominator.
     """
     anchors = centres if h_prev is None else torch.cat([centres, h_prev[None]], dim=0)
-    logits = similarity(h, anchors.to(h.dtype), kind) / tau
-    return (torch.logsumexp(logits, dim=1) - logits[:, cluster]).mean()
+    with torch.autocast(h.device.type, enabled=False):
+        logits = similarity(h.float(), anchors.float(), kind) / tau
+        return (torch.logsumexp(logits, dim=1) - logits[:, cluster]).mean()
 
 
 def ra_loss(z: torch.Tensor, z0: torch.Tensor, z_prev: torch.Tensor, tau: float, kind: str = "dot") -> torch.Tensor:
     """Eq. 8, mean over rows: -log exp(z.z0/tau) / (exp(z.z0/tau) + exp(z.z_prev/tau)) = softplus((s_prev - s0)/tau)."""
-    if kind == "cosine":
-        z, z0, z_prev = (F.normalize(v, dim=-1) for v in (z, z0, z_prev))
-    return F.softplus(((z * z_prev).sum(dim=1) - (z * z0).sum(dim=1)) / tau).mean()
+    with torch.autocast(z.device.type, enabled=False):
+        z, z0, z_prev = z.float(), z0.float(), z_prev.float()
+        if kind == "cosine":
+            z, z0, z_prev = (F.normalize(v, dim=-1) for v in (z, z0, z_prev))
+        return F.softplus(((z * z_prev).sum(dim=1) - (z * z0).sum(dim=1)) / tau).mean()

@@ -46,3 +46,25 @@ def test_moon_model_contrastive_term_hand_computed():
     # -log e^1.2 / (e^1.2 + e^0) = log(1 + e^-1.2) = 0.263282; l_RA in its cosine form is the same term
     z, z_glob, z_prev = torch.tensor([[2.0, 0.0]]), torch.tensor([[0.6, 0.8]]), torch.tensor([[0.0, 3.0]])
     assert gc.ra_loss(z, z_glob, z_prev, tau=0.5, kind="cosine").item() == pytest.approx(0.263282, abs=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["dot", "cosine"])
+def test_every_term_is_float32_under_bf16_autocast(kind):
+    # a bf16 model's h and z: each term must equal its float32 value on the same inputs outside autocast; in bf16,
+    # h_tilde's row sum and the logits' dot products are off by ~1e-2
+    g = torch.Generator().manual_seed(0)
+    h, z, z0, z_prev = (torch.randn(64, 192, generator=g).bfloat16() for _ in range(4))
+    centres, h_prev, labels = torch.randn(3, 192, generator=g), torch.randn(192, generator=g), torch.arange(64) % 5
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        terms = [
+            gc.class_balanced_mean(h, labels),
+            gc.gc_loss(h, centres, 1, h_prev, tau=0.5, kind=kind),
+            gc.ra_loss(z, z0, z_prev, tau=0.5, kind=kind),
+        ]
+    exact = [
+        gc.class_balanced_mean(h.float(), labels),
+        gc.gc_loss(h.float(), centres, 1, h_prev, tau=0.5, kind=kind),
+        gc.ra_loss(z.float(), z0.float(), z_prev.float(), tau=0.5, kind=kind),
+    ]
+    for term, reference in zip(terms, exact):
+        torch.testing.assert_close(term, reference)
