@@ -4,15 +4,18 @@ Both run the same work in one invocation: a parquet file of 32x32 RGB images in 
 clients, the default ViT-Tiny architecture from random init with a 4-token VPT-shallow prompt and head, SGD 0.01,
 batch 32, one local epoch, the same clients per round, 5 rounds, evaluated after the last. For each it prints wall
 time (process start to exit), start-up (process start to the first round), the first and the steady round (median
-of rounds 2-4), evaluation time, peak RSS and PSS summed over the process tree (sampled from /proc), the most
-processes alive at once, and each figure as a ratio to the plain loop; then raysim's PSS at its peak by process.
+of rounds 2-4), evaluation time, the final test accuracy (%), peak RSS and PSS summed over the process tree (sampled
+from /proc), the most processes alive at once, and each figure as a ratio to the plain loop (accuracy: the
+difference in points); then raysim's PSS at its peak by process.
 
     python bench/scale.py                       # 100 x 200 (5 a round), 1,000 x 20 and 10,000 x 20 (10 a round)
     python bench/scale.py --scales 100000x5     # CLIENTSxROWS[:PER_ROUND], comma-separated
     python bench/scale.py --raysim-args "--set train.cohort=off"   # extra raysim run arguments
 
-The plain loop (``--plain``, run in its own process by this script) reads the parquet with pyarrow, partitions it
-the same way, and trains with raysim's model builder but none of its engine.
+The plain loop (``--plain``, run in its own process by this script) reads the parquet with pyarrow, partitions it with
+raysim's partition function and seed, and trains with raysim's model builder but none of its engine: the same
+clients, rows, batches and initial model, so its accuracy should equal raysim's up to float rounding
+(tests/engine/test_reference_loop.py checks the same equality on a tiny run).
 """
 
 from __future__ import annotations
@@ -175,12 +178,14 @@ def raysim_figures(data: Path, clients: int, per_round: int, extra: list[str], t
     first_end = history[1].timestamp / 1000
     rounds = [history[r].value for r in sorted(history)]
     evaluation = client.get_metric_history(run.info.run_id, "eval_time_s")[-1].value
+    accuracy = client.get_metric_history(run.info.run_id, "global_acc")[-1].value
     return {
         "wall": wall,
         "start-up": first_end - rounds[0] - start,
         "first round": rounds[0],
         "steady round": float(np.median(rounds[1:4])),
         "evaluation": evaluation,
+        "accuracy": accuracy,
         "peak RSS MB": sampler.peak_rss,
         "peak PSS MB": sampler.peak_pss,
         "processes": sampler.peak_processes,
@@ -213,6 +218,7 @@ def plain_loop(data: str, clients: int, per_round: int) -> None:
     from raysim.config import build_config
     from raysim.core.registry import get_method
     from raysim.core.seeding import Purpose, derive_seed, sample_clients
+    from raysim.data.partition import PartitionParams, partition
     from raysim.models.factory import build_model
     from raysim.models.preprocess import to_model_input
 
@@ -225,8 +231,19 @@ def plain_loop(data: str, clients: int, per_round: int) -> None:
     )
     model = build_model(config, get_method("fedvpt").cls(config), CLASSES)
     size, mean, std = model.input_spec
-    train_rows = np.flatnonzero(~is_test)
-    owner = np.random.default_rng(0).permutation(len(train_rows)) % clients  # IID: equal shares
+    seed, train_rows, no_domain = config.federation.seed, np.flatnonzero(~is_test), np.zeros(len(labels), np.int64)
+    owner = partition(  # raysim's IID split with its seed (a pure function): the clients hold the same rows
+        "iid",
+        train_labels=labels[~is_test],
+        train_domains=no_domain[~is_test],
+        test_labels=labels[is_test],
+        test_domains=no_domain[is_test],
+        num_classes=CLASSES,
+        num_domains=1,
+        num_clients=clients,
+        params=PartitionParams(),
+        seed=derive_seed(seed, Purpose.PARTITION),
+    ).train_client
     by_client = [train_rows[owner == c] for c in range(clients)]
     names = model.trainable_names()
     params = dict(model.named_parameters())
@@ -235,13 +252,13 @@ def plain_loop(data: str, clients: int, per_round: int) -> None:
     for round in range(1, ROUNDS + 1):
         begin = time.perf_counter()
         updates, sizes = [], []
-        for client in sample_clients(0, round, list(range(clients)), per_round):
+        for client in sample_clients(seed, round, list(range(clients)), per_round):
             with torch.no_grad():
                 for k in names:
                     params[k].copy_(global_state[k])
             optimizer = torch.optim.SGD([params[k] for k in names], lr=0.01, momentum=0.9, weight_decay=1e-5)
             rows = by_client[client]
-            generator = torch.Generator().manual_seed(derive_seed(0, Purpose.CLIENT, round, client))
+            generator = torch.Generator().manual_seed(derive_seed(seed, Purpose.CLIENT, round, client))
             model.train()
             for batch in torch.randperm(len(rows), generator=generator).split(32):
                 x = to_model_input(torch.tensor(images[rows[batch.numpy()]]), size, mean, std)
@@ -298,7 +315,8 @@ def main() -> None:
     if args.plain:
         plain_loop(args.plain[0], int(args.plain[1]), int(args.plain[2]))
         return
-    keys = ("wall", "start-up", "first round", "steady round", "evaluation", "peak RSS MB", "peak PSS MB", "processes")
+    keys = ("wall", "start-up", "first round", "steady round", "evaluation", "accuracy")
+    keys += ("peak RSS MB", "peak PSS MB", "processes")
     print("| scale | run | " + " | ".join(keys) + " |")
     print("|---|---|" + "---|" * len(keys))
     peaks = []
@@ -316,7 +334,10 @@ def main() -> None:
         for name, figures in (("plain loop", plain), ("raysim", ours)):
             cells = [f"{figures[k]:,.1f}" if isinstance(figures[k], float) else f"{figures[k]:,}" for k in keys]
             print(f"| {label} | {name} | " + " | ".join(cells) + " |")
-        ratios = [f"{ours[k] / plain[k]:.2f}x" if plain[k] else "-" for k in keys]
+        ratios = [
+            f"{ours[k] - plain[k]:+.1f} pt" if k == "accuracy" else f"{ours[k] / plain[k]:.2f}x" if plain[k] else "-"
+            for k in keys
+        ]
         print(f"| {label} | raysim / plain | " + " | ".join(ratios) + " |", flush=True)
         peaks.append((label, ours["at peak"]))
     for label, at_peak in peaks:
