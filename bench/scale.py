@@ -14,9 +14,9 @@ difference in points); then raysim's PSS at its peak by process.
     python bench/scale.py --warm-cache          # raysim's second run on each file: start-up without the decode
 
 The plain loop (``--plain``, run in its own process by this script) reads the parquet with pyarrow, partitions it with
-raysim's partition function and seed, and trains with raysim's model builder but none of its engine: the same
-clients, rows, batches and initial model, so its accuracy should equal raysim's up to float rounding
-(tests/engine/test_reference_loop.py checks the same equality on a tiny run).
+raysim's partition function and seed, and trains with raysim's model builder and ``raysim.testing.reference`` (FedAvg
+by hand), none of its engine: the same clients, rows, batches and initial model, so its accuracy should equal
+raysim's up to float rounding (tests/engine/test_reference_loop.py holds the engine to that loop on a tiny run).
 """
 
 from __future__ import annotations
@@ -220,10 +220,11 @@ def plain_loop(data: str, clients: int, per_round: int) -> None:
 
     from raysim.config import build_config
     from raysim.core.registry import get_method
-    from raysim.core.seeding import Purpose, derive_seed, sample_clients
+    from raysim.core.seeding import Purpose, derive_seed
     from raysim.data.partition import PartitionParams, partition
     from raysim.models.factory import build_model
     from raysim.models.preprocess import to_model_input
+    from raysim.testing.reference import fedavg_rounds
 
     torch.set_num_threads(2)
     table = pq.read_table(data)
@@ -250,33 +251,21 @@ def plain_loop(data: str, clients: int, per_round: int) -> None:
     by_client = [train_rows[owner == c] for c in range(clients)]
     names = model.trainable_names()
     params = dict(model.named_parameters())
-    global_state = {k: params[k].detach().clone() for k in names}
-    rounds, started = [], time.time()
-    for round in range(1, ROUNDS + 1):
-        begin = time.perf_counter()
-        updates, sizes = [], []
-        for client in sample_clients(seed, round, list(range(clients)), per_round):
-            with torch.no_grad():
-                for k in names:
-                    params[k].copy_(global_state[k])
-            optimizer = torch.optim.SGD([params[k] for k in names], lr=0.01, momentum=0.9, weight_decay=1e-5)
-            rows = by_client[client]
-            generator = torch.Generator().manual_seed(derive_seed(seed, Purpose.CLIENT, round, client))
-            model.train()
-            for batch in torch.randperm(len(rows), generator=generator).split(32):
-                x = to_model_input(torch.tensor(images[rows[batch.numpy()]]), size, mean, std)
-                loss = torch.nn.functional.cross_entropy(model(x), torch.tensor(labels[rows[batch.numpy()]]))
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
-            model.eval()
-            updates.append({k: params[k].detach().clone() for k in names})
-            sizes.append(len(rows))
-        weights = torch.tensor(sizes, dtype=torch.float64) / sum(sizes)
-        global_state = {
-            k: torch.tensordot(weights, torch.stack([u[k].double() for u in updates]), 1).float() for k in names
-        }
+    reference = fedavg_rounds(
+        model,
+        lambda client: (images[by_client[client]], labels[by_client[client]]),
+        {k: params[k].detach().clone() for k in names},
+        clients=clients,
+        per_round=per_round,
+        rounds=ROUNDS,
+        seed=seed,
+        batch_size=32,
+        optimizer=lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9, weight_decay=1e-5),
+    )
+    rounds, started, begin = [], time.time(), time.perf_counter()
+    for state in reference:
         rounds.append(time.perf_counter() - begin)
+        global_state, begin = state, time.perf_counter()
     begin = time.perf_counter()
     with torch.no_grad():
         for k in names:

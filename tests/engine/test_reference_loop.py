@@ -1,57 +1,45 @@
-"""The engine against FedAvg written out by hand (McMahan et al., AISTATS 2017, Algorithm 1): a FedVPT run's global
-prompts and head after 2 rounds equal those of a loop that only shares the run's model, shards and seeds. It pins
-what no formula test sees: which clients a round samples, the batches each trains on, the fresh optimiser per
-round, and the data-size-weighted mean. The Ray backend gives the sequential one's numbers (tests/actors)."""
+"""The engine against FedAvg written out by hand (``raysim.testing.reference``): a FedVPT run's global prompts and
+head after 2 rounds equal those of a loop that only shares the run's model, shards and seeds. It pins what no
+formula test sees: which clients a round samples, the batches each trains on, the fresh optimiser per round, and the
+data-size-weighted mean. The Ray backend gives the sequential one's numbers (tests/actors)."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
 from raysim.core.registry import get_method
-from raysim.core.seeding import Purpose, derive_seed, sample_clients
+from raysim.core.seeding import sample_clients
 from raysim.models.factory import build_model
-from raysim.models.preprocess import to_model_input
+from raysim.testing.reference import fedavg_rounds
 from raysim.testing.smoke import prepared, run_rounds, smoke_config
 
 OPTIMIZERS = {
-    "sgd": lambda params, t: torch.optim.SGD(params, lr=t.lr, momentum=t.momentum, weight_decay=t.weight_decay),
-    "adamw": lambda params, t: torch.optim.AdamW(params, lr=t.lr, weight_decay=t.weight_decay),
+    "sgd": lambda t: lambda p: torch.optim.SGD(p, lr=t.lr, momentum=t.momentum, weight_decay=t.weight_decay),
+    "adamw": lambda t: lambda p: torch.optim.AdamW(p, lr=t.lr, weight_decay=t.weight_decay),
 }
 
 
 def fedavg_by_hand(config, initial, shards) -> dict[str, torch.Tensor]:
-    """Algorithm 1: each round, the sampled clients start from the global tensors, take one epoch of minibatch
-    steps in the order their (round, client) seed shuffles, and the server averages them weighted by rows."""
+    """The reference loop's global tensors after the run's rounds, from the run's initial state and shards."""
     model = build_model(config, get_method(config.method).cls(config), shards.info.num_classes)
-    params = dict(model.named_parameters())
-    names = model.trainable_names()
-    size, mean, std = model.input_spec
     fed, train = config.federation, config.train
-    state = {name: tensor.clone() for name, tensor in initial.params.items()}
-    for round in range(1, fed.rounds + 1):
-        updates, rows = [], []
-        for client in sample_clients(fed.seed, round, list(range(fed.clients)), fed.clients_per_round):
-            data = shards.train(client)
-            with torch.no_grad():
-                for name in names:
-                    params[name].copy_(state[name])
-            optimizer = OPTIMIZERS[train.optimizer]([params[name] for name in names], train)
-            order = torch.randperm(
-                len(data), generator=torch.Generator().manual_seed(derive_seed(fed.seed, Purpose.CLIENT, round, client))
-            )
-            model.train()
-            for batch in order.split(train.batch_size):
-                x = to_model_input(torch.tensor(data.images[batch.numpy()]), size, mean, std)
-                loss = torch.nn.functional.cross_entropy(model(x), torch.tensor(data.labels[batch.numpy()]))
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
-            updates.append({name: params[name].detach().clone() for name in names})
-            rows.append(len(data))
-        weights = np.asarray(rows, dtype=np.float64) / sum(rows)
-        state = {name: sum(float(w) * u[name].double() for w, u in zip(weights, updates)).float() for name in names}
+
+    def client_rows(client):
+        data = shards.train(client)
+        return data.images, data.labels
+
+    *_, state = fedavg_rounds(
+        model,
+        client_rows,
+        {name: tensor.clone() for name, tensor in initial.params.items()},
+        clients=fed.clients,
+        per_round=fed.clients_per_round,
+        rounds=fed.rounds,
+        seed=fed.seed,
+        batch_size=train.batch_size,
+        optimizer=OPTIMIZERS[train.optimizer](train),
+    )
     return state
 
 
