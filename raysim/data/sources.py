@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import hashlib
 import io
 import itertools
-import json
 import logging
 import os
 import uuid
@@ -30,6 +28,7 @@ import pyarrow.parquet
 
 from raysim.core.errors import ConfigError
 from raysim.core.registry import Registry
+from raysim.data import decode_cache
 from raysim.data.npy_file import write_npy
 from raysim.data.shards import DatasetInfo
 
@@ -148,7 +147,8 @@ PARQUET_LAYOUT = (
 def _read_parquet(cfg):
     """Any parquet file or folder in the documented layout (``data.data_dir``), decoded once into a memory-mapped
     cache (``parquet-<key>.npy`` in the data cache, keyed by the files, ``data.image_size`` and the Pillow that
-    decodes them) a batch at a time: a file larger than memory streams through, and the next run maps the cache."""
+    decodes them) a batch at a time: a file larger than memory streams through, and the next run maps the cache.
+    Copies of files that changed or are gone are removed (:mod:`raysim.data.decode_cache`)."""
     if not cfg.data_dir or not Path(cfg.data_dir).exists():
         raise ConfigError(f"dataset 'parquet' needs data.data_dir: {PARQUET_LAYOUT}; got {cfg.data_dir!r}")
     try:
@@ -180,13 +180,12 @@ def _decoded_images(dataset, rows: int, cfg) -> np.ndarray:
     """Every row's image, decoded (and resized to ``data.image_size``), as a read-only map of the cache file."""
     import PIL
 
-    files = sorted(dataset.files)
-    stamp = [(f, os.stat(f).st_size, os.stat(f).st_mtime_ns) for f in files]
-    key = hashlib.sha256(json.dumps([stamp, cfg.image_size, PIL.__version__]).encode()).hexdigest()[:16]
-    path = cache_dir() / f"parquet-{key}.npy"
+    files = decode_cache.stamp(dataset.files)
+    path = decode_cache.copy_path(cache_dir(), files, cfg.image_size, PIL.__version__)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    decode_cache.prune(path.parent)
     if path.exists():
         return np.load(path, mmap_mode="r")
-    path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
     decoded = (_decode_column(batch.column(0), cfg.image_size) for batch in _image_batches(dataset))
     batches = (images for images in decoded if len(images))
@@ -207,6 +206,7 @@ def _decoded_images(dataset, rows: int, cfg) -> np.ndarray:
 
     try:
         write_npy(partial, np.uint8, (rows, *shape), checked())
+        decode_cache.note(path, files)
         os.replace(partial, path)
     finally:
         partial.unlink(missing_ok=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -146,3 +147,35 @@ def test_sources_that_do_not_parallelise_never_import_ray_data(tmp_path):
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_decoded_copies_of_changed_or_deleted_parquet_files_are_removed(tmp_path, monkeypatch):
+    """A rewritten file gets a new decoded copy and its old copy goes; a deleted file's copy goes at the next read of
+    any parquet set; an unchanged file's copy stays (and is mapped, not decoded again)."""
+    monkeypatch.setenv("RAYSIM_CACHE", str(tmp_path / "cache"))
+
+    def copies():
+        return sorted(p.name for p in (tmp_path / "cache").glob("parquet-*.npy"))
+
+    def write(path, value, rows):
+        table = pa.table({"image": [_png(np.full((4, 4, 3), value, np.uint8))] * rows, "label": [0, 1] * (rows // 2)})
+        pq.write_table(table, path)
+
+    def read(path):
+        return load_dataset(DataConfig(dataset="parquet", data_dir=str(path)))[1]["image"]
+
+    kept, changing = tmp_path / "kept.parquet", tmp_path / "changing.parquet"
+    write(kept, 1, 4)
+    write(changing, 2, 4)
+    read(kept)
+    read(changing)
+    first = copies()
+    assert len(first) == 2 and len(list((tmp_path / "cache").glob("parquet-*.json"))) == 2
+    write(changing, 3, 6)  # rewritten: a new size and time
+    assert (read(changing) == 3).all()
+    second = copies()
+    assert len(second) == 2 and len(set(first) & set(second)) == 1  # kept's copy stayed, changing's was replaced
+    changing.unlink()
+    assert (read(kept) == 1).all()
+    assert copies() == sorted(set(first) & set(second))
+    assert sorted(p.stem for p in (tmp_path / "cache").glob("parquet-*.json")) == [Path(c).stem for c in copies()]

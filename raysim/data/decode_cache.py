@@ -1,0 +1,64 @@
+"""Bookkeeping for the parquet decode cache: where a data set's decoded copy lives, and removing copies nothing can
+read any more.
+
+A decoded copy (``parquet-<key>.npy`` in the data cache) is keyed by its files' paths, sizes and modification
+times, so a rewritten or deleted parquet file is never read through its old copy, and that copy, as large as the
+decoded images, would stay on disk for good. Each copy therefore carries a note of its files
+(``parquet-<key>.json``); reading any parquet data set removes the copies whose files changed or are gone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import uuid
+from pathlib import Path
+
+log = logging.getLogger("raysim")
+
+Stamp = list[list]  # [absolute path, size in bytes, modification time in ns] per file
+
+
+def stamp(files: list[str]) -> Stamp:
+    """What identifies ``files``' contents without reading them."""
+    stamped = []
+    for file in sorted(os.path.abspath(f) for f in files):
+        status = os.stat(file)
+        stamped.append([file, status.st_size, status.st_mtime_ns])
+    return stamped
+
+
+def copy_path(folder: Path, files: Stamp, *version) -> Path:
+    """The decoded copy of ``files`` in ``folder``; ``version``: whatever else changes the decoded images (the
+    resize, the decoder's version)."""
+    key = hashlib.sha256(json.dumps([files, *version]).encode()).hexdigest()[:16]
+    return folder / f"parquet-{key}.npy"
+
+
+def note(copy: Path, files: Stamp) -> None:
+    """Record which files ``copy`` was decoded from (before the copy takes its name, so no copy is without one)."""
+    partial = copy.with_name(f".{copy.stem}.{uuid.uuid4().hex}.json")
+    partial.write_text(json.dumps({"files": files}))
+    os.replace(partial, copy.with_suffix(".json"))
+
+
+def prune(folder: Path) -> None:
+    """Remove every decoded copy in ``folder`` whose files changed or are gone, with its note. Copies written before
+    notes existed are left alone (nothing says what they came from)."""
+    for recorded in folder.glob("parquet-*.json"):
+        try:
+            files = json.loads(recorded.read_text())["files"]
+            current = stamp([path for path, _, _ in files])
+        except FileNotFoundError:
+            current = None  # a file is gone (or the note was removed by another run's prune)
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if current == files:
+            continue
+        copy = recorded.with_suffix(".npy")
+        size = copy.stat().st_size if copy.exists() else 0
+        copy.unlink(missing_ok=True)
+        recorded.unlink(missing_ok=True)
+        log.info("removed %s (%.0f MB): its parquet files changed or are gone", copy, size / 1e6)
