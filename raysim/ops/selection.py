@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from raysim.core.errors import ConfigError
+from raysim.ops.float32 import in_float32
 
 EPS = 5e-4  # SGPT's eps in the q_g-calibrated selection
 
@@ -32,12 +33,11 @@ def random_keys(groups: int, dim: int, generator: torch.Generator) -> torch.Tens
     return torch.nn.functional.normalize(torch.randn(groups, dim, generator=generator), dim=1)
 
 
+@in_float32
 def cosine(queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
     """``[B, G]`` cosine similarities between queries ``[B, D]`` and keys ``[G, D]``, in float32 even under bf16
     autocast: a selection is an argmax over them, and bf16's 8 bits flip near-ties (a few rows of a client's epoch)."""
-    with torch.autocast(queries.device.type, enabled=False):
-        q, k = torch.nn.functional.normalize(queries.float(), dim=1), torch.nn.functional.normalize(keys.float(), dim=1)
-        return q @ k.T
+    return torch.nn.functional.normalize(queries, dim=1) @ torch.nn.functional.normalize(keys, dim=1).T
 
 
 def shares(totals: torch.Tensor) -> torch.Tensor:
