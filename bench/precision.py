@@ -116,11 +116,9 @@ def low_contrast() -> Path:
     """20,000 32x32 RGB PNGs in 10 classes, a faint class pattern (amplitude 24 on a 120-136 background, noise 2):
     the images on which bf16 with autocast's cast cache lost 40 points (issue 17). Written once to the data cache,
     so every invocation decodes it once."""
-    import pyarrow as pa
     import pyarrow.parquet as pq
-    from PIL import Image
 
-    from raysim.data.sources import cache_dir
+    from raysim.data.sources import cache_dir, png_table
 
     path = cache_dir() / "bench" / "low-contrast.parquet"
     if path.exists():
@@ -132,14 +130,9 @@ def low_contrast() -> Path:
     background = rng.uniform(120, 136, (LOW_CONTRAST_ROWS, 1, 1, 1))
     noise = rng.normal(0, 2, (LOW_CONTRAST_ROWS, 32, 32, 3))
     images = np.clip(background + 24 * patterns[labels] + noise, 0, 255).astype(np.uint8)
-    encoded = []
-    for image in images:
-        buffer = io.BytesIO()
-        Image.fromarray(image).save(buffer, format="PNG")
-        encoded.append(buffer.getvalue())
     split = np.where(np.arange(LOW_CONTRAST_ROWS) % 5 == 0, "test", "train")
     partial = path.with_name(f".{path.name}.{os.getpid()}")
-    pq.write_table(pa.table({"image": encoded, "label": labels, "split": split}), str(partial))
+    pq.write_table(png_table(images, labels, split), str(partial))
     os.replace(partial, path)  # two invocations may write it at once; either file is the same
     return path
 

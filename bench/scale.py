@@ -43,9 +43,9 @@ TRAIN = ["--set", "train.optimizer=sgd", "--set", "train.lr=0.01", "--set", "tra
 
 def write_parquet(path: Path, rows: int, seed: int = 0) -> None:
     """``rows`` 32x32 RGB PNG images: a smooth class pattern under noise; 80% train, 20% test."""
-    import pyarrow as pa
     import pyarrow.parquet as pq
-    from PIL import Image
+
+    from raysim.data.sources import png_table
 
     rng = np.random.default_rng(seed)
     patterns = rng.random((CLASSES, 4, 4, 3))
@@ -55,13 +55,8 @@ def write_parquet(path: Path, rows: int, seed: int = 0) -> None:
         part = labels[start : start + chunk]
         base = np.kron(patterns[part], np.ones((1, 8, 8, 1)))
         images = np.clip(255 * (0.7 * base + 0.3 * rng.random((len(part), SIZE, SIZE, 3))), 0, 255).astype(np.uint8)
-        encoded = []
-        for image in images:
-            buffer = io.BytesIO()
-            Image.fromarray(image).save(buffer, format="PNG")
-            encoded.append(buffer.getvalue())
         split = np.where(np.arange(start, start + len(part)) % 5 == 0, "test", "train")
-        table = pa.table({"image": encoded, "label": part.astype(np.int64), "split": split})
+        table = png_table(images, part, split)
         writer = writer or pq.ParquetWriter(str(path), table.schema)
         writer.write_table(table)
     writer.close()

@@ -144,6 +144,19 @@ PARQUET_LAYOUT = (
 )
 
 
+def png_table(images: np.ndarray, labels: np.ndarray, split: np.ndarray) -> pa.Table:
+    """Rows in :data:`PARQUET_LAYOUT`: uint8 ``images`` [n, H, W, 3] as PNG bytes, their ``labels`` and ``split``
+    ('train'/'test'), e.g. a generated set to write with ``pyarrow.parquet``."""
+    from PIL import Image
+
+    encoded = []
+    for image in images:
+        buffer = io.BytesIO()
+        Image.fromarray(image).save(buffer, format="PNG")
+        encoded.append(buffer.getvalue())
+    return pa.table({"image": encoded, "label": np.asarray(labels, np.int64), "split": split})
+
+
 def _read_parquet(cfg):
     """Any parquet file or folder in the documented layout (``data.data_dir``), decoded once into a memory-mapped
     cache (``parquet-<key>.npy`` in the data cache, keyed by the files, ``data.image_size`` and the Pillow that
