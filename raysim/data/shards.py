@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import uuid
 import weakref
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -121,10 +121,6 @@ class ShardStore:
             fields = {f: getattr(self, f) for f in self.__dataclass_fields__ if f != "images"}
             return _mapped_store, (self.images.filename, fields)
         return super().__reduce_ex__(protocol)
-
-    def in_memory(self) -> ShardStore:
-        """This store with its block read into memory (to put in the object store for other machines)."""
-        return replace(self, images=np.ascontiguousarray(self.images)) if isinstance(self.images, np.memmap) else self
 
     def _rows(self, lo: int, hi: int) -> ClientData:
         return ClientData(

@@ -67,15 +67,21 @@ class RunResult:
 
 
 def make_simulation(
-    config: Config, shards: ShardStore, start: ckpt.Checkpoint, pool: Pool | None = None, callbacks: list[Callback] = ()
+    config: Config,
+    shards: ShardStore | ray.ObjectRef,
+    start: ckpt.Checkpoint,
+    pool: Pool | None = None,
+    callbacks: list[Callback] = (),
 ):
     """A Simulation in this process (sequential backend, ``pool`` None) or a Coordinator actor on this node behind
-    a proxy (Ray): checkpoints it writes land where the driver reads them."""
+    a proxy (Ray): checkpoints it writes land where the driver reads them. ``shards``: the store, or (Ray) the
+    object :func:`shared` put it in."""
     callbacks = [MethodDiagnostics(), CommunicationTotals(), *callbacks]
     if pool is None:
         return Simulation(config, shards, start, None, callbacks)
+    placed = shards if isinstance(shards, ray.ObjectRef) else ray.put(shards)
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-    actor = Coordinator.options(scheduling_strategy=here).remote(config, [ray.put(shards)], start, pool, callbacks)
+    actor = Coordinator.options(scheduling_strategy=here).remote(config, [placed], start, pool, callbacks)
     coordinator = ActorProxy(actor, "the coordinator")
     coordinator.ready()  # start-up (the pool's models) happens here, not in round 1
     return coordinator
@@ -102,9 +108,17 @@ class Outcome:
     interrupted: bool
 
 
+def shared(shards: ShardStore) -> tuple[ray.ObjectRef, ShardStore]:
+    """``shards`` put in the object store once (a restarted coordinator reads the same object), and the store the
+    driver keeps: a block in memory becomes the object store's copy (a read-only view), so the driver does not hold
+    the rows twice; a block in a file stays the driver's map (the object is its path; the file goes with that map)."""
+    placed = ray.put(shards)
+    return placed, shards if isinstance(shards.images, np.memmap) else ray.get(placed)
+
+
 def drive(
     config: Config,
-    shards: ShardStore,
+    shards: ShardStore | ray.ObjectRef,
     start: ckpt.Checkpoint,
     pool: Pool | None,
     run_folder: Path,
@@ -198,6 +212,9 @@ def run(
         config = named(config)
     tracker = Tracker(uri)
     pool, owned = reserve_pool(config, shards.info.num_classes) if config.resources.backend == "ray" else (None, False)
+    placed = shards
+    if pool is not None:
+        placed, shards = shared(shards)
     status = "FAILED"
     try:
         if resume is None:
@@ -218,7 +235,7 @@ def run(
             config.federation.rounds, describe(config, shards), enabled=show_progress, console=console, done=start.round
         ) as progress:
             built_in = [MLflowLogger(tracker), ProgressBar(progress), StopOnCtrlC(progress.note)]
-            outcome = drive(config, shards, start, pool, run_folder, [*built_in, *callbacks])
+            outcome = drive(config, placed, start, pool, run_folder, [*built_in, *callbacks])
         last = outcome.last
         if outcome.interrupted:
             status = "KILLED"
