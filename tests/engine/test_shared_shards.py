@@ -3,43 +3,23 @@
 from __future__ import annotations
 
 import gc
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from raysim.data.partition import PartitionParams, partition
-from raysim.data.shards import DatasetInfo, build_shards
+from raysim.config import build_config
+from raysim.engine import setup
 from raysim.engine.driver import shared
-
-
-def _shards(folder):
-    n = 120
-    labels = np.arange(n) % 4
-    arrays = {
-        "image": np.arange(n, dtype=np.uint8)[:, None, None].repeat(3, 1).repeat(3, 2),
-        "label": labels,
-        "domain": np.zeros(n, np.int64),
-        "is_test": np.arange(n) % 5 == 0,
-    }
-    test = arrays["is_test"]
-    part = partition(
-        "iid",
-        train_labels=labels[~test],
-        train_domains=arrays["domain"][~test],
-        test_labels=labels[test],
-        test_domains=arrays["domain"][test],
-        num_classes=4,
-        num_domains=1,
-        num_clients=6,
-        params=PartitionParams(),
-        seed=0,
-    )
-    return build_shards(DatasetInfo("t", 4, 1, (3, 3)), arrays, part, unseen=(), folder=folder)
+from raysim.testing.smoke import FAST
 
 
 @pytest.mark.parametrize("on_disk", [False, True], ids=["in-memory", "mapped-file"])
-def test_the_driver_keeps_the_object_stores_copy(ray_session, tmp_path, on_disk):
-    shards = _shards(tmp_path / "shards" if on_disk else None)
+def test_the_driver_keeps_the_object_stores_copy(ray_session, monkeypatch, on_disk):
+    if on_disk:  # every block is "large": prepare_shards writes it to a file and maps it
+        monkeypatch.setattr(setup, "ON_DISK_BYTES", 0)
+    shards = setup.prepare_shards(build_config("fedvpt", [FAST]))
+    assert isinstance(shards.images, np.memmap) == on_disk
     expected = np.array(shards.images)
     placed, kept = shared(shards)
     del shards
@@ -47,6 +27,6 @@ def test_the_driver_keeps_the_object_stores_copy(ray_session, tmp_path, on_disk)
     again = ray_session.get(placed)  # what a (restarted) coordinator reads
     assert (kept.images == expected).all() and (again.images == expected).all()
     if on_disk:  # the file is the one copy, and stays while the driver maps it
-        assert isinstance(kept.images, np.memmap) and (tmp_path / "shards").exists()
+        assert isinstance(kept.images, np.memmap) and Path(kept.images.filename).exists()
     else:  # a read-only view of the object store's copy, the one the coordinator maps
         assert not kept.images.flags.writeable and np.shares_memory(kept.images, again.images)
