@@ -23,8 +23,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.dataset
-import pyarrow.parquet
 
 from raysim.core.errors import ConfigError
 from raysim.core.registry import Registry
@@ -164,6 +162,8 @@ def _read_parquet(cfg):
     Copies of files that changed or are gone are removed (:mod:`raysim.data.decode_cache`)."""
     if not cfg.data_dir or not Path(cfg.data_dir).exists():
         raise ConfigError(f"dataset 'parquet' needs data.data_dir: {PARQUET_LAYOUT}; got {cfg.data_dir!r}")
+    import pyarrow.dataset  # here, not at the top: it imports pandas, 0.2 s in every process that imports raysim.data
+
     try:
         dataset = pyarrow.dataset.dataset(cfg.data_dir, format="parquet")
         columns = set(dataset.schema.names)
@@ -229,6 +229,8 @@ def _decoded_images(dataset, rows: int, cfg) -> np.ndarray:
 def _image_batches(dataset, rows: int = 4096):
     """The ``image`` column in batches of ``rows``, in the dataset's row order, one row group in memory at a time (the
     dataset scanner buffered whole files: 1.1 GB of Arrow memory for a 550 MB file of 200,000 PNGs, 54 MB this way)."""
+    import pyarrow.parquet
+
     for path in dataset.files:
         with dataset.filesystem.open_input_file(path) as source:
             parquet = pyarrow.parquet.ParquetFile(source)
