@@ -13,7 +13,9 @@ import dataclasses
 import logging
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +27,7 @@ from raysim.actors.coordinator import Coordinator
 from raysim.actors.proxy import ActorProxy
 from raysim.config import Config, dump_yaml
 from raysim.core.errors import RunInterrupted, SimulationLost
+from raysim.core.messages import GlobalState
 from raysim.core.protocol import Diagnostics
 from raysim.core.registry import get_method
 from raysim.data.partition_plot import partition_summary, plot_partition
@@ -40,7 +43,7 @@ from raysim.engine.callbacks import (
 )
 from raysim.engine.executors import Pool
 from raysim.engine.precision import native_bf16_cpu
-from raysim.engine.ray_session import connect_ray, release_pool, reserve_pool
+from raysim.engine.ray_session import connect_ray_during, release_pool, reserve_pool
 from raysim.engine.setup import initial_state, prepare_shards, resolved
 from raysim.engine.simulation import Simulation
 from raysim.ops.metrics import summarise
@@ -205,9 +208,8 @@ def run(
     check_store(uri)
     if resume is not None:
         check_run(uri, resume.run_id)
-    connect_ray(config.resources)
     given, config = config, resolved(config)
-    config, initial, shards = initial_state(config, shards if shards is not None else prepare_shards(config))
+    config, initial, shards = connect_ray_during(config.resources, partial(_set_up, config, shards))
     if resume is None:
         config = named(config)
     tracker = Tracker(uri)
@@ -255,6 +257,13 @@ def run(
         tracker.end(status)
         if pool is not None:
             release_pool(pool, owned)
+
+
+def _set_up(
+    config: Config, shards: ShardStore | None, one_machine: Callable[[], bool]
+) -> tuple[Config, GlobalState, ShardStore]:
+    """The run's data (unless given) and initial state, while Ray starts (``connect_ray_during``)."""
+    return initial_state(config, shards if shards is not None else prepare_shards(config, one_machine))
 
 
 def named(config: Config) -> Config:

@@ -7,13 +7,19 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 
 from raysim.core.errors import ConfigError
 from raysim.engine.executors import Pool, start_workers
+from raysim.engine.setup import ray_on_one_machine
+
+T = TypeVar("T")
 
 LEAN = {  # a local Ray for one run: no idle workers started up front, and none kept once idle (actors are not idle)
     "prestart_worker_first_driver": False,
@@ -50,6 +56,39 @@ def connect_ray(resources) -> None:
             _system_config=LEAN,
             **kwargs,
         )
+
+
+def connect_ray_during(resources, work: Callable[[Callable[[], bool]], T]) -> T:
+    """:func:`connect_ray` on this thread while ``work`` (reading the data, building the initial state) runs on
+    another; ``work``'s result, or its error once Ray is up. ``work`` gets a function that tells whether Ray runs on one
+    machine, which waits for the connection.
+
+    A local Ray takes about 3 s to start, the driver mostly waiting (the raylet waits for its agents): the data and
+    the initial state are ready in that time. Ray stays on the calling thread, because the daemons it starts are
+    killed when the thread that started them ends (Linux's parent-death signal is per thread).
+    """
+    connected, outcome = threading.Event(), {}
+
+    def one_machine() -> bool:
+        connected.wait()
+        return ray_on_one_machine()
+
+    def target() -> None:
+        try:
+            outcome["result"] = work(one_machine)
+        except BaseException as error:  # re-raised on the calling thread
+            outcome["error"] = error
+
+    thread = threading.Thread(target=target, name="raysim-setup", daemon=True)
+    thread.start()
+    try:
+        connect_ray(resources)
+    finally:
+        connected.set()
+    thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"]
 
 
 def check_reachable(address: str, timeout_s: float = 3.0) -> None:

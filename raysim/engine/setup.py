@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Callable
 
 import numpy as np
 import ray
@@ -52,9 +53,15 @@ def resolved(config: Config) -> Config:
 ON_DISK_BYTES = 256 * 2**20  # an image block larger than this is written to a file and mapped (on one machine)
 
 
-def prepare_shards(config: Config) -> ShardStore:
+def ray_on_one_machine() -> bool:
+    """Whether the connected Ray cluster has one live node."""
+    return len([n for n in ray.nodes() if n["Alive"]]) == 1
+
+
+def prepare_shards(config: Config, one_machine: Callable[[], bool] = ray_on_one_machine) -> ShardStore:
     """Read the dataset, partition it over the clients and lay out the shard block: in memory, or, when it is larger
-    than ``ON_DISK_BYTES`` and Ray runs on one machine, in a file every process maps (``data`` cache, ``shards/``)."""
+    than ``ON_DISK_BYTES`` and Ray runs on one machine (``one_machine``, asked only then), in a file every process
+    maps (``data`` cache, ``shards/``)."""
     data = config.data
     info, arrays = load_dataset(data)
     is_test = arrays["is_test"].astype(bool)
@@ -76,7 +83,7 @@ def prepare_shards(config: Config) -> ShardStore:
     )
     fed = config.federation
     unseen = seeding.rng(fed.seed, Purpose.UNSEEN).choice(fed.clients, size=fed.unseen_clients, replace=False)
-    on_disk = arrays["image"].nbytes > ON_DISK_BYTES and len([n for n in ray.nodes() if n["Alive"]]) == 1
+    on_disk = arrays["image"].nbytes > ON_DISK_BYTES and one_machine()
     folder = cache_dir() / "shards" if on_disk else None
     return build_shards(info, arrays, part, tuple(sorted(int(c) for c in unseen)), folder)
 
