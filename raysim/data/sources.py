@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from raysim.core.errors import ConfigError
+from raysim.core.ray_start import wait_for_ray
 from raysim.core.registry import Registry
 from raysim.data import decode_cache
 from raysim.data.npy_file import write_npy
@@ -294,8 +295,11 @@ RAY_DATA_ACTORS = (
 def ray_data():
     """``ray.data``, set up as raysim's sources use it: rows in source order, no progress bars, its log at errors only.
     Imported here, by the sources that parallelise with it (glyph generation, decoding the papers' datasets), so a
-    run whose source does not use it does not import it."""
+    run whose source does not use it does not import it. Waits for a Ray that another thread is starting (its first
+    call would otherwise start a second one)."""
     import ray.data
+
+    wait_for_ray()
 
     context = ray.data.DataContext.get_current()
     context.execution_options.preserve_order = True

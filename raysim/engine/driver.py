@@ -13,7 +13,6 @@ import dataclasses
 import logging
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -259,11 +258,9 @@ def run(
             release_pool(pool, owned)
 
 
-def _set_up(
-    config: Config, shards: ShardStore | None, one_machine: Callable[[], bool]
-) -> tuple[Config, GlobalState, ShardStore]:
+def _set_up(config: Config, shards: ShardStore | None) -> tuple[Config, GlobalState, ShardStore]:
     """The run's data (unless given) and initial state, while Ray starts (``connect_ray_during``)."""
-    return initial_state(config, shards if shards is not None else prepare_shards(config, one_machine))
+    return initial_state(config, shards if shards is not None else prepare_shards(config))
 
 
 def named(config: Config) -> Config:

@@ -16,8 +16,8 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 
 from raysim.core.errors import ConfigError
+from raysim.core.ray_start import starting_ray
 from raysim.engine.executors import Pool, start_workers
-from raysim.engine.setup import ray_on_one_machine
 
 T = TypeVar("T")
 
@@ -58,34 +58,28 @@ def connect_ray(resources) -> None:
         )
 
 
-def connect_ray_during(resources, work: Callable[[Callable[[], bool]], T]) -> T:
+def connect_ray_during(resources, work: Callable[[], T]) -> T:
     """:func:`connect_ray` on this thread while ``work`` (reading the data, building the initial state) runs on
-    another; ``work``'s result, or its error once Ray is up. ``work`` gets a function that tells whether Ray runs on one
-    machine, which waits for the connection.
+    another; ``work``'s result, or its error once Ray is up. What in ``work`` needs Ray waits for it
+    (:func:`raysim.core.ray_start.wait_for_ray`: Ray Data generating or decoding a data set, the one-machine check).
 
     A local Ray takes about 3 s to start, the driver waiting for its daemons: the data and the initial state are
     ready in that time (1.7 s less start-up in ``bench/scale.py`` at 100 x 200 with a cold decode cache). Ray stays
     on the calling thread, because the daemons it starts are killed when the thread that started them ends (Linux's
     parent-death signal is per thread).
     """
-    connected, outcome = threading.Event(), {}
-
-    def one_machine() -> bool:
-        connected.wait()
-        return ray_on_one_machine()
+    outcome = {}
 
     def target() -> None:
         try:
-            outcome["result"] = work(one_machine)
+            outcome["result"] = work()
         except BaseException as error:  # re-raised on the calling thread
             outcome["error"] = error
 
     thread = threading.Thread(target=target, name="raysim-setup", daemon=True)
-    thread.start()
-    try:
+    with starting_ray():
+        thread.start()
         connect_ray(resources)
-    finally:
-        connected.set()
     thread.join()
     if "error" in outcome:
         raise outcome["error"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable
 
 import numpy as np
 import ray
@@ -16,6 +15,7 @@ from raysim.core import seeding
 from raysim.core.errors import ConfigError
 from raysim.core.messages import GlobalState
 from raysim.core.protocol import CachesRowFeatures, ResolvesOptions
+from raysim.core.ray_start import wait_for_ray
 from raysim.core.registry import get_method, require_tiers
 from raysim.core.seeding import Init, Purpose
 from raysim.core.training import EVAL_BATCH, model_inputs
@@ -53,15 +53,9 @@ def resolved(config: Config) -> Config:
 ON_DISK_BYTES = 256 * 2**20  # an image block larger than this is written to a file and mapped (on one machine)
 
 
-def ray_on_one_machine() -> bool:
-    """Whether the connected Ray cluster has one live node."""
-    return len([n for n in ray.nodes() if n["Alive"]]) == 1
-
-
-def prepare_shards(config: Config, one_machine: Callable[[], bool] = ray_on_one_machine) -> ShardStore:
+def prepare_shards(config: Config) -> ShardStore:
     """Read the dataset, partition it over the clients and lay out the shard block: in memory, or, when it is larger
-    than ``ON_DISK_BYTES`` and Ray runs on one machine (``one_machine``, asked only then), in a file every process
-    maps (``data`` cache, ``shards/``)."""
+    than ``ON_DISK_BYTES`` and Ray runs on one machine, in a file every process maps (``data`` cache, ``shards/``)."""
     data = config.data
     info, arrays = load_dataset(data)
     is_test = arrays["is_test"].astype(bool)
@@ -83,9 +77,15 @@ def prepare_shards(config: Config, one_machine: Callable[[], bool] = ray_on_one_
     )
     fed = config.federation
     unseen = seeding.rng(fed.seed, Purpose.UNSEEN).choice(fed.clients, size=fed.unseen_clients, replace=False)
-    on_disk = arrays["image"].nbytes > ON_DISK_BYTES and one_machine()
+    on_disk = arrays["image"].nbytes > ON_DISK_BYTES and _one_machine()
     folder = cache_dir() / "shards" if on_disk else None
     return build_shards(info, arrays, part, tuple(sorted(int(c) for c in unseen)), folder)
+
+
+def _one_machine() -> bool:
+    """Whether Ray runs on one live node (once Ray is up: this may run while it starts)."""
+    wait_for_ray()
+    return len([n for n in ray.nodes() if n["Alive"]]) == 1
 
 
 def initial_state(config: Config, shards: ShardStore) -> tuple[Config, GlobalState, ShardStore]:

@@ -1,4 +1,5 @@
-"""``connect_ray_during``: the run's set-up (data, initial state) on a thread while Ray starts on the caller's."""
+"""``connect_ray_during``: the run's set-up (data, initial state) on a thread while Ray starts on the caller's; what in
+the set-up needs Ray waits for it."""
 
 from __future__ import annotations
 
@@ -18,15 +19,14 @@ def test_the_setup_runs_on_another_thread_and_its_error_surfaces_on_the_callers(
     resources = build_config("fedvpt", [FAST]).resources
     seen = {}
 
-    def work(one_machine):
-        seen["thread"], seen["one machine"] = threading.current_thread(), one_machine()
+    def work():
+        seen["thread"] = threading.current_thread()
         return "state"
 
     assert connect_ray_during(resources, work) == "state"
     assert seen["thread"] is not threading.current_thread()
-    assert seen["one machine"] is True
 
-    def bad(one_machine):
+    def bad():
         raise ConfigError("data.dataset='nope' is not a dataset")
 
     with pytest.raises(ConfigError, match="is not a dataset"):
@@ -37,14 +37,17 @@ STARTS_RAY = """
 import time
 import ray
 from raysim.config import build_config
+from raysim.data.sources import ray_data
 from raysim.engine.ray_session import connect_ray_during
+from raysim.engine.setup import _one_machine
 
-def work(one_machine):
-    before = ray.is_initialized()  # the set-up starts while Ray is starting
-    return before, one_machine()   # and asking about the cluster waits for it
+def work():
+    before = ray.is_initialized()  # the set-up starts while Ray is starting,
+    rows = ray_data().range(8).count()  # and Ray Data (glyph generation) waits for it instead of starting another
+    return before, rows, _one_machine()
 
-before, one_machine = connect_ray_during(build_config("fedvpt", []).resources, work)
-assert (before, one_machine) == (False, True), (before, one_machine)
+before, rows, one_machine = connect_ray_during(build_config("fedvpt", []).resources, work)
+assert (before, rows, one_machine) == (False, 8, True), (before, rows, one_machine)
 time.sleep(1)  # the set-up thread has ended: daemons started from it would be gone by now
 print("put and got", ray.get(ray.put(7), timeout=30), flush=True)
 """
@@ -52,7 +55,8 @@ print("put and got", ray.get(ray.put(7), timeout=30), flush=True)
 
 def test_a_local_ray_started_beside_the_setup_outlives_the_setup_thread():
     """Ray starts on the calling thread: its daemons die with the thread that started them (Linux's parent-death
-    signal is per thread), and a driver whose raylet died exits at its next call."""
+    signal is per thread), and a driver whose raylet died exits at its next call. Ray Data on the set-up thread
+    waits for that Ray: started there, it raised "called ray.init twice" (the first run's glyph generation)."""
     done = subprocess.run([sys.executable, "-c", STARTS_RAY], capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "put and got 7" in done.stdout
