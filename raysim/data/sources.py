@@ -15,6 +15,7 @@ import io
 import itertools
 import logging
 import os
+import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -292,6 +293,9 @@ RAY_DATA_ACTORS = (
 )
 
 
+_ray_data_used = threading.Event()  # set by ray_data(): this process started Ray Data's helper actors
+
+
 def ray_data():
     """``ray.data``, set up as raysim's sources use it: rows in source order, no progress bars, its log at errors only.
     Imported here, by the sources that parallelise with it (glyph generation, decoding the papers' datasets), so a
@@ -300,6 +304,7 @@ def ray_data():
     import ray.data
 
     wait_for_ray()
+    _ray_data_used.set()
 
     context = ray.data.DataContext.get_current()
     context.execution_options.preserve_order = True
@@ -324,12 +329,10 @@ def load_dataset(cfg) -> tuple[DatasetInfo, dict[str, np.ndarray]]:
     Sources that generate or decode in parallel do it with Ray Data, whose helper actors are stopped afterwards; the
     small bundled sources build their arrays in this process.
     """
-    import ray
-
     rows, info = SOURCES[cfg.dataset].read(cfg)
     arrays = _to_numpy(rows)
     del rows
-    if ray.is_initialized():  # a source may have run Ray Data inside (the glyph generator)
+    if _ray_data_used.is_set():  # a source ran Ray Data inside (the glyph generator); Ray may still be starting else
         _stop_ray_data()
     if len(arrays["label"]) == 0:
         raise ConfigError(f"dataset {cfg.dataset} has no rows")
