@@ -19,7 +19,7 @@ from mlflow.tracking import MlflowClient
 from scipy import stats
 
 from raysim.core.errors import ConfigError
-from raysim.tracking.mlflow import TRAINABLE
+from raysim.tracking.mlflow import COMPARE, KIND, TRAINABLE
 from raysim.tracking.plots import plot_compared_curves, plot_tradeoff
 from raysim.tracking.report import collect, latest_by_step
 
@@ -103,6 +103,15 @@ def is_comparison(uri: str, experiment: str) -> bool:
     )
 
 
+def named_order(uri: str, experiment: str) -> list[str]:
+    """The methods in the order ``raysim compare`` named them (its own run's ``compare.methods``); empty if none."""
+    client = MlflowClient(uri)
+    found = client.get_experiment_by_name(experiment)
+    query = f"tags.`{KIND}` = '{COMPARE}'"
+    own = client.search_runs([found.experiment_id], filter_string=query, max_results=1) if found else []
+    return own[0].data.params.get("compare.methods", "").split() if own else []
+
+
 def _cell(mean: float, half: float, digits: int = 2) -> str:
     if np.isnan(mean):
         return ""
@@ -132,8 +141,10 @@ def write_comparison(
     uri: str, experiment: str, folder: str | Path, order: list[str] | None = None
 ) -> tuple[str, list[Path]]:
     """``report.md`` (methods with CIs, paired comparisons with the first method) and the two Pareto figures
-    under ``folder``; returns the methods' table and the paths. ``order``: the methods as named (else sorted)."""
+    under ``folder``; returns the methods' table and the paths. ``order``: the methods as named (else as the
+    comparison's own run names them, else sorted)."""
     runs = cells(uri, experiment)
+    order = order or named_order(uri, experiment)
     by_method: dict[str, list[dict]] = defaultdict(list)
     for run in runs:
         by_method[run["method"]].append(run)

@@ -15,10 +15,10 @@ from scipy import stats
 
 from raysim.cli import main
 
-COMMAND = ["compare", "fedavg", "fedvpt:prompt_length=2", "--preset", "quick", "--seeds", "2", "--rounds", "2"]
-COMMAND += ["--backend", "sequential"]
-NAME = "compare-fedavg-fedvpt:prompt_length=2-quick"
 VARIANT = "fedvpt:prompt_length=2"
+COMMAND = ["compare", VARIANT, "fedavg", "--preset", "quick", "--seeds", "2", "--rounds", "2"]  # VARIANT first: the
+COMMAND += ["--backend", "sequential"]  # paired rows are fedavg - VARIANT, whatever the alphabet says
+NAME = "compare-fedvpt:prompt_length=2-fedavg-quick"
 
 
 def _cells(client):
@@ -68,15 +68,17 @@ def test_compare_runs_every_cell_reports_intervals_and_resumes(ray_session, tmp_
     trainable = {r.data.tags["method"]: r.data.metrics["trainable_params"] for r in cells}
     assert trainable["fedvpt"] < trainable["fedavg"]  # prompts + head against the whole model
     assert _row(report, VARIANT)[2] == f"{int(trainable['fedvpt']):,}"
-    differences = logged(VARIANT) - logged("fedavg")
+    differences = logged("fedavg") - logged(VARIANT)  # paired with the first method named, not the first in order
     half = stats.t.ppf(0.975, 1) * differences.std(ddof=1) / np.sqrt(2)
-    assert _row(report, VARIANT, table=1)[1].startswith(f"{differences.mean():.2f} ± {half:.2f} (")
+    assert f"## Paired with {VARIANT} " in report
+    assert _row(report, "fedavg", table=1)[1].startswith(f"{differences.mean():.2f} ± {half:.2f} (")
 
     again = CliRunner().invoke(main, [*COMMAND, "--tracking-uri", tracking_uri])
     assert again.exit_code == 0, again.stderr
     assert len(_cells(client)[1]) == 4  # every cell had finished: nothing ran again
     shown = CliRunner().invoke(main, ["report", NAME, "--tracking-uri", tracking_uri, "--out", str(tmp_path / "r")])
     assert shown.exit_code == 0 and _row(shown.stdout, VARIANT) == _row(report, VARIANT)
+    assert (tmp_path / "r" / "report.md").read_text() == report  # the same pairing as the command's own report
 
 
 BAD = [
