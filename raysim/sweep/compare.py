@@ -39,6 +39,7 @@ from raysim.engine.driver import run
 from raysim.engine.ray_session import connect_ray
 from raysim.engine.setup import prepare_shards
 from raysim.sweep import tune as sweeping
+from raysim.sweep.cell_progress import CellProgress, RoundsToTune, tune_silent
 from raysim.sweep.space import as_layer, default_space_file
 from raysim.tracking import provenance
 from raysim.tracking.comparison import CELL, NAME, TUNED, TUNING, VARIANT, write_comparison
@@ -227,7 +228,8 @@ def _cell(params: dict[str, Any], comparison: Comparison, tuned: dict, shards: d
         MLFLOW_PARENT_RUN_ID: parent,
         MLFLOW_SOURCE_NAME: command,
     }
-    result = run(config, show_progress=False, console=Console(file=io.StringIO()), shards=shards[seed], tags=tags)
+    quiet = Console(file=io.StringIO())  # the comparison shows the cells' progress (CellProgress)
+    result = run(config, show_progress=False, console=quiet, callbacks=[RoundsToTune()], shards=shards[seed], tags=tags)
     tune.report({"global_acc": result.summary["global_acc"]["final"], "run_id": result.run_id})
 
 
@@ -330,17 +332,24 @@ def _run_cells(comparison: Comparison, tuned: dict, todo: list[tuple[str, int]],
     """The cells as Tune trials (FIFO, all at their full length), each seed's data partitioned once, here."""
     shards = {seed: prepare_shards(comparison.config(comparison.methods[0], seed, {})) for seed in {s for _, s in todo}}
     first = comparison.config(*todo[0], tuned[todo[0][0]])
+    rounds = {f"{m}/s{s}": comparison.config(m, s, tuned[m]).federation.rounds for m, s in todo}
+    finished = len(comparison.methods) * len(comparison.seeds) - len(todo)
     trainable = tune.with_resources(
         tune.with_parameters(
             _cell, comparison=comparison, tuned=tuned, shards=shards, parent=parent, command=provenance.command_line()
         ),
         tune.PlacementGroupFactory(sweeping.bundles(first)),
     )
-    tune.Tuner(
+    tuner = tune.Tuner(
         trainable,
         param_space={"cell": tune.grid_search(todo)},
         tune_config=tune.TuneConfig(max_concurrent_trials=comparison.max_concurrent),
         run_config=tune.RunConfig(
-            name=f"{comparison.name}-{time.strftime('%Y%m%d-%H%M%S')}", storage_path=comparison.folder, verbose=1
+            name=f"{comparison.name}-{time.strftime('%Y%m%d-%H%M%S')}",
+            storage_path=comparison.folder,
+            verbose=0,  # Tune's trial tables give way to CellProgress
+            callbacks=[CellProgress(rounds, finished)],
         ),
-    ).fit()
+    )
+    with tune_silent():
+        tuner.fit()

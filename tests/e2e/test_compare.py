@@ -36,6 +36,12 @@ def _row(text: str, first: str, table: int = 0) -> list[str]:
 def test_compare_runs_every_cell_reports_intervals_and_resumes(ray_session, tmp_path, tracking_uri):
     result = CliRunner().invoke(main, [*COMMAND, "--tracking-uri", tracking_uri])
     assert result.exit_code == 0, result.output + result.stderr
+    shown = result.stderr.splitlines()  # a line per cell started and ended, and no Tune trial table
+    assert sum(line.startswith("started ") for line in shown) == 4
+    assert "Configuration for experiment" not in result.output and "Trial status" not in result.output
+    ended = sorted(line.split(": final global accuracy ")[0] for line in shown if line.startswith("finished "))
+    assert ended == [f"finished {m}/s{s}" for m in ("fedavg", VARIANT) for s in (0, 1)]
+    assert shown[-1].endswith("(4 of 4 cells done)"), shown[-1]
     client = MlflowClient(tracking_uri)
     own, cells = _cells(client)
     assert own.info.status == "FINISHED" and own.data.params["compare.tune_budget"] == "0"
