@@ -1,10 +1,11 @@
 """What ``raysim compare`` shows while its cells run, on a real Tune run of two tiny cells (one fails): a line per
 cell started and ended, a failed cell's error in one line, Tune's own tables silenced, and the environment as it
-was."""
+was; Tune's "Tuner.restore" hint dropped after a Ctrl-C (a comparison resumes by running the same command)."""
 
 from __future__ import annotations
 
 import io
+import logging
 import os
 
 from ray import tune
@@ -43,3 +44,18 @@ def test_cells_are_shown_by_name_with_their_ends_and_a_failure_in_one_line(ray_s
     assert lines[3].endswith(" (5 of 5 cells done)") and len(lines) == 4
     printed = capfd.readouterr()
     assert "Configuration for experiment" not in printed.out + printed.err  # nor Tune's box, nor its tables
+
+
+def test_tunes_restore_hint_is_dropped_and_its_other_warnings_kept():
+    tunes, kept = logging.getLogger("ray.tune.tune"), []
+    handler = logging.Handler()
+    handler.emit = kept.append  # Ray's loggers do not propagate to pytest's caplog
+    tunes.addHandler(handler)
+    try:
+        with tune_silent():
+            tunes.warning("Experiment has been interrupted, ...\nResume experiment with: Tuner.restore(path=...)")
+            tunes.warning("No trial is running and no new trial has been started within the last 60 seconds.")
+        tunes.warning("Resume experiment with: Tuner.restore(path=...)")  # outside a comparison, as Tune says it
+    finally:
+        tunes.removeHandler(handler)
+    assert [r.getMessage()[:17] for r in kept] == ["No trial is runni", "Resume experiment"]
