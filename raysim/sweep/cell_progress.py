@@ -8,10 +8,7 @@ file, where nothing is redrawn). The cells report each evaluated round to Tune (
 
 from __future__ import annotations
 
-import logging
-import os
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 
 from ray import tune
@@ -20,31 +17,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from raysim.engine.callbacks import Callback
 from raysim.tracking.progress import format_metrics
-
-
-def _not_tunes_restore_hint(record: logging.LogRecord) -> bool:
-    """False for Tune's "Resume experiment with: Tuner.restore(...)" after a Ctrl-C: a comparison resumes by running
-    the same command, as its own error line says."""
-    return "Tuner.restore" not in record.getMessage()
-
-
-@contextmanager
-def tune_silent():
-    """Tune without its own console output: its newer engine prints the experiment's box and paths at any
-    verbosity, so the older one (``RAY_AIR_NEW_OUTPUT=0``), which ``verbose=0`` silences, for the ``fit``; and without
-    its restore hint. Its warnings stay (a cell that the cluster cannot host, a trial's error)."""
-    before = os.environ.get("RAY_AIR_NEW_OUTPUT")
-    os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
-    tunes = logging.getLogger("ray.tune.tune")
-    tunes.addFilter(_not_tunes_restore_hint)
-    try:
-        yield
-    finally:
-        tunes.removeFilter(_not_tunes_restore_hint)
-        if before is None:
-            del os.environ["RAY_AIR_NEW_OUTPUT"]
-        else:
-            os.environ["RAY_AIR_NEW_OUTPUT"] = before
 
 
 class RoundsToTune(Callback):

@@ -35,6 +35,7 @@ from raysim.engine.ray_session import connect_ray
 from raysim.engine.setup import prepare_shards, resolved
 from raysim.ops.metrics import reported_metrics
 from raysim.sweep.space import SearchSpace, as_layer, default_space_file, load_space
+from raysim.sweep.tune_console import without_restore_hint
 from raysim.tracking import checkpoint as ckpt
 from raysim.tracking import provenance
 from raysim.tracking.mlflow import KIND, SWEEP, Tracker, check_store
@@ -207,7 +208,8 @@ def run_sweep(sweep: Sweep, resume_path: str | None = None):
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
             ),
         )
-    return tuner.fit()
+    with without_restore_hint():  # raysim tune --resume FOLDER is how a sweep resumes
+        return tuner.fit()
 
 
 def open_parent(sweep: Sweep) -> Sweep:

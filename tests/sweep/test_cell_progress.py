@@ -11,7 +11,8 @@ import os
 from ray import tune
 from rich.console import Console
 
-from raysim.sweep.cell_progress import CellProgress, tune_silent
+from raysim.sweep.cell_progress import CellProgress
+from raysim.sweep.tune_console import tune_silent
 
 
 def test_cells_are_shown_by_name_with_their_ends_and_a_failure_in_one_line(ray_session, tmp_path, capfd):
