@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from raysim.engine.callbacks import Callback
+from raysim.tracking.comparison import cell_label
 from raysim.tracking.progress import format_metrics
 
 
@@ -29,9 +30,8 @@ class RoundsToTune(Callback):
 
 
 def cell_name(trial) -> str:
-    """``METHOD/sSEED``, as the comparison's MLflow runs are tagged."""
-    label, seed = trial.config["cell"]
-    return f"{label}/s{seed}"
+    """The trial's cell, ``METHOD/sSEED``."""
+    return cell_label(*trial.config["cell"])
 
 
 class CellProgress(tune.Callback):

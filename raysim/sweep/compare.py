@@ -43,7 +43,7 @@ from raysim.sweep.cell_progress import CellProgress, RoundsToTune
 from raysim.sweep.space import as_layer, default_space_file
 from raysim.sweep.tune_console import tune_silent
 from raysim.tracking import provenance
-from raysim.tracking.comparison import CELL, NAME, TUNED, TUNING, VARIANT, write_comparison
+from raysim.tracking.comparison import CELL, NAME, TUNED, TUNING, VARIANT, cell_label, write_comparison
 from raysim.tracking.mlflow import COMPARE, KIND, Tracker, check_store
 
 HASH = "raysim.config_hash"
@@ -221,7 +221,7 @@ def _cell(params: dict[str, Any], comparison: Comparison, tuned: dict, shards: d
     config = comparison.config(label, seed, tuned[label])
     tags = {
         NAME: comparison.name,
-        CELL: f"{label}/s{seed}",
+        CELL: cell_label(label, seed),
         VARIANT: label,
         HASH: provenance.config_hash(config),
         TUNING: comparison.tuning(),
@@ -302,7 +302,7 @@ def execute(comparison: Comparison) -> tuple[str, list[Path]]:
             _run_cells(comparison, tuned, todo, tracker.run_id)
         missing = {(m, s) for m in comparison.methods for s in comparison.seeds} - finished_cells(comparison, tuned)
         if missing:
-            cells = ", ".join(f"{m}/s{s}" for m, s in sorted(missing))
+            cells = ", ".join(cell_label(m, s) for m, s in sorted(missing))
             raise SweepError(f"comparison {comparison.name}: {cells} did not finish; run the same command to retry")
         uri = comparison.uri
         folder = Path(comparison.folder) / "report"
@@ -333,7 +333,7 @@ def _run_cells(comparison: Comparison, tuned: dict, todo: list[tuple[str, int]],
     """The cells as Tune trials (FIFO, all at their full length), each seed's data partitioned once, here."""
     shards = {seed: prepare_shards(comparison.config(comparison.methods[0], seed, {})) for seed in {s for _, s in todo}}
     first = comparison.config(*todo[0], tuned[todo[0][0]])
-    rounds = {f"{m}/s{s}": comparison.config(m, s, tuned[m]).federation.rounds for m, s in todo}
+    rounds = {cell_label(m, s): comparison.config(m, s, tuned[m]).federation.rounds for m, s in todo}
     finished = len(comparison.methods) * len(comparison.seeds) - len(todo)
     trainable = tune.with_resources(
         tune.with_parameters(

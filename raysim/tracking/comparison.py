@@ -39,6 +39,11 @@ CLOCK = "sim_time_s"  # the virtual clock (docs/systems.md)
 LEVEL = 0.95
 
 
+def cell_label(method: str, seed: int) -> str:
+    """A cell's name, as its :data:`CELL` tag and the comparison's messages give it: ``METHOD/sSEED``."""
+    return f"{method}/s{seed}"
+
+
 def interval(values) -> tuple[float, float]:
     """(mean, half-width of the two-sided 95% Student-t interval); the half-width is NaN for fewer than 2 values."""
     values = np.asarray(values, dtype=np.float64)

@@ -16,8 +16,9 @@ from scipy import stats
 from raysim.cli import main
 
 VARIANT = "fedvpt:prompt_length=2"
-COMMAND = ["compare", VARIANT, "fedavg", "--preset", "quick", "--seeds", "2", "--rounds", "2"]  # VARIANT first: the
-COMMAND += ["--backend", "sequential"]  # paired rows are fedavg - VARIANT, whatever the alphabet says
+# VARIANT named first: the paired rows are fedavg - VARIANT, whatever the alphabet says
+COMMAND = ["compare", VARIANT, "fedavg", "--preset", "quick", "--seeds", "2", "--rounds", "2"]
+COMMAND += ["--backend", "sequential"]
 NAME = "compare-fedvpt:prompt_length=2-fedavg-quick"
 
 
