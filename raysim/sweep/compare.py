@@ -39,8 +39,8 @@ from raysim.engine.driver import run
 from raysim.engine.ray_session import connect_ray
 from raysim.engine.setup import prepare_shards
 from raysim.sweep import tune as sweeping
-from raysim.sweep.cell_progress import CellProgress, RoundsToTune
 from raysim.sweep.space import as_layer, default_space_file
+from raysim.sweep.trial_progress import CellProgress, RoundsToTune
 from raysim.sweep.tune_console import tune_silent
 from raysim.tracking import provenance
 from raysim.tracking.comparison import CELL, NAME, TUNED, TUNING, VARIANT, cell_label, write_comparison

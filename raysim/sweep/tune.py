@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +36,8 @@ from raysim.engine.ray_session import connect_ray
 from raysim.engine.setup import prepare_shards, resolved
 from raysim.ops.metrics import reported_metrics
 from raysim.sweep.space import SearchSpace, as_layer, default_space_file, load_space
-from raysim.sweep.tune_console import without_restore_hint
+from raysim.sweep.trial_progress import SweepProgress
+from raysim.sweep.tune_console import tune_silent
 from raysim.tracking import checkpoint as ckpt
 from raysim.tracking import provenance
 from raysim.tracking.mlflow import KIND, SWEEP, Tracker, check_store
@@ -143,6 +145,8 @@ def _trial(params: dict[str, Any], sweep: Sweep, shards) -> None:
     """One trial: a whole raysim run nested under the sweep's, resumed after a restore from the run's own
     checkpoint of the round Tune's copy names (Tune copies only the round's folder; client states stay with the
     run's checkpoints). It is named as ``raysim run`` names it, so the best trial's command gives a run of its name."""
+    # Tune logs each checkpoint a trial saves ("Checkpoint successfully created at: ..."): a line a round
+    logging.getLogger("ray.train._internal.storage").setLevel(logging.WARNING)
     config = sweep.trial_config(params)
     tags = {"raysim.sweep": sweep.name, "raysim.trial": tune.get_context().get_trial_id()}
     if sweep.parent_run_id:
@@ -204,11 +208,12 @@ def run_sweep(sweep: Sweep, resume_path: str | None = None):
             run_config=tune.RunConfig(
                 name=sweep.name,
                 storage_path=sweep.storage,
-                verbose=1,
+                verbose=0,  # Tune's trial tables give way to SweepProgress
+                callbacks=[SweepProgress(sweep.num_samples, rounds, sweep.metric)],
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
             ),
         )
-    with without_restore_hint():  # raysim tune --resume FOLDER is how a sweep resumes
+    with tune_silent():  # and without Tune's restore hint: raysim tune --resume FOLDER is how a sweep resumes
         return tuner.fit()
 
 

@@ -1,5 +1,5 @@
 """Ray Tune's console output as raysim's commands want it: without Tune's restore hint (each command says how it
-resumes), and silent where a command draws its own progress (``raysim compare``)."""
+resumes), and silent where a command draws its own progress (``raysim compare``, ``raysim tune``)."""
 
 from __future__ import annotations
 
@@ -13,31 +13,29 @@ def _not_tunes_restore_hint(record: logging.LogRecord) -> bool:
     return "Tuner.restore" not in record.getMessage()
 
 
+# Tune's own output that raysim's commands replace: its newer engine prints the experiment's box and paths at any
+# verbosity, so the older one, which ``verbose=0`` silences; and its warning that checkpointing every round makes
+# it snapshot its state often (a sweep's trials checkpoint each evaluated round on purpose: ASHA and a restored
+# sweep resume from them), which no user can act on
+SILENT = {"RAY_AIR_NEW_OUTPUT": "0", "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "0"}
+
+
 @contextmanager
-def without_restore_hint():
-    """Tune's console without its restore hint: ``raysim tune`` and ``raysim compare`` say how to resume them (their
-    own command), and Tune's ``Tuner.restore`` is not it. Tune's other warnings stay (a trial the cluster cannot
-    host, a trial's error)."""
+def tune_silent():
+    """Tune without its own console output (:data:`SILENT`), for a ``fit`` whose command draws its own progress,
+    and without its restore hint: ``raysim tune`` and ``raysim compare`` say how to resume them (their own command),
+    and Tune's ``Tuner.restore`` is not it; Tune's other warnings stay (a trial the cluster cannot host, a trial's
+    error). The environment is restored after."""
+    before = {name: os.environ.get(name) for name in SILENT}
+    os.environ.update(SILENT)
     tunes = logging.getLogger("ray.tune.tune")
     tunes.addFilter(_not_tunes_restore_hint)
     try:
         yield
     finally:
         tunes.removeFilter(_not_tunes_restore_hint)
-
-
-@contextmanager
-def tune_silent():
-    """Tune without its own console output: its newer engine prints the experiment's box and paths at any
-    verbosity, so the older one (``RAY_AIR_NEW_OUTPUT=0``), which ``verbose=0`` silences, for the ``fit``; and
-    without its restore hint."""
-    before = os.environ.get("RAY_AIR_NEW_OUTPUT")
-    os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
-    try:
-        with without_restore_hint():
-            yield
-    finally:
-        if before is None:
-            del os.environ["RAY_AIR_NEW_OUTPUT"]
-        else:
-            os.environ["RAY_AIR_NEW_OUTPUT"] = before
+        for name, value in before.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value

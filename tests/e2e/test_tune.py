@@ -27,7 +27,7 @@ def space(tmp_path):
     return str(path)
 
 
-def test_sweep_nests_each_trial_under_its_run_and_its_best_command_reproduces_it(ray_session, tmp_path, space):
+def test_sweep_nests_each_trial_under_its_run_and_its_best_command_reproduces_it(ray_session, tmp_path, space, capfd):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     result = CliRunner().invoke(
         main, ["tune", "fedvpt", "--space", space, "--num-samples", "2", "--name", "s1", "--tracking-uri", uri, *SMALL]
@@ -36,6 +36,10 @@ def test_sweep_nests_each_trial_under_its_run_and_its_best_command_reproduces_it
     best = re.search(r"best trial: global_acc (\S+) with .* \(MLflow run (\w+);", result.stdout)
     command = re.search(r"reproduce it: raysim run fedvpt --preset (\S+)", result.stdout)
     assert best and command, result.stdout
+    # the trials one line each as they start and end; none of Tune's tables, checkpoint lines or warnings
+    shown = result.stdout + result.stderr + "".join(capfd.readouterr())
+    assert "started trial 1 of 2: fedvpt.prompt_length=" in shown and "finished trial 2: final global accuracy" in shown
+    assert not re.search("Trial status|Checkpoint successfully created|WARNING", shown), shown
     client = MlflowClient(uri)
     runs = client.search_runs([client.get_experiment_by_name("s1").experiment_id])
     (parent,) = [r for r in runs if r.data.tags.get("raysim.kind") == "sweep"]

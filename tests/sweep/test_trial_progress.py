@@ -1,0 +1,105 @@
+"""What ``raysim compare`` and ``raysim tune`` show while their runs go, on real Tune runs of tiny trainables: a
+line per cell or trial started and ended (stopped early, failed: its error in one line), Tune's own tables and
+warnings silenced, and the environment as it was; Tune's "Tuner.restore" hint dropped after a Ctrl-C (a comparison
+resumes by running the same command, a sweep by ``raysim tune --resume``)."""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+
+from ray import tune
+from rich.console import Console
+
+from raysim.sweep.trial_progress import CellProgress, SweepProgress
+from raysim.sweep.tune_console import tune_silent
+
+
+def test_cells_are_shown_by_name_with_their_ends_and_a_failure_in_one_line(ray_session, tmp_path, capfd):
+    def _cell(config):  # defined here, so that Tune's workers get it by value (they cannot import tests/)
+        label, seed = config["cell"]
+        if label == "broken":
+            raise ValueError("the cell's own error")
+        for round in (1, 2):
+            tune.report({"global_acc": 10.0 * round + seed, "round": round})
+
+    shown = io.StringIO()
+    progress = CellProgress({"fedavg/s1": 2, "broken/s0": 2}, finished=3, console=Console(file=shown))
+    tuner = tune.Tuner(
+        tune.with_resources(_cell, {"cpu": 0.5}),
+        param_space={"cell": tune.grid_search([("fedavg", 1), ("broken", 0)])},
+        tune_config=tune.TuneConfig(max_concurrent_trials=1),
+        run_config=tune.RunConfig(storage_path=str(tmp_path), verbose=0, callbacks=[progress]),
+    )
+    before = os.environ.get("RAY_AIR_NEW_OUTPUT")
+    with tune_silent():
+        tuner.fit()
+    assert os.environ.get("RAY_AIR_NEW_OUTPUT") == before
+    lines = shown.getvalue().splitlines()
+    assert lines[:3] == [
+        "started fedavg/s1",
+        "finished fedavg/s1: final global accuracy 21.00 (4 of 5 cells done)",
+        "started broken/s0",
+    ]
+    assert lines[3].startswith("failed broken/s0: ValueError: the cell's own error (the trace: ")
+    assert lines[3].endswith(" (5 of 5 cells done, 1 failed)") and len(lines) == 4
+    printed = capfd.readouterr()
+    assert "Configuration for experiment" not in printed.out + printed.err  # nor Tune's box, nor its tables
+
+
+def test_trials_open_with_their_values_and_a_stopped_or_restored_trial_says_so(ray_session, tmp_path, capfd):
+    flag = tmp_path / "failed-once"
+
+    def _trial(config):  # lr 0.5 stops after round 1 (as ASHA stops a trial); lr 0.25 fails on its first try
+        if config["train.lr"] == 0.25 and not flag.exists():
+            flag.touch()
+            raise ValueError("first try")
+        for round in (1, 2) if config["train.lr"] != 0.5 else (1,):
+            tune.report({"worst_local_acc": 100 * config["train.lr"] + round, "round": round})
+
+    def fit(tuner):
+        with tune_silent():
+            tuner.fit()
+        return [line for line in capfd.readouterr().err.splitlines() if not line.startswith("(")]
+
+    progress = SweepProgress(samples=3, rounds=2, metric="worst_local_acc")
+    space = {"train.lr": tune.grid_search([0.125, 0.5, 0.25]), "sgpt.groups": 4}
+    tuner = tune.Tuner(
+        tune.with_resources(_trial, {"cpu": 0.5}),
+        param_space=space,
+        tune_config=tune.TuneConfig(max_concurrent_trials=1),
+        run_config=tune.RunConfig(name="sweep", storage_path=str(tmp_path), verbose=0, callbacks=[progress]),
+    )
+    lines = fit(tuner)
+    assert lines[:4] == [
+        "started trial 1 of 3: train.lr=0.125, sgpt.groups=4",
+        "finished trial 1: final worst local accuracy 14.50 (1 of 3 trials done)",
+        "started trial 2 of 3: train.lr=0.5, sgpt.groups=4",
+        "stopped trial 2 at round 1 of 2: worst local accuracy 51.00 (2 of 3 trials done)",
+    ]
+    assert lines[5].startswith("failed trial 3: ValueError: first try") and len(lines) == 6
+    assert lines[5].endswith("(3 of 3 trials done, 1 failed)")
+    # restored (as raysim tune --resume does), the failed trial runs again and the finished two are counted
+    lines = fit(
+        tune.Tuner.restore(str(tmp_path / "sweep"), tune.with_resources(_trial, {"cpu": 0.5}), resume_errored=True)
+    )
+    assert lines == [
+        "started trial 3 of 3: train.lr=0.25, sgpt.groups=4",
+        "finished trial 3: final worst local accuracy 27.00 (3 of 3 trials done)",
+    ]
+
+
+def test_tunes_restore_hint_is_dropped_and_its_other_warnings_kept():
+    tunes, kept = logging.getLogger("ray.tune.tune"), []
+    handler = logging.Handler()
+    handler.emit = kept.append  # Ray's loggers do not propagate to pytest's caplog
+    tunes.addHandler(handler)
+    try:
+        with tune_silent():
+            tunes.warning("Experiment has been interrupted, ...\nResume experiment with: Tuner.restore(path=...)")
+            tunes.warning("No trial is running and no new trial has been started within the last 60 seconds.")
+        tunes.warning("Resume experiment with: Tuner.restore(path=...)")  # outside a comparison, as Tune says it
+    finally:
+        tunes.removeHandler(handler)
+    assert [r.getMessage()[:17] for r in kept] == ["No trial is runni", "Resume experiment"]
