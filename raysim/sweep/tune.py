@@ -72,8 +72,9 @@ class Sweep:
         """One line: what is sampled, how trials are ranked, and what every trial runs."""
         sampled = ", ".join(f"{k} {kind} {provenance.show(v)}" for k, (kind, v) in self.space.samplers.items())
         base = self.trial_config({})
+        trials = f"{self.num_samples} trial" + ("s" if self.num_samples != 1 else "")
         return (
-            f"raysim tune {self.method}: {self.num_samples} trials sampling {sampled} ({Path(self.space.source).name}),"
+            f"raysim tune {self.method}: {trials} sampling {sampled} ({Path(self.space.source).name}),"
             f" ranked by {self.mode} {self.metric} ({self.scheduler}); each trial {provenance.describe(base, base)}"
         )
 

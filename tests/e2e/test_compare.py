@@ -1,10 +1,11 @@
 """``raysim compare`` end to end on the real Ray Tune and MLflow: 2 methods x 2 seeds on the quick preset, one run
 per cell nested under the comparison's own run, the report's intervals recomputed from the cells' logged figures,
 the same partition for every method of a seed, a second run of the command that resumes (runs nothing), ``raysim
-report`` on the comparison, and bad input stopped before any run."""
+report`` on the comparison, a tuning budget spent alike on every method, and bad input stopped before any run."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +24,11 @@ NAME = "compare-fedvpt:prompt_length=2-fedavg-quick"
 
 
 def _cells(client):
-    runs = client.search_runs([client.get_experiment_by_name(NAME).experiment_id])
+    return _cells_of(client, NAME)
+
+
+def _cells_of(client, name):
+    runs = client.search_runs([client.get_experiment_by_name(name).experiment_id])
     (own,) = [r for r in runs if r.data.tags.get("raysim.kind") == "comparison"]
     return own, [r for r in runs if r is not own]
 
@@ -86,6 +91,29 @@ def test_compare_runs_every_cell_reports_intervals_and_resumes(ray_session, tmp_
     shown = CliRunner().invoke(main, ["report", NAME, "--tracking-uri", tracking_uri, "--out", str(tmp_path / "r")])
     assert shown.exit_code == 0 and _row(shown.stdout, VARIANT) == _row(report, VARIANT)
     assert (tmp_path / "r" / "report.md").read_text() == report  # the same pairing as the command's own report
+
+
+def test_a_tuning_budget_tunes_every_method_alike_and_runs_its_best_values(ray_session, tracking_uri):
+    args = [*COMMAND[:6], "1", *COMMAND[7:], "--tune-budget", "1", "--experiment", "budget", "--tracking-uri"]
+    result = CliRunner().invoke(main, [*args, tracking_uri])
+    assert result.exit_code == 0, result.output + result.stderr
+    shown = result.stderr.splitlines()  # each method's sweep opens with what it samples, then its trial's lines
+    assert [line.split(" trial sampling ")[0] for line in shown if line.startswith("tuning ")] == [
+        f"tuning {VARIANT}: 1",
+        "tuning fedavg: 1",
+    ]
+    assert sum(line.startswith("started trial 1 of 1: train.lr=") for line in shown) == 2
+    client = MlflowClient(tracking_uri)
+    own, cells = _cells_of(client, "budget")
+    assert own.data.params["compare.tune_budget"] == "1" and len(cells) == 2
+    tuning = client.search_runs([client.get_experiment_by_name("budget-tuning").experiment_id])
+    best = {r.data.tags["method"]: r.data.params["train.lr"] for r in tuning if r.data.tags.get("raysim.trial")}
+    assert len(best) == 2 and best["fedvpt"] != best["fedavg"]  # each method's own draw from its own space
+    for cell in cells:  # the best (here: the only) trial's values, on every seed
+        method = cell.data.tags["method"]
+        assert cell.data.params["train.lr"] == best[method]
+        assert json.loads(cell.data.tags["raysim.tuned"]) == {"train.lr": float(best[method])}
+    assert cell.data.tags["raysim.tuning"].startswith("1 raysim tune trials per method")
 
 
 BAD = [
