@@ -237,9 +237,12 @@ def compare(methods, seeds, tune_budget, max_concurrent, preset, overrides, **fl
 
 def report_best(found, best) -> None:
     """Print the best trial and the command that reproduces it."""
+    from raysim.sweep.trial_progress import trial_name
+
     shown = {k: round(v, 6) if isinstance(v, float) else v for k, v in best["params"].items()}
     click.echo(
-        f"best trial: {found.metric} {best['metrics'][found.metric]:.4f} with {shown} "
+        f"best trial: {trial_name(best['metrics']['trial_id'])}, {found.metric} {best['metrics'][found.metric]:.4f} "
+        f"with {shown} "
         f"(MLflow run {best['run_id']}; {best['errors']} trial(s) failed)"
     )
     click.echo(f"reproduce it: {best['command']}")

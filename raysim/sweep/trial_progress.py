@@ -32,6 +32,11 @@ class RoundsToTune(Callback):
         return False
 
 
+def trial_name(trial_id: str) -> str:
+    """``trial N`` for Tune's trial id ``..._0000{N-1}``: what a sweep's lines and its best trial call it."""
+    return f"trial {int(trial_id.rsplit('_', 1)[1]) + 1}"
+
+
 def metric_words(metric: str) -> str:
     """``global accuracy`` for ``global_acc``, ``train loss`` for ``train_loss``."""
     return metric.replace("_acc", " accuracy").replace("_", " ")
@@ -139,7 +144,7 @@ class CellProgress(TrialProgress):
 
 
 class SweepProgress(TrialProgress):
-    """A sweep's trials, ``trial N`` (Tune's trial id ends in N - 1), each opening with its sampled values; every
+    """A sweep's trials, :func:`trial_name`, each opening with its sampled values; every
     trial runs ``rounds`` unless the scheduler stops it. A restored sweep counts the trials it had finished."""
 
     noun = "trials"
@@ -150,7 +155,7 @@ class SweepProgress(TrialProgress):
         self.counted = False
 
     def name(self, trial) -> str:
-        return f"trial {int(trial.trial_id.rsplit('_', 1)[1]) + 1}"
+        return trial_name(trial.trial_id)
 
     def rounds(self, trial) -> int:
         return self.rounds_each
