@@ -218,9 +218,13 @@ def arm_space(comparison: Comparison, label: str) -> str:
 
 
 def _cell(params: dict[str, Any], comparison: Comparison, tuned: dict, shards: dict, parent: str, command: str):
-    """One (method, seed): a whole raysim run, nested under the comparison's run."""
+    """One (method, seed): a whole raysim run, nested under the comparison's run and named as its cell
+    (``sgpt:bcd=joint/s1``), so MLflow's runs table and charts tell the arms apart."""
     label, seed = params["cell"]
     config = comparison.config(label, seed, tuned[label])
+    config = dataclasses.replace(
+        config, tracking=dataclasses.replace(config.tracking, run_name=cell_label(label, seed))
+    )
     tags = {
         NAME: comparison.name,
         CELL: cell_label(label, seed),

@@ -59,6 +59,7 @@ def test_compare_runs_every_cell_reports_intervals_and_resumes(ray_session, tmp_
     ]
     assert {r.data.params["fedvpt.prompt_length"] for r in cells if r.data.tags["method"] == "fedvpt"} == {"2"}
     assert all(r.info.status == "FINISHED" and r.data.tags["mlflow.parentRunId"] == own.info.run_id for r in cells)
+    assert all(r.info.run_name == r.data.tags["raysim.cell"] for r in cells)  # fedvpt:prompt_length=2/s1, ...
     digest = {(r.data.tags["method"], r.data.tags["seed"]): r.inputs.dataset_inputs[0].dataset.digest for r in cells}
     assert digest["fedavg", "0"] == digest["fedvpt", "0"] != digest["fedavg", "1"] == digest["fedvpt", "1"]
     assert {a.path for a in client.list_artifacts(own.info.run_id)} == {
