@@ -300,6 +300,7 @@ def execute(comparison: Comparison) -> tuple[str, list[Path]]:
     report, FAILED, or KILLED after Ctrl-C."""
     tuned = tuned_values(comparison)
     tracker = open_run(comparison)
+    end_stopped_cells(comparison, tracker.run_id)  # a killed comparison's cells: RUNNING in MLflow beside their reruns
     status = "FAILED"
     try:
         done = finished_cells(comparison, tuned)
@@ -326,7 +327,8 @@ def execute(comparison: Comparison) -> tuple[str, list[Path]]:
 
 
 def end_stopped_cells(comparison: Comparison, own_run: str) -> None:
-    """Mark KILLED the cells a stopped Tune left RUNNING (their trial was killed before its run could end)."""
+    """Mark KILLED the cells a stopped Tune left RUNNING (their trial was killed before its run could end), or a
+    comparison whose process was killed (before a resumed one runs them again)."""
     client = MlflowClient(comparison.uri)
     experiment = client.get_experiment_by_name(comparison.name)
     query = f"attributes.status = 'RUNNING' and tags.`{NAME}` = '{comparison.name}'"

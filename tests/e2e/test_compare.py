@@ -86,9 +86,22 @@ def test_compare_runs_every_cell_reports_intervals_and_resumes(ray_session, tmp_
     assert f"## Paired with {VARIANT} " in report
     assert _row(report, "fedavg", table=1)[1].startswith(f"{differences.mean():.2f} ± {half:.2f} (")
 
+    # resumed after a kill: its process gone, a cell left RUNNING and one not finished (FAILED) runs again
+    experiment = client.get_experiment_by_name(NAME).experiment_id
+    stale = client.create_run(experiment, run_name="fedavg/s1", tags={"raysim.compare": NAME}).info.run_id
+    failed = next(r for r in cells if r.data.tags["raysim.cell"] == "fedavg/s1")
+    client.set_terminated(failed.info.run_id, status="FAILED")
     again = CliRunner().invoke(main, [*COMMAND, "--tracking-uri", tracking_uri])
     assert again.exit_code == 0, again.stderr
-    assert len(_cells(client)[1]) == 4  # every cell had finished: nothing ran again
+    assert sum(line.startswith("started ") for line in again.stderr.splitlines()) == 1  # only fedavg/s1
+    rerun = next(r for r in _cells(client)[1] if r.info.run_name == "fedavg/s1" and r.info.status == "FINISHED")
+
+    def computed(run):  # its metrics less the timings
+        return {k: v for k, v in run.data.metrics.items() if not k.endswith("_s") and "time" not in k}
+
+    assert computed(rerun) == computed(failed) and "summary/global_acc_mean" in computed(rerun)  # seed for seed
+    assert client.get_run(stale).info.status == "KILLED"
+    assert client.get_run(stale).info.end_time <= rerun.info.start_time  # ended before the rerun, not after it
     shown = CliRunner().invoke(main, ["report", NAME, "--tracking-uri", tracking_uri, "--out", str(tmp_path / "r")])
     assert shown.exit_code == 0 and _row(shown.stdout, VARIANT) == _row(report, VARIANT)
     assert (tmp_path / "r" / "report.md").read_text() == report  # the same pairing as the command's own report
