@@ -43,8 +43,9 @@ def metric_words(metric: str) -> str:
 
 
 class TrialProgress(tune.Callback):
-    """The display over ``total`` runs called ``noun`` (``finished`` of them done before this fit), ranked by
-    ``metric``. Subclasses say what a run is called (:meth:`name`, :meth:`opening`) and how many rounds it has."""
+    """The display over ``total`` runs called ``noun`` (``finished`` of them done before this fit), each ending with
+    its last ``metric``. Subclasses say what a run is called (:meth:`name`, :meth:`opening`) and how many rounds it
+    has."""
 
     noun = "runs"
 
