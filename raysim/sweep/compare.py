@@ -190,7 +190,7 @@ def tuned_values(comparison: Comparison) -> dict[str, dict[str, Any]]:
         budget = comparison.tune_budget
         sweep = sweeping.plan(method, space, budget, None, "global_acc", "max", "fifo", name, None, layers)
         sweep = sweeping.open_parent(sweep)
-        print(f"tuning {label}: {sweep.describe().split(': ', 1)[1]}", file=sys.stderr, flush=True)
+        print(f"tuning {label}: {sweep.plan_line()}", file=sys.stderr, flush=True)
         best = sweeping.execute(sweep, sweeping.save_sweep(sweep))
         done[label] = best["params"]
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -69,13 +69,17 @@ class Sweep:
         return build_config(self.method, [*self.before, as_layer(self.space.fixed), *self.after, as_layer(params)])
 
     def describe(self) -> str:
-        """One line: what is sampled, how trials are ranked, and what every trial runs."""
+        """One line: the command, what is sampled, how trials are ranked, and what every trial runs."""
+        return f"raysim tune {self.method}: {self.plan_line()}"
+
+    def plan_line(self) -> str:
+        """:meth:`describe` less the command (``raysim compare`` opens each arm's sweep with it)."""
         sampled = ", ".join(f"{k} {kind} {provenance.show(v)}" for k, (kind, v) in self.space.samplers.items())
         base = self.trial_config({})
         trials = f"{self.num_samples} trial" + ("s" if self.num_samples != 1 else "")
         return (
-            f"raysim tune {self.method}: {trials} sampling {sampled} ({Path(self.space.source).name}),"
-            f" ranked by {self.mode} {self.metric} ({self.scheduler}); each trial {provenance.describe(base, base)}"
+            f"{trials} sampling {sampled} ({Path(self.space.source).name}), ranked by {self.mode} {self.metric}"
+            f" ({self.scheduler}); each trial {provenance.describe(base, base)}"
         )
 
 
