@@ -4,8 +4,8 @@ table every 30 s).
 
 A Tune callback in the command's process: in a terminal, a bar over the runs and one bar per running run with its
 round and latest metrics; a line when a run starts, finishes, is stopped by the scheduler or fails (the only output
-in a pipe or a file, where nothing is redrawn). The runs report each evaluated round to Tune (:class:`RoundsToTune`
-for a comparison's cells, ``sweep.tune.TuneReporter`` for a sweep's trials).
+in a pipe or a file, where nothing is redrawn). The runs report each evaluated round to Tune (:class:`RoundsToTune`; a
+sweep's trials with their checkpoints).
 """
 
 from __future__ import annotations
@@ -24,11 +24,23 @@ from raysim.tracking.progress import format_metrics
 
 
 class RoundsToTune(Callback):
-    """In a cell: each evaluated round's metrics and its number, reported to Tune (no checkpoint)."""
+    """Each evaluated round's metrics and its number, reported to Tune (evaluated rounds carry the accuracy Tune
+    ranks by). A sweep's trials (``checkpoints=True``) send the round's checkpoint too, and the MLflow run id (the
+    checkpoint folder's parent), so a scheduler can stop a trial and a restored sweep resumes it; a comparison's
+    cells resume from MLflow instead."""
+
+    def __init__(self, checkpoints: bool = False):
+        self.checkpoints = checkpoints
 
     def after_round(self, round, report) -> bool:
-        if report.evaluated:
-            tune.report({**report.metrics, "round": round})
+        if not report.evaluated:
+            return False
+        metrics = {**report.metrics, "round": round}
+        if not self.checkpoints:
+            tune.report(metrics)
+            return False
+        folder = Path(report.checkpoint)
+        tune.report({**metrics, "run_id": folder.parent.name}, checkpoint=tune.Checkpoint.from_directory(str(folder)))
         return False
 
 

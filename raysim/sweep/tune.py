@@ -30,13 +30,12 @@ from rich.console import Console
 from raysim.config import NOT_COMPUTED, Config, beside_store, build_config, load_preset, preset_for_method
 from raysim.core.errors import ConfigError, SweepError
 from raysim.core.registry import get_method
-from raysim.engine.callbacks import Callback
 from raysim.engine.driver import run
 from raysim.engine.ray_session import connect_ray
 from raysim.engine.setup import prepare_shards, resolved
 from raysim.ops.metrics import reported_metrics
 from raysim.sweep.space import SearchSpace, as_layer, default_space_file, load_space
-from raysim.sweep.trial_progress import SweepProgress
+from raysim.sweep.trial_progress import RoundsToTune, SweepProgress
 from raysim.sweep.tune_console import tune_silent
 from raysim.tracking import checkpoint as ckpt
 from raysim.tracking import provenance
@@ -132,20 +131,6 @@ def _describe(resources: dict[str, float]) -> str:
 DATA_KEYS = ("federation.clients", "federation.seed", "federation.unseen_fraction")  # and every data.* key
 
 
-class TuneReporter(Callback):
-    """Reports every evaluated round to Tune with the round's checkpoint (trials checkpoint every round; the folder's
-    parent is named after the MLflow run), so a scheduler can stop the trial and a restored sweep resumes it."""
-
-    def after_round(self, round, report) -> bool:
-        if report.evaluated:  # evaluated rounds carry the accuracy metrics Tune ranks by
-            folder = Path(report.checkpoint)
-            tune.report(
-                {**report.metrics, "round": round, "run_id": folder.parent.name},
-                checkpoint=tune.Checkpoint.from_directory(str(folder)),
-            )
-        return False
-
-
 def _trial(params: dict[str, Any], sweep: Sweep, shards) -> None:
     """One trial: a whole raysim run nested under the sweep's, resumed after a restore from the run's own
     checkpoint of the round Tune's copy names (Tune copies only the round's folder; client states stay with the
@@ -168,7 +153,7 @@ def _trial(params: dict[str, Any], sweep: Sweep, shards) -> None:
         show_progress=False,
         console=Console(file=io.StringIO()),
         resume=resume,
-        callbacks=[TuneReporter()],
+        callbacks=[RoundsToTune(checkpoints=True)],
         shards=shards,
         tags=tags,
     )
