@@ -33,14 +33,12 @@ class RoundsToTune(Callback):
         self.checkpoints = checkpoints
 
     def after_round(self, round, report) -> bool:
-        if not report.evaluated:
-            return False
-        metrics = {**report.metrics, "round": round}
-        if not self.checkpoints:
-            tune.report(metrics)
-            return False
-        folder = Path(report.checkpoint)
-        tune.report({**metrics, "run_id": folder.parent.name}, checkpoint=tune.Checkpoint.from_directory(str(folder)))
+        if report.evaluated:
+            metrics, checkpoint = {**report.metrics, "round": round}, None
+            if self.checkpoints:
+                folder = Path(report.checkpoint)
+                metrics["run_id"], checkpoint = folder.parent.name, tune.Checkpoint.from_directory(str(folder))
+            tune.report(metrics, checkpoint=checkpoint)
         return False
 
 

@@ -38,7 +38,9 @@ def test_sweep_nests_each_trial_under_its_run_and_its_best_command_reproduces_it
     assert best and command, result.stdout
     # the trials one line each as they start and end; none of Tune's tables, checkpoint lines or warnings
     shown = result.stdout + result.stderr + "".join(capfd.readouterr())
-    assert "started trial 1 of 2: fedvpt.prompt_length=" in shown and "finished trial 2: final global accuracy" in shown
+    assert "started trial 1 of 2: fedvpt.prompt_length=" in shown
+    # ASHA stops the second trial early when it trails the first at a milestone: which happens depends on timing
+    assert re.search(r"(finished trial 2: final global accuracy|stopped trial 2 at round \d of 3:) ", shown), shown
     assert not re.search("Trial status|Checkpoint successfully created|WARNING", shown), shown
     ended = re.search(rf"finished {best[1]}: final global accuracy (\S+) ", shown)  # the best line names its trial
     assert ended and float(ended[1]) == pytest.approx(float(best[2]), abs=0.006)
