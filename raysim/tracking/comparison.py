@@ -33,7 +33,6 @@ STATISTICS = (
     ("sigma_type", "mean"),
     ("sigma_client", "mean"),
 )
-PAIRED = (("global_acc", "mean"), ("local_acc", "mean"), ("worst_local_acc", "mean"))
 BYTES = "bytes_per_round"
 CLOCK = "sim_time_s"  # the virtual clock (docs/systems.md)
 LEVEL = 0.95
@@ -168,11 +167,13 @@ def write_comparison(
         lines.append(f"| {method} | {len(by_method[method])} | {shown} | " + " | ".join(figures) + " |")
     table = "\n".join(lines)
     first = methods[0]
-    pairs = [f"| method - {first} | " + " | ".join(f"{k} (last-10 mean)" for k, _ in PAIRED) + " |"]
-    pairs.append("|---" * (1 + len(PAIRED)) + "|")
+    paired_columns = [c for c in STATISTICS if c[1] == "mean" and c in columns]  # the sigmas where they were logged
+    named = [f"{k} (last-10 mean{'; lower is fairer' if k.startswith('sigma') else ''})" for k, _ in paired_columns]
+    pairs = [f"| method - {first} | " + " | ".join(named) + " |"]
+    pairs.append("|---" * (1 + len(paired_columns)) + "|")
     for method in methods[1:]:
         row = []
-        for column in PAIRED:
+        for column in paired_columns:
             mean, half, agree, n = paired(values(first, column), values(method, column))
             excludes = not np.isnan(half) and abs(mean) > half
             row.append(f"{_cell(mean, half)} ({agree}/{n} seeds agree{'; CI excludes 0' if excludes else ''})")

@@ -1,13 +1,15 @@
 """The statistics of ``raysim compare``'s report against hand-computed values: the 95% Student-t interval, the
-paired difference with its sign agreement, and the Pareto front."""
+paired difference with its sign agreement, the Pareto front, and the report's paired table over cells logged to a
+real MLflow store (the fairness metrics paired where clients have types)."""
 
 from __future__ import annotations
 
 import math
 
 import pytest
+from mlflow.tracking import MlflowClient
 
-from raysim.tracking.comparison import interval, paired, pareto_front
+from raysim.tracking.comparison import CELL, NAME, VARIANT, interval, paired, pareto_front, write_comparison
 
 T_975_2DF = 4.302652729911275  # the 97.5% quantile of Student's t with 2 degrees of freedom (tables)
 
@@ -37,3 +39,53 @@ def test_paired_sign_agreement_counts_the_seeds_on_the_side_of_the_mean():
 def test_pareto_front_keeps_the_points_no_other_beats_on_both_axes():
     points = {"a": (1.0, 50.0), "b": (2.0, 60.0), "c": (3.0, 55.0), "d": (0.5, 40.0)}  # c: b is cheaper and better
     assert pareto_front(points) == ["d", "a", "b"]
+
+
+def _log_cells(uri: str, experiment: str, figures: dict[str, dict[str, list[float]]]) -> None:
+    """One FINISHED cell per method and seed, as ``raysim compare`` tags and summarises them."""
+    client = MlflowClient(uri)
+    experiment_id = client.create_experiment(experiment)
+    for method, metrics in figures.items():
+        for seed in range(3):
+            tags = {NAME: experiment, CELL: f"{method}/s{seed}", VARIANT: method, "method": method, "seed": str(seed)}
+            run_id = client.create_run(experiment_id, run_name=f"{method}/s{seed}", tags=tags).info.run_id
+            for key, values in metrics.items():
+                client.log_metric(run_id, f"summary/{key}_mean", values[seed])
+            client.log_metric(run_id, "global_acc", metrics["global_acc"][seed], step=1)
+            client.log_metric(run_id, "bytes_up", 10.0, step=1)
+            client.log_metric(run_id, "bytes_down", 10.0, step=1)
+            client.set_terminated(run_id)
+
+
+def test_the_report_pairs_the_fairness_metrics_where_clients_have_types(tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    base = {"global_acc": [50.0, 60.0, 70.0], "local_acc": [50.0, 60.0, 70.0], "worst_local_acc": [0.0, 0.0, 0.0]}
+    _log_cells(
+        uri,
+        "typed",
+        {
+            "fedgcr": {**base, "sigma_type": [10.0, 12.0, 14.0], "sigma_client": [5.0, 5.0, 5.0]},
+            "fedvpt": {**base, "sigma_type": [8.0, 9.0, 13.0], "sigma_client": [6.0, 7.0, 8.0]},  # -2, -3, -1; 1, 2, 3
+        },
+    )
+    write_comparison(uri, "typed", tmp_path / "report", order=["fedgcr", "fedvpt"])
+    lines = (tmp_path / "report" / "report.md").read_text().splitlines()
+    header = next(line for line in lines if line.startswith("| method - fedgcr |"))
+    assert "sigma_type (last-10 mean; lower is fairer)" in header and "sigma_client (last-10 mean" in header
+    row = [cell.strip() for cell in lines[lines.index(header) + 2].strip("|").split("|")]
+    half = T_975_2DF / math.sqrt(3)  # both differences have sd 1
+    assert row[0] == "fedvpt" and row[4] == f"-2.00 ± {half:.2f} (3/3 seeds agree)"
+    assert row[5] == f"2.00 ± {half:.2f} (3/3 seeds agree)"  # |mean| < half: no "CI excludes 0"
+    assert row[1] == "0.00 ± 0.00 (0/3 seeds agree)"  # equal accuracies: no seed on either side
+
+
+def test_the_report_pairs_sigma_type_only_where_clients_have_types(tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    figures = {"global_acc": [1.0, 2.0, 3.0], "local_acc": [1.0, 2.0, 3.0], "worst_local_acc": [0.0, 1.0, 2.0]}
+    figures["sigma_client"] = [4.0, 4.0, 4.0]  # every run logs it; sigma_type only with client types
+    _log_cells(uri, "untyped", {"a": figures, "b": {k: [v + 1 for v in vs] for k, vs in figures.items()}})
+    write_comparison(uri, "untyped", tmp_path / "report", order=["a", "b"])
+    lines = (tmp_path / "report" / "report.md").read_text().splitlines()
+    header = next(line for line in lines if line.startswith("| method - a |"))
+    assert "sigma_type" not in header and header.endswith("| sigma_client (last-10 mean; lower is fairer) |")
+    assert lines[lines.index(header) + 2].endswith("| 1.00 ± 0.00 (3/3 seeds agree; CI excludes 0) |")
