@@ -7,9 +7,11 @@ from __future__ import annotations
 import math
 
 import pytest
+from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
 from raysim.tracking.comparison import CELL, NAME, VARIANT, interval, paired, pareto_front, write_comparison
+from raysim.tracking.mlflow import summary_metrics
 
 T_975_2DF = 4.302652729911275  # the 97.5% quantile of Student's t with 2 degrees of freedom (tables)
 
@@ -49,11 +51,9 @@ def _log_cells(uri: str, experiment: str, figures: dict[str, dict[str, list[floa
         for seed in range(3):
             tags = {NAME: experiment, CELL: f"{method}/s{seed}", VARIANT: method, "method": method, "seed": str(seed)}
             run_id = client.create_run(experiment_id, run_name=f"{method}/s{seed}", tags=tags).info.run_id
-            for key, values in metrics.items():
-                client.log_metric(run_id, f"summary/{key}_mean", values[seed])
-            client.log_metric(run_id, "global_acc", metrics["global_acc"][seed], step=1)
-            client.log_metric(run_id, "bytes_up", 10.0, step=1)
-            client.log_metric(run_id, "bytes_down", 10.0, step=1)
+            summary = summary_metrics({key: {"mean": values[seed]} for key, values in metrics.items()})
+            logged = {"global_acc": metrics["global_acc"][seed], "bytes_up": 10.0, "bytes_down": 10.0}
+            client.log_batch(run_id, [Metric(k, v, 0, 1) for k, v in {**summary, **logged}.items()])
             client.set_terminated(run_id)
 
 
