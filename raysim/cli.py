@@ -225,12 +225,14 @@ def compare(methods, seeds, tune_budget, max_concurrent, preset, overrides, **fl
     from raysim.sweep import compare as comparing  # imports torch, Ray and Tune: only when a comparison starts
 
     found = comparing.plan(tuple(methods), seeds, tune_budget, max_concurrent, preset, flag_layers(overrides, flags))
-    click.echo(
-        f"comparison {found.name}: {len(found.methods)} methods x {len(found.seeds)} seeds, {found.max_concurrent} "
-        f"run(s) at once, {found.tuning()}; MLflow experiment {found.name!r}; to resume, run the same command",
-        err=True,
-    )
-    table, paths = comparing.execute(found)
+    with comparing.sole_runner(found):
+        click.echo(
+            f"comparison {found.name}: {len(found.methods)} methods x {len(found.seeds)} seeds, "
+            f"{found.max_concurrent} run(s) at once, {found.tuning()}; MLflow experiment {found.name!r}; to resume, "
+            f"run the same command",
+            err=True,
+        )
+        table, paths = comparing.execute(found)
     click.echo(table)
     click.echo(f"wrote {', '.join(str(p) for p in paths)}")
 

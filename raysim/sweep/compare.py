@@ -13,16 +13,21 @@ runs all rounds, on the first seed only, at the comparison's own setting (its pr
 Every (method, seed) cell is a whole ``raysim run``, an MLflow run in the comparison's experiment nested under the
 comparison's own run, which ends with the report (:mod:`raysim.tracking.comparison`) as artifacts. The cells run
 as Ray Tune trials, as many at once as the cluster hosts. Running the same command again resumes: finished cells
-(same method, seed and config hash) and finished tunings are kept, the rest run again from their start.
+(same method, seed and config hash) and finished tunings are kept, the rest run again from their start. One process
+at a time runs a comparison (a lock in its folder).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import io
 import json
+import os
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,6 +54,7 @@ from raysim.tracking.mlflow import COMPARE, KIND, Tracker, check_store
 
 HASH = "raysim.config_hash"
 TUNED_FILE = "tuned.json"
+LOCK_FILE = "running.lock"
 
 
 def arm(label: str) -> tuple[str, dict[str, dict[str, Any]]]:
@@ -295,9 +301,32 @@ def open_run(comparison: Comparison) -> Tracker:
     return tracker
 
 
+@contextmanager
+def sole_runner(comparison: Comparison) -> Iterator[None]:
+    """Hold the comparison's lock (its folder's ``running.lock``) while it runs: a second process running the same
+    comparison would take the first's RUNNING cells for a killed comparison's and end them (``end_stopped_cells``).
+    The lock goes with the process, however it ends."""
+    path = Path(comparison.folder) / LOCK_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a+") as held:
+        try:
+            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            held.seek(0)
+            holder = held.read().strip() or "another process"
+            raise ConfigError(
+                f"comparison {comparison.name!r} is running in {holder} ({path}); wait for it to end, or stop it and "
+                f"run this command again to resume"
+            ) from None
+        held.truncate(0)
+        held.write(f"process {os.getpid()}")
+        held.flush()
+        yield
+
+
 def execute(comparison: Comparison) -> tuple[str, list[Path]]:
-    """Tune (if asked), run the missing cells, and write the report; the comparison's run ends FINISHED with the
-    report, FAILED, or KILLED after Ctrl-C."""
+    """Tune (if asked), run the missing cells, and write the report (inside :func:`sole_runner`); the comparison's
+    run ends FINISHED with the report, FAILED, or KILLED after Ctrl-C."""
     tuned = tuned_values(comparison)
     tracker = open_run(comparison)
     end_stopped_cells(comparison, tracker.run_id)  # a killed comparison's cells: RUNNING in MLflow beside their reruns

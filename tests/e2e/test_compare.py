@@ -1,11 +1,13 @@
 """``raysim compare`` end to end on the real Ray Tune and MLflow: 2 methods x 2 seeds on the quick preset, one run
 per cell nested under the comparison's own run, the report's intervals recomputed from the cells' logged figures,
-the same partition for every method of a seed, a second run of the command that resumes (runs nothing), ``raysim
-report`` on the comparison, a tuning budget spent alike on every method, and bad input stopped before any run."""
+the same partition for every method of a seed, a second run of the command that resumes (runs nothing), a second
+process refused while one runs, ``raysim report`` on the comparison, a tuning budget spent alike on every method,
+and bad input stopped before any run."""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +17,7 @@ from mlflow.tracking import MlflowClient
 from scipy import stats
 
 from raysim.cli import main
+from raysim.sweep.compare import Comparison, sole_runner
 
 VARIANT = "fedvpt:prompt_length=2"
 # VARIANT named first: the paired rows are fedavg - VARIANT, whatever the alphabet says
@@ -101,10 +104,20 @@ def test_compare_runs_every_cell_reports_intervals_and_resumes(ray_session, tmp_
 
     assert computed(rerun) == computed(failed) and "summary/global_acc_mean" in computed(rerun)  # seed for seed
     assert client.get_run(stale).info.status == "KILLED"
+    cells_after = _cells(client)[1]
     assert client.get_run(stale).info.end_time <= rerun.info.start_time  # ended before the rerun, not after it
     shown = CliRunner().invoke(main, ["report", NAME, "--tracking-uri", tracking_uri, "--out", str(tmp_path / "r")])
     assert shown.exit_code == 0 and _row(shown.stdout, VARIANT) == _row(report, VARIANT)
     assert (tmp_path / "r" / "report.md").read_text() == report  # the same pairing as the command's own report
+
+    # while one process runs the comparison, a second stops before it touches a cell; once the first is gone, it runs
+    running = Comparison(NAME, (), (), None, [], {}, 0, str(tmp_path / "compare" / NAME))
+    with sole_runner(running):
+        second = CliRunner().invoke(main, [*COMMAND, "--tracking-uri", tracking_uri])
+    assert second.exit_code == 2 and len(second.stderr.strip().splitlines()) == 1, second.stderr
+    assert f"comparison {NAME!r} is running in process {os.getpid()}" in second.stderr
+    assert {r.info.run_id for r in _cells(client)[1]} == {r.info.run_id for r in cells_after}
+    assert CliRunner().invoke(main, [*COMMAND, "--tracking-uri", tracking_uri]).exit_code == 0
 
 
 def test_a_tuning_budget_tunes_every_method_alike_and_runs_its_best_values(ray_session, tracking_uri):
