@@ -244,7 +244,7 @@ def report_best(found, best) -> None:
     shown = {k: round(v, 6) if isinstance(v, float) else v for k, v in best["params"].items()}
     click.echo(
         f"best trial: {trial_name(best['metrics']['trial_id'])}, {found.metric} {best['metrics'][found.metric]:.4f} "
-        f"with {shown} "
+        f"(last-10 mean {best['score']:.4f}, which ranks) with {shown} "
         f"(MLflow run {best['run_id']}; {best['errors']} trial(s) failed)"
     )
     click.echo(f"reproduce it: {best['command']}")

@@ -117,7 +117,7 @@ class Comparison:
             return "presets (no tuning)"
         return (
             f"{self.tune_budget} raysim tune trials per method (its tune_spaces/ space, FIFO, this setting) on seed "
-            f"{self.seeds[0]}, ranked by final global_acc; the best values run on every seed"
+            f"{self.seeds[0]}, ranked by global_acc's last-10 mean; the best values run on every seed"
         )
 
 

@@ -78,7 +78,7 @@ class Sweep:
         trials = f"{self.num_samples} trial" + ("s" if self.num_samples != 1 else "")
         return (
             f"{trials} sampling {sampled} ({Path(self.space.source).name}), ranked by {self.mode} {self.metric}"
-            f" ({self.scheduler}); each trial {provenance.describe(base, base)}"
+            f" (last-10 mean; {self.scheduler}); each trial {provenance.describe(base, base)}"
         )
 
 
@@ -240,7 +240,8 @@ def end_parent(sweep: Sweep, status: str, folder: Path, best: dict[str, Any] | N
         for path in paths:
             parent.log_artifact(path)
         parent.client.set_tag(sweep.parent_run_id, "raysim.best_run_id", best["run_id"])
-        parent.log_metrics({f"summary/best_{sweep.metric}": best["metrics"][sweep.metric]}, step=0)
+        final, mean = best["metrics"][sweep.metric], best["score"]
+        parent.log_metrics({f"summary/best_{sweep.metric}": final, f"summary/best_{sweep.metric}_mean": mean}, step=0)
     parent.end(status)
 
 
@@ -311,28 +312,46 @@ def finish(sweep: Sweep, results, folder: Path) -> dict[str, Any]:
             client.set_tag(run_id, "raysim.tune", "stopped early by the scheduler")
             client.set_terminated(run_id, status="KILLED")
     errors = [r for r in results if r.error]
-    done = [r for r in results if r.metrics and sweep.metric in r.metrics and r.metrics.get("round") == rounds]
-    done.sort(key=lambda r: r.metrics["trial_id"])  # ties go to the first trial, however Tune orders its results
-    if not done:  # the printed command runs every round, so only trials that ran them all can be reproduced
+    best = best_trial(results, sweep.metric, sweep.mode, rounds)
+    if best is None:  # the printed command runs every round, so only trials that ran them all can be reproduced
         reason = f" ({type(errors[0].error).__name__}: {str(errors[0].error).splitlines()[0][:200]})" if errors else ""
         raise SweepError(f"no trial of sweep {sweep.name} reported {sweep.metric} after all {rounds} rounds{reason}")
-    best = (max if sweep.mode == "max" else min)(done, key=lambda r: r.metrics[sweep.metric])
     params = dict(best.config)
     config = sweep.trial_config(params).to_dict()
     preset = {k: v for k, v in config.items() if k not in ("method", *NOT_COMPUTED)}
     path = folder / BEST_FILE
+    score = last_ten_mean(best, sweep.metric)
     path.write_text(
-        f"# best trial of sweep {sweep.name}: {sweep.metric} {best.metrics[sweep.metric]:.4f} "
-        f"({sweep.mode}) at round {best.metrics['round']}\n" + yaml.safe_dump(preset, sort_keys=False)
+        f"# best trial of sweep {sweep.name}: {sweep.metric} last-10 mean {score:.4f} ({sweep.mode}), final "
+        f"{best.metrics[sweep.metric]:.4f} at round {best.metrics['round']}\n" + yaml.safe_dump(preset, sort_keys=False)
     )
     return {
         "params": params,
         "metrics": best.metrics,
+        "score": score,
         "run_id": best.metrics["run_id"],
         "preset": str(path),
         "command": f"raysim run {sweep.method} --preset {path}",
         "errors": len(errors),
     }
+
+
+def best_trial(results, metric: str, mode: str, rounds: int):
+    """The trial that ran all ``rounds`` with the best :func:`last_ten_mean` of ``metric`` (ties: the first trial);
+    None if no trial ran them all."""
+    done = [r for r in results if r.metrics and metric in r.metrics and r.metrics.get("round") == rounds]
+    done.sort(key=lambda r: r.metrics["trial_id"])  # ties go to the first trial, however Tune orders its results
+    if not done:
+        return None
+    return (max if mode == "max" else min)(done, key=lambda r: last_ten_mean(r, metric))
+
+
+def last_ten_mean(result, metric: str) -> float:
+    """A trial's ``metric`` averaged over its last 10 evaluated rounds: the papers' protocol and what a run's and a
+    comparison's reports lead with (the final round alone swings by points between evaluations). A round reported
+    twice (a trial resumed from an earlier checkpoint) counts once, as last reported."""
+    frame = result.metrics_dataframe.dropna(subset=[metric]).drop_duplicates("round", keep="last")
+    return float(frame.sort_values("round")[metric].tail(10).mean())
 
 
 def plan(

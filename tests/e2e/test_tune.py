@@ -33,7 +33,10 @@ def test_sweep_nests_each_trial_under_its_run_and_its_best_command_reproduces_it
         main, ["tune", "fedvpt", "--space", space, "--num-samples", "2", "--name", "s1", "--tracking-uri", uri, *SMALL]
     )
     assert result.exit_code == 0, result.output + result.stderr
-    best = re.search(r"best trial: (trial \d), global_acc (\S+) with .* \(MLflow run (\w+);", result.stdout)
+    best = re.search(
+        r"best trial: (trial \d), global_acc (\S+) \(last-10 mean (\S+), which ranks\) with .* \(MLflow run (\w+);",
+        result.stdout,
+    )
     command = re.search(r"reproduce it: raysim run fedvpt --preset (\S+)", result.stdout)
     assert best and command, result.stdout
     # the trials one line each as they start and end; none of Tune's tables, checkpoint lines or warnings
@@ -55,32 +58,36 @@ def test_sweep_nests_each_trial_under_its_run_and_its_best_command_reproduces_it
         assert (
             run.inputs.dataset_inputs and run.data.tags["mlflow.source.name"] == parent.data.tags["mlflow.source.name"]
         )
-    assert client.get_run(best[3]).info.status == "FINISHED"
+    assert client.get_run(best[4]).info.status == "FINISHED"
     # the sweep's own run: its description, its space, the best trial and the report of its trials
     assert parent.info.run_name == "s1" and parent.info.status == "FINISHED"
     assert parent.data.tags["mlflow.note.content"].startswith(
         "raysim tune fedvpt: 2 trials sampling fedvpt.prompt_length choice [1, 2], train.lr loguniform [0.001, 0.01]"
     )
-    assert parent.data.tags["raysim.best_run_id"] == best[3] and parent.data.tags["mlflow.source.name"]
+    assert parent.data.tags["raysim.best_run_id"] == best[4] and parent.data.tags["mlflow.source.name"]
     assert parent.data.params["space.train.lr"] == "loguniform [0.001, 0.01]" and parent.inputs.dataset_inputs
     assert parent.data.metrics["summary/best_global_acc"] == pytest.approx(float(best[2]), abs=5e-5)
+    # ranked by the last-10 mean, as the trial's run computed it (its summary) and as no finished trial beats
+    ranked = {r.info.run_id: r.data.metrics["summary/global_acc_mean"] for r in trials if r.info.status == "FINISHED"}
+    assert ranked[best[4]] == pytest.approx(float(best[3]), abs=5e-5) == max(ranked.values())
+    assert parent.data.metrics["summary/best_global_acc_mean"] == pytest.approx(float(best[3]), abs=5e-5)
     assert {a.path for a in client.list_artifacts(parent.info.run_id)} == {
         "report.md",
         "accuracy_curves.png",
         "global_vs_worst.png",
     }
     report = Path(client.download_artifacts(parent.info.run_id, "report.md", str(tmp_path))).read_text()
-    assert client.get_run(best[3]).info.run_name in report
+    assert client.get_run(best[4]).info.run_name in report
 
     again = CliRunner().invoke(main, ["run", "fedvpt", "--preset", command[1], "--tracking-uri", uri, "--no-progress"])
     assert again.exit_code == 0, again.stderr
     (rerun,) = client.search_runs([client.get_experiment_by_name("raysim").experiment_id])
     assert rerun.data.metrics["global_acc"] == pytest.approx(float(best[2]), abs=5e-5)
-    assert rerun.info.run_name == client.get_run(best[3]).info.run_name  # the same config, the same name
+    assert rerun.info.run_name == client.get_run(best[4]).info.run_name  # the same config, the same name
 
     restored = CliRunner().invoke(main, ["tune", "--resume", str(tmp_path / "tune" / "s1")])
     assert restored.exit_code == 0, restored.stderr
-    assert f"MLflow run {best[3]}" in restored.stdout  # a finished sweep restores with the same best trial
+    assert f"MLflow run {best[4]}" in restored.stdout  # a finished sweep restores with the same best trial
 
 
 BAD = [
