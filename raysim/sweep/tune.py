@@ -33,7 +33,7 @@ from raysim.core.registry import get_method
 from raysim.engine.driver import run
 from raysim.engine.ray_session import connect_ray
 from raysim.engine.setup import prepare_shards, resolved
-from raysim.ops.metrics import reported_metrics
+from raysim.ops.metrics import SUMMARY_WINDOW, reported_metrics
 from raysim.sweep.space import SearchSpace, as_layer, default_space_file, load_space
 from raysim.sweep.trial_progress import RoundsToTune, SweepProgress
 from raysim.sweep.tune_console import tune_silent
@@ -347,11 +347,12 @@ def best_trial(results, metric: str, mode: str, rounds: int):
 
 
 def last_ten_mean(result, metric: str) -> float:
-    """A trial's ``metric`` averaged over its last 10 evaluated rounds: the papers' protocol and what a run's and a
-    comparison's reports lead with (the final round alone swings by points between evaluations). A round reported
-    twice (a trial resumed from an earlier checkpoint) counts once, as last reported."""
+    """A trial's ``metric`` averaged over its last 10 evaluated rounds (``SUMMARY_WINDOW``, the window of a run's own
+    summary): the papers' protocol and what a run's and a comparison's reports lead with (the final round alone swings
+    by points between evaluations). A round reported twice (a trial resumed from an earlier checkpoint) counts once,
+    as last reported."""
     frame = result.metrics_dataframe.dropna(subset=[metric]).drop_duplicates("round", keep="last")
-    return float(frame.sort_values("round")[metric].tail(10).mean())
+    return float(frame.sort_values("round")[metric].tail(SUMMARY_WINDOW).mean())
 
 
 def plan(
