@@ -100,6 +100,7 @@ def test_killed_split_server_is_recovered_from_the_last_checkpoint(ray_session, 
         layers = [
             BASE,
             {
+                "federation": {"rounds": 3},  # killed in round 3, which reruns from round 2's checkpoint
                 "resources": {"backend": backend},
                 "checkpoint": {"dir": str(tmp_path / backend), **checkpoint},
                 "tracking": {"tracking_uri": tracking_uri},

@@ -253,7 +253,8 @@ def _materialise(arg: str, tmp_path) -> str:
 
 
 @pytest.mark.parametrize("args, fragment", BAD_INPUTS, ids=[" ".join(a) for a, _ in BAD_INPUTS])
-def test_bad_input_is_one_line_exit_2_and_leaves_no_run(ray_session, tmp_path, tracking_uri, args, fragment):
+def test_bad_input_is_one_line_exit_2_and_leaves_no_run(ray_session, tmp_path, args, fragment):
+    tracking_uri = f"sqlite:///{tmp_path / 'mlflow.db'}"  # no store yet: the command must not create one
     args = [_mismatched_weights(tmp_path) if a == "MISMATCHED" else _materialise(a, tmp_path) for a in args]
     fragment = fragment.replace("FILE:bad.yaml", str(tmp_path / "bad.yaml"))
     if "--tracking-uri" not in args:

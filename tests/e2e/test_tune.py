@@ -27,8 +27,10 @@ def space(tmp_path):
     return str(path)
 
 
-def test_sweep_nests_each_trial_under_its_run_and_its_best_command_reproduces_it(ray_session, tmp_path, space, capfd):
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+def test_sweep_nests_each_trial_under_its_run_and_its_best_command_reproduces_it(
+    ray_session, tmp_path, tracking_uri, space, capfd
+):
+    uri = tracking_uri
     result = CliRunner().invoke(
         main, ["tune", "fedvpt", "--space", space, "--num-samples", "2", "--name", "s1", "--tracking-uri", uri, *SMALL]
     )

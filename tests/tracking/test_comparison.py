@@ -57,8 +57,8 @@ def _log_cells(uri: str, experiment: str, figures: dict[str, dict[str, list[floa
             client.set_terminated(run_id)
 
 
-def test_the_report_pairs_the_fairness_metrics_where_clients_have_types(tmp_path):
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+def test_the_report_pairs_the_fairness_metrics_where_clients_have_types(tmp_path, tracking_uri):
+    uri = tracking_uri
     base = {"global_acc": [50.0, 60.0, 70.0], "local_acc": [50.0, 60.0, 70.0], "worst_local_acc": [0.0, 0.0, 0.0]}
     _log_cells(
         uri,
@@ -79,8 +79,8 @@ def test_the_report_pairs_the_fairness_metrics_where_clients_have_types(tmp_path
     assert row[1] == "0.00 ± 0.00 (0/3 seeds agree)"  # equal accuracies: no seed on either side
 
 
-def test_the_report_pairs_sigma_type_only_where_clients_have_types(tmp_path):
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+def test_the_report_pairs_sigma_type_only_where_clients_have_types(tmp_path, tracking_uri):
+    uri = tracking_uri
     figures = {"global_acc": [1.0, 2.0, 3.0], "local_acc": [1.0, 2.0, 3.0], "worst_local_acc": [0.0, 1.0, 2.0]}
     figures["sigma_client"] = [4.0, 4.0, 4.0]  # every run logs it; sigma_type only with client types
     _log_cells(uri, "untyped", {"a": figures, "b": {k: [v + 1 for v in vs] for k, vs in figures.items()}})

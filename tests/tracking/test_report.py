@@ -23,8 +23,7 @@ def _summary(final, mean, worst, old: bool) -> list[Metric]:
     return [Metric(name, value, 0, 10) for name, value in names.items()]
 
 
-def _store(tmp_path):
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+def _store(tmp_path, uri):
     client = MlflowClient(uri)
     experiment = client.create_experiment("cmp", artifact_location=(tmp_path / "a").as_uri())
     runs = {("fedvpt", 0): (40.0, 30.0, 10.0), ("fedvpt", 1): (50.0, 36.0, 20.0), ("sgpt", 0): (60.0, 55.0, 25.0)}
@@ -46,8 +45,8 @@ def _rows(text: str) -> dict[str, list[str]]:
     }
 
 
-def test_report_averages_each_method_and_draws_the_figures(tmp_path):
-    uri = _store(tmp_path)
+def test_report_averages_each_method_and_draws_the_figures(tmp_path, tracking_uri):
+    uri = _store(tmp_path, tracking_uri)
     result = CliRunner().invoke(main, ["report", "cmp", "--tracking-uri", uri, "--out", str(tmp_path / "out")])
     assert result.exit_code == 0, result.stderr
     # fedvpt's seed-1 run has the old names: both runs count
@@ -60,8 +59,8 @@ def test_report_averages_each_method_and_draws_the_figures(tmp_path):
     assert "| fedvpt-s1 | fedvpt | 50.00 | 36.00 | 20.00 |" in (tmp_path / "out" / "report.md").read_text()
 
 
-def test_a_sweeps_report_covers_its_trials_and_no_report_counts_its_own_run(tmp_path):
-    uri = _store(tmp_path)
+def test_a_sweeps_report_covers_its_trials_and_no_report_counts_its_own_run(tmp_path, tracking_uri):
+    uri = _store(tmp_path, tracking_uri)
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name("cmp").experiment_id
     parent = client.create_run(experiment, run_name="sweep", tags={KIND: SWEEP, "method": "fedvpt"}).info.run_id
@@ -93,8 +92,8 @@ def test_labels_keep_what_tells_runs_apart():
     assert short_labels(["a-b", "a-b"]) == {"a-b": "a-b"} and short_labels(["x"]) == {"x": "x"}
 
 
-def test_report_errors_are_one_line(tmp_path):
-    uri = _store(tmp_path)
+def test_report_errors_are_one_line(tmp_path, tracking_uri):
+    uri = _store(tmp_path, tracking_uri)
     missing = CliRunner().invoke(main, ["report", "nope", "--tracking-uri", uri])
     assert missing.exit_code == 2 and "no experiment 'nope'" in missing.stderr and "cmp" in missing.stderr
     no_store = CliRunner().invoke(main, ["report", "cmp", "--tracking-uri", f"sqlite:///{tmp_path}/x/m.db"])

@@ -34,9 +34,8 @@ def losing_the_race(slow: Tracker, table: str, faster_run_adds_it, slow_run_adds
 
 
 @pytest.fixture
-def two_runs(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    return Tracker(uri), Tracker(uri)
+def two_runs(tracking_uri):
+    return Tracker(tracking_uri), Tracker(tracking_uri)
 
 
 def test_a_run_that_loses_the_race_to_add_its_data_set_links_to_the_winner_s(two_runs):
