@@ -18,6 +18,7 @@ from raysim.core.registry import FAMILIES, METHODS
 from raysim.data.partition import PARTITIONERS
 from raysim.data.sources import SOURCES
 from raysim.models.pretrain_recipe import PretrainRecipe
+from raysim.sweep.sole_runner import sole_runner
 
 RUN_ONLY = ("run_name",)  # flags that name one run; a sweep names its trials itself
 
@@ -183,24 +184,27 @@ def tune(method, space, num_samples, max_concurrent, metric, mode, scheduler, na
         if method or given or overrides:
             raise ConfigError(f"--resume finishes the sweep as it was planned; drop {(given or ['METHOD'])[0]}")
         found, folder = sweeping.load_sweep(resume)
-        sweeping.check_store_and_ray(found)
-        click.echo(f"resuming sweep {found.name} in {folder}", err=True)
-        report_best(found, sweeping.execute(found, folder, str(folder)))
+        with sole_runner(folder, f"sweep {found.name!r}", f"resume it with: raysim tune --resume {folder}"):
+            sweeping.check_store_and_ray(found)
+            click.echo(f"resuming sweep {found.name} in {folder}", err=True)
+            report_best(found, sweeping.execute(found, folder, str(folder)))
         return
     if method is None:
         raise click.UsageError("Missing argument 'METHOD' (raysim ls methods), or --resume SWEEP_DIR")
     found = sweeping.plan(
         method, space, num_samples, max_concurrent, metric, mode, scheduler, name, preset, flag_layers(overrides, flags)
     )
-    found = sweeping.open_parent(found)
-    folder = sweeping.save_sweep(found)
-    experiment = found.trial_config({}).tracking.experiment
-    click.echo(
-        f"sweep {found.name}: {found.num_samples} trials, {found.max_concurrent} at once, MLflow experiment "
-        f"{experiment!r} (run {found.parent_run_id}); resume with: raysim tune --resume {folder}",
-        err=True,
-    )
-    report_best(found, sweeping.execute(found, folder))
+    folder = sweeping.sweep_folder(found)
+    with sole_runner(folder, f"sweep {found.name!r}", f"resume it with: raysim tune --resume {folder}"):
+        found = sweeping.open_parent(found)
+        sweeping.save_sweep(found)
+        experiment = found.trial_config({}).tracking.experiment
+        click.echo(
+            f"sweep {found.name}: {found.num_samples} trials, {found.max_concurrent} at once, MLflow experiment "
+            f"{experiment!r} (run {found.parent_run_id}); resume with: raysim tune --resume {folder}",
+            err=True,
+        )
+        report_best(found, sweeping.execute(found, folder))
 
 
 @main.command(context_settings={"max_content_width": 100})
@@ -225,7 +229,8 @@ def compare(methods, seeds, tune_budget, max_concurrent, preset, overrides, **fl
     from raysim.sweep import compare as comparing  # imports torch, Ray and Tune: only when a comparison starts
 
     found = comparing.plan(tuple(methods), seeds, tune_budget, max_concurrent, preset, flag_layers(overrides, flags))
-    with comparing.sole_runner(found):
+    what = f"comparison {found.name!r}"
+    with sole_runner(found.folder, what, "run this command again to resume"):
         click.echo(
             f"comparison {found.name}: {len(found.methods)} methods x {len(found.seeds)} seeds, "
             f"{found.max_concurrent} run(s) at once, {found.tuning()}; MLflow experiment {found.name!r}; to resume, "

@@ -20,14 +20,10 @@ at a time runs a comparison (a lock in its folder).
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import io
 import json
-import os
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,7 +50,6 @@ from raysim.tracking.mlflow import COMPARE, KIND, Tracker, check_store
 
 HASH = "raysim.config_hash"
 TUNED_FILE = "tuned.json"
-LOCK_FILE = "running.lock"
 
 
 def arm(label: str) -> tuple[str, dict[str, dict[str, Any]]]:
@@ -301,32 +296,9 @@ def open_run(comparison: Comparison) -> Tracker:
     return tracker
 
 
-@contextmanager
-def sole_runner(comparison: Comparison) -> Iterator[None]:
-    """Hold the comparison's lock (its folder's ``running.lock``) while it runs: a second process running the same
-    comparison would take the first's RUNNING cells for a killed comparison's and end them (``end_stopped_cells``).
-    The lock goes with the process, however it ends."""
-    path = Path(comparison.folder) / LOCK_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a+") as held:
-        try:
-            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            held.seek(0)
-            holder = held.read().strip() or "another process"
-            raise ConfigError(
-                f"comparison {comparison.name!r} is running in {holder} ({path}); wait for it to end, or stop it and "
-                f"run this command again to resume"
-            ) from None
-        held.truncate(0)
-        held.write(f"process {os.getpid()}")
-        held.flush()
-        yield
-
-
 def execute(comparison: Comparison) -> tuple[str, list[Path]]:
-    """Tune (if asked), run the missing cells, and write the report (inside :func:`sole_runner`); the comparison's
-    run ends FINISHED with the report, FAILED, or KILLED after Ctrl-C."""
+    """Tune (if asked), run the missing cells, and write the report (inside ``sole_runner``, which the CLI holds);
+    the comparison's run ends FINISHED with the report, FAILED, or KILLED after Ctrl-C."""
     tuned = tuned_values(comparison)
     tracker = open_run(comparison)
     end_stopped_cells(comparison, tracker.run_id)  # a killed comparison's cells: RUNNING in MLflow beside their reruns

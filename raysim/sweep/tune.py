@@ -260,9 +260,14 @@ def execute(sweep: Sweep, folder: Path, resume_path: str | None = None) -> dict[
         end_parent(sweep, status, folder, best)
 
 
+def sweep_folder(sweep: Sweep) -> Path:
+    """``<storage>/<name>``: Tune's experiment folder, which also holds ``sweep.json`` and the lock."""
+    return Path(sweep.storage) / sweep.name
+
+
 def save_sweep(sweep: Sweep) -> Path:
     """``sweep.json`` in the sweep's folder: what ``raysim tune --resume`` needs to rebuild the trainable."""
-    folder = Path(sweep.storage) / sweep.name
+    folder = sweep_folder(sweep)
     folder.mkdir(parents=True, exist_ok=True)
     record = {
         k: getattr(sweep, k)
@@ -385,6 +390,12 @@ def plan(
     probe = build_config(method, [*before, as_layer(space.fixed), *flag_layers])
     name = name or f"{method}-{time.strftime('%Y%m%d-%H%M%S')}"
     check_store(probe.tracking.resolved_uri)
+    storage = beside_store(probe.tracking.resolved_uri) / "tune"
+    if (storage / name / SWEEP_FILE).exists():
+        raise ConfigError(
+            f"sweep {name!r} exists ({storage / name}); resume it with: raysim tune --resume {storage / name}, or "
+            f"give this one another --name"
+        )
     connect_ray(probe.resources)
     experiment = probe.tracking.experiment if flag_set(flag_layers, "experiment") else name
     sweep = Sweep(
@@ -398,7 +409,7 @@ def plan(
         num_samples,
         1,
         scheduler,
-        str(beside_store(probe.tracking.resolved_uri) / "tune"),
+        str(storage),
         command=provenance.command_line(),
     )
     return dataclasses.replace(sweep, max_concurrent=plan_concurrency(sweep.trial_config({}), max_concurrent))

@@ -17,7 +17,7 @@ from mlflow.tracking import MlflowClient
 from scipy import stats
 
 from raysim.cli import main
-from raysim.sweep.compare import Comparison, sole_runner
+from raysim.sweep.sole_runner import sole_runner
 
 VARIANT = "fedvpt:prompt_length=2"
 # VARIANT named first: the paired rows are fedavg - VARIANT, whatever the alphabet says
@@ -111,8 +111,7 @@ def test_compare_runs_every_cell_reports_intervals_and_resumes(ray_session, tmp_
     assert (tmp_path / "r" / "report.md").read_text() == report  # the same pairing as the command's own report
 
     # while one process runs the comparison, a second stops before it touches a cell; once the first is gone, it runs
-    running = Comparison(NAME, (), (), None, [], {}, 0, str(tmp_path / "compare" / NAME))
-    with sole_runner(running):
+    with sole_runner(tmp_path / "compare" / NAME, "the first", "resume it"):
         second = CliRunner().invoke(main, [*COMMAND, "--tracking-uri", tracking_uri])
     assert second.exit_code == 2 and len(second.stderr.strip().splitlines()) == 1, second.stderr
     assert f"comparison {NAME!r} is running in process {os.getpid()}" in second.stderr

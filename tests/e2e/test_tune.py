@@ -1,9 +1,10 @@
 """``raysim tune`` end to end on the real Ray Tune: trials are MLflow runs nested under the sweep's own run (which
 holds the report of its trials), the printed command reproduces the best trial's metrics and name, a finished
-sweep restores, and bad input stops before any trial."""
+sweep restores, a sweep's name and folder serve one sweep at a time, and bad input stops before any trial."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from click.testing import CliRunner
 from mlflow.tracking import MlflowClient
 
 from raysim.cli import main
+from raysim.sweep.sole_runner import sole_runner
 
 SPACE = (
     "fixed: {federation.rounds: 3}\nspace:\n  fedvpt.prompt_length: {choice: [1, 2]}\n"
@@ -90,6 +92,19 @@ def test_sweep_nests_each_trial_under_its_run_and_its_best_command_reproduces_it
     restored = CliRunner().invoke(main, ["tune", "--resume", str(tmp_path / "tune" / "s1")])
     assert restored.exit_code == 0, restored.stderr
     assert f"MLflow run {best[4]}" in restored.stdout  # a finished sweep restores with the same best trial
+
+    # a second sweep of the same name would write into the first's Tune folder: it stops before it opens a run
+    taken = CliRunner().invoke(
+        main, ["tune", "fedvpt", "--space", space, "--num-samples", "2", "--name", "s1", "--tracking-uri", uri, *SMALL]
+    )
+    assert taken.exit_code == 2 and len(taken.stderr.strip().splitlines()) == 1, taken.stderr
+    assert f"sweep 's1' exists ({tmp_path / 'tune' / 's1'}); resume it with: raysim tune --resume" in taken.stderr
+    # and while one process runs (or resumes) the sweep, a second resume stops at once
+    with sole_runner(tmp_path / "tune" / "s1", "the first", "resume it"):
+        second = CliRunner().invoke(main, ["tune", "--resume", str(tmp_path / "tune" / "s1")])
+    assert second.exit_code == 2 and len(second.stderr.strip().splitlines()) == 1, second.stderr
+    assert f"sweep 's1' is running in process {os.getpid()}" in second.stderr
+    assert len(client.search_runs([client.get_experiment_by_name("s1").experiment_id])) == len(runs)
 
 
 BAD = [
