@@ -142,16 +142,18 @@ def run(method, resume, preset, overrides, progress, **flags):
     the run, and the final table reports the last 10 evaluated rounds (the papers' protocol). A checkpoint is
     written after every round; the first Ctrl-C finishes the round and prints the --resume command.
     """
-    from raysim.engine.driver import run as run_simulation  # imports torch and Ray: only when a run starts
-    from raysim.tracking import resume as resuming
-
     if method is None and resume is None:
         raise click.UsageError("Missing argument 'METHOD' (raysim ls methods), or --resume RUN_ID_OR_DIR")
     if resume is not None and preset:
         raise ConfigError("--preset cannot change a resumed run (it continues its saved config); drop --preset")
     layers = ([preset_for_method(load_preset(preset), method)] if preset else []) + flag_layers(overrides, flags)
-    if resume is None:
-        run_simulation(build_config(method, layers), show_progress=progress)
+    config = build_config(method, layers) if resume is None else None  # a typo stops here, before Ray is imported
+
+    from raysim.engine.driver import run as run_simulation  # imports Ray and MLflow: only when a run starts
+    from raysim.tracking import resume as resuming
+
+    if config is not None:
+        run_simulation(config, show_progress=progress)
         return
     found = resuming.find(resume, flags["tracking_uri"])  # the store only helps find the run; it cannot change
     layers = [{section: values for section, values in layer.items() if section != "tracking"} for layer in layers]
