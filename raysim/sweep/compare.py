@@ -35,7 +35,7 @@ from ray import tune
 from rich.console import Console
 
 from raysim.config import Config, beside_store, build_config, load_preset, parse_override, preset_for_method, yaml12
-from raysim.core.errors import ConfigError, SweepError
+from raysim.core.errors import ConfigError, RunInterrupted, SweepError
 from raysim.core.registry import get_method
 from raysim.engine.driver import run
 from raysim.engine.ray_session import connect_ray
@@ -46,7 +46,7 @@ from raysim.sweep.trial_progress import CellProgress, RoundsToTune
 from raysim.sweep.tune_console import tune_silent
 from raysim.tracking import provenance
 from raysim.tracking.comparison import CELL, NAME, TUNED, TUNING, VARIANT, cell_label, write_comparison
-from raysim.tracking.mlflow import COMPARE, KIND, Tracker, check_store
+from raysim.tracking.mlflow import COMPARE, KIND, Tracker, check_store, end_running
 
 HASH = "raysim.config_hash"
 TUNED_FILE = "tuned.json"
@@ -192,7 +192,13 @@ def tuned_values(comparison: Comparison) -> dict[str, dict[str, Any]]:
         sweep = sweeping.plan(method, space, budget, None, "global_acc", "max", "fifo", name, None, layers)
         sweep = sweeping.open_parent(sweep)
         print(f"tuning {label}: {sweep.plan_line()}", file=sys.stderr, flush=True)
-        best = sweeping.execute(sweep, sweeping.save_sweep(sweep))
+        try:
+            best = sweeping.execute(sweep, sweeping.save_sweep(sweep))
+        except RunInterrupted:  # not the sweep's own resume command: the comparison's tunes this method anew
+            raise RunInterrupted(
+                f"stopped comparison {comparison.name} while tuning {label}; run the same command to resume (the "
+                f"methods tuned so far keep their values; {label}'s tuning starts again)"
+            ) from None
         done[label] = best["params"]
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(done, indent=1))
@@ -321,7 +327,10 @@ def execute(comparison: Comparison) -> tuple[str, list[Path]]:
         return table, paths
     except KeyboardInterrupt:
         status = "KILLED"
-        raise
+        done, total = len(finished_cells(comparison, tuned)), len(comparison.methods) * len(comparison.seeds)
+        raise RunInterrupted(
+            f"stopped comparison {comparison.name} with {done} of {total} cells done; run the same command to resume"
+        ) from None
     finally:
         end_stopped_cells(comparison, tracker.run_id)
         tracker.end(status)
@@ -330,12 +339,7 @@ def execute(comparison: Comparison) -> tuple[str, list[Path]]:
 def end_stopped_cells(comparison: Comparison, own_run: str) -> None:
     """Mark KILLED the cells a stopped Tune left RUNNING (their trial was killed before its run could end), or a
     comparison whose process was killed (before a resumed one runs them again)."""
-    client = MlflowClient(comparison.uri)
-    experiment = client.get_experiment_by_name(comparison.name)
-    query = f"attributes.status = 'RUNNING' and tags.`{NAME}` = '{comparison.name}'"
-    for found in client.search_runs([experiment.experiment_id], filter_string=query):
-        if found.info.run_id != own_run:
-            client.set_terminated(found.info.run_id, status="KILLED")
+    end_running(comparison.uri, comparison.name, NAME, comparison.name, own_run)
 
 
 def _run_cells(comparison: Comparison, tuned: dict, todo: list[tuple[str, int]], parent: str) -> None:

@@ -28,7 +28,7 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 from rich.console import Console
 
 from raysim.config import NOT_COMPUTED, Config, beside_store, build_config, load_preset, preset_for_method
-from raysim.core.errors import ConfigError, SweepError
+from raysim.core.errors import ConfigError, RunInterrupted, SweepError
 from raysim.core.registry import get_method
 from raysim.engine.driver import run
 from raysim.engine.ray_session import connect_ray
@@ -39,10 +39,11 @@ from raysim.sweep.trial_progress import RoundsToTune, SweepProgress
 from raysim.sweep.tune_console import tune_silent
 from raysim.tracking import checkpoint as ckpt
 from raysim.tracking import provenance
-from raysim.tracking.mlflow import KIND, SWEEP, Tracker, check_store
+from raysim.tracking.mlflow import KIND, SWEEP, Tracker, check_store, end_running
 from raysim.tracking.report import write_report
 
 SCHEDULERS = ("asha", "fifo")
+SWEEP_TAG = "raysim.sweep"  # on every trial's run: the sweep it belongs to
 SWEEP_FILE, BEST_FILE = "sweep.json", "best.yaml"
 
 
@@ -138,7 +139,7 @@ def _trial(params: dict[str, Any], sweep: Sweep, shards) -> None:
     # Tune logs each checkpoint a trial saves ("Checkpoint successfully created at: ..."): a line a round
     logging.getLogger("ray.train._internal.storage").setLevel(logging.WARNING)
     config = sweep.trial_config(params)
-    tags = {"raysim.sweep": sweep.name, "raysim.trial": tune.get_context().get_trial_id()}
+    tags = {SWEEP_TAG: sweep.name, "raysim.trial": tune.get_context().get_trial_id()}
     if sweep.parent_run_id:
         tags[MLFLOW_PARENT_RUN_ID] = sweep.parent_run_id
     if sweep.command:
@@ -247,7 +248,7 @@ def end_parent(sweep: Sweep, status: str, folder: Path, best: dict[str, Any] | N
 
 def execute(sweep: Sweep, folder: Path, resume_path: str | None = None) -> dict[str, Any]:
     """Run (or restore) the sweep and :func:`finish` it; its MLflow run ends FINISHED with the report, FAILED, or
-    KILLED after Ctrl-C."""
+    KILLED after Ctrl-C (:class:`RunInterrupted`, which says how to resume)."""
     status, best = "FAILED", None
     try:
         best = finish(sweep, run_sweep(sweep, resume_path), folder)
@@ -255,7 +256,9 @@ def execute(sweep: Sweep, folder: Path, resume_path: str | None = None) -> dict[
         return best
     except KeyboardInterrupt:
         status = "KILLED"
-        raise
+        config = sweep.trial_config({})  # the trials' runs end KILLED (a resumed trial's run is RUNNING again)
+        end_running(config.tracking.resolved_uri, config.tracking.experiment, SWEEP_TAG, sweep.name)
+        raise RunInterrupted(f"stopped sweep {sweep.name}; resume with: raysim tune --resume {folder}") from None
     finally:
         end_parent(sweep, status, folder, best)
 

@@ -104,3 +104,34 @@ def test_second_ctrl_c_stops_at_once(tmp_path):
     client, run = the_run(tmp_path)
     assert run.info.status == "KILLED" and not client.get_metric_history(run.info.run_id, "global_acc")
     assert not list(tmp_path.glob("checkpoints/*/round-*"))
+
+
+def test_ctrl_c_stops_a_sweep_killed_with_its_trials_and_says_how_to_resume(tmp_path):
+    """Tune's own handler would end the fit quietly and return the trials so far as a finished sweep (a best trial
+    from half a budget); raysim's sweep stops instead: exit 130, its run and its trials' runs KILLED, no best."""
+    (tmp_path / "space.yaml").write_text(
+        "fixed: {federation.rounds: 40}\nspace:\n  fedvpt.prompt_length: {choice: [1, 2]}\n"
+    )
+    tune_args = ["tune", "fedvpt", "--space", str(tmp_path / "space.yaml"), "--num-samples", "2", "--name", "s"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "raysim.cli", *tune_args, "--scheduler", "fifo", "--preset", "quick", "--workers", "1"]
+        + ["--cpus-per-client", "0.5", "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db"],
+        cwd=tmp_path,
+        env=env,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    wait_for_round(process, 0, first="started trial 1 of 2")
+    time.sleep(3.0)  # the trial's run is open
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130, err
+    last = err.strip().splitlines()[-1]
+    assert last == f"raysim: stopped sweep s; resume with: raysim tune --resume {tmp_path}/tune/s", err
+    assert "Traceback" not in err and "Tuner.restore" not in err
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    runs = client.search_runs([client.get_experiment_by_name("s").experiment_id])
+    assert runs and {r.info.status for r in runs} == {"KILLED"}  # the sweep's own run and its trial's
+    assert not (tmp_path / "tune" / "s" / "best.yaml").exists()
