@@ -1,5 +1,6 @@
 """Ctrl-C on the real console script: the first finishes the round, writes a checkpoint, marks the MLflow run
-KILLED and prints the resume command (which then finishes the run); a second exits at once."""
+KILLED and prints the resume command (which then finishes the run); a second exits at once. A sweep or a comparison
+stops at once, its runs KILLED, and says how to resume."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from mlflow.tracking import MlflowClient
 
 from raysim.tracking import checkpoint as ckpt
@@ -17,10 +19,10 @@ from raysim.tracking import checkpoint as ckpt
 RUN = ["run", "fedvpt", "--preset", "quick", "--rounds", "40", "--set", "fedvpt.prompt_length=2"]
 
 
-def start(tmp_path, *args):
+def start(tmp_path, *args, command=RUN):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen(
-        [sys.executable, "-m", "raysim.cli", *RUN, "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db", *args],
+        [sys.executable, "-m", "raysim.cli", *command, "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db", *args],
         cwd=tmp_path,
         env=env,
         stderr=subprocess.PIPE,
@@ -106,32 +108,47 @@ def test_second_ctrl_c_stops_at_once(tmp_path):
     assert not list(tmp_path.glob("checkpoints/*/round-*"))
 
 
-def test_ctrl_c_stops_a_sweep_killed_with_its_trials_and_says_how_to_resume(tmp_path):
-    """Tune's own handler would end the fit quietly and return the trials so far as a finished sweep (a best trial
-    from half a budget); raysim's sweep stops instead: exit 130, its run and its trials' runs KILLED, no best."""
-    (tmp_path / "space.yaml").write_text(
-        "fixed: {federation.rounds: 40}\nspace:\n  fedvpt.prompt_length: {choice: [1, 2]}\n"
-    )
-    tune_args = ["tune", "fedvpt", "--space", str(tmp_path / "space.yaml"), "--num-samples", "2", "--name", "s"]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "raysim.cli", *tune_args, "--scheduler", "fifo", "--preset", "quick", "--workers", "1"]
-        + ["--cpus-per-client", "0.5", "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db"],
-        cwd=tmp_path,
-        env=env,
-        stderr=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    wait_for_round(process, 0, first="started trial 1 of 2")
-    time.sleep(3.0)  # the trial's run is open
+SPACE = "fixed: {federation.rounds: 40}\nspace:\n  fedvpt.prompt_length: {choice: [1, 2]}\n"
+SWEEP = ["tune", "fedvpt", "--space", "SPACE", "--num-samples", "2", "--name", "s", "--scheduler", "fifo"]
+COMPARISON = ["compare", "fedvpt", "fedavg", "--seeds", "1", "--rounds", "40", "--backend", "sequential"]
+QUICK_POOL = ["--preset", "quick", "--workers", "1", "--cpus-per-client", "0.5"]
+
+
+@pytest.mark.parametrize(
+    "command, experiment, stopped",
+    [
+        (SWEEP, "s", "raysim: stopped sweep s; resume with: raysim tune --resume TMP/tune/s"),
+        (
+            COMPARISON,
+            "compare-fedvpt-fedavg-quick",
+            "raysim: stopped comparison compare-fedvpt-fedavg-quick with 0 of 2 cells done; run the same command to "
+            "resume",
+        ),
+    ],
+    ids=["tune", "compare"],
+)
+def test_ctrl_c_stops_a_sweep_or_comparison_with_its_runs_killed_and_says_how_to_resume(
+    tmp_path, command, experiment, stopped
+):
+    """Tune's own handler would end the fit quietly and return the trials so far as if all had run (a sweep's best
+    of half its budget; a comparison going on to its next method). raysim stops instead: exit 130, its own run and
+    its trials' or cells' runs KILLED, no best trial, and the command that resumes it."""
+    (tmp_path / "space.yaml").write_text(SPACE)
+    command = [str(tmp_path / "space.yaml") if a == "SPACE" else a for a in command]
+    process = start(tmp_path, *QUICK_POOL, command=command)
+    wait_for_round(process, 0, first="started ")
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+
+    def runs():
+        return client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
+
+    deadline = time.monotonic() + 120
+    while len(runs()) < 2 and time.monotonic() < deadline:  # its own run and a trial's or a cell's are open
+        time.sleep(0.5)
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=120)
     assert process.returncode == 130, err
-    last = err.strip().splitlines()[-1]
-    assert last == f"raysim: stopped sweep s; resume with: raysim tune --resume {tmp_path}/tune/s", err
+    assert err.strip().splitlines()[-1] == stopped.replace("TMP", str(tmp_path)), err
     assert "Traceback" not in err and "Tuner.restore" not in err
-    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
-    runs = client.search_runs([client.get_experiment_by_name("s").experiment_id])
-    assert runs and {r.info.status for r in runs} == {"KILLED"}  # the sweep's own run and its trial's
+    assert len(runs()) >= 2 and {r.info.status for r in runs()} == {"KILLED"}
     assert not (tmp_path / "tune" / "s" / "best.yaml").exists()
