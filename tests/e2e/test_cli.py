@@ -14,9 +14,9 @@ from mlflow.tracking import MlflowClient
 from safetensors.torch import save_file
 
 from raysim.cli import main
+from raysim.testing.console import own_lines
 from raysim.tracking import provenance
 
-RAY_FORWARDED = re.compile(r"^(\x1b\[\d+m)?\((\w+ )?pid=\w+\)")  # "(Coordinator pid=12)", "(pid=gcs_server)"
 QUICK = ["--preset", "quick", "--no-progress", "--set", "fedvpt.prompt_length=2"]
 
 
@@ -262,7 +262,7 @@ def test_bad_input_is_one_line_exit_2_and_leaves_no_run(ray_session, tmp_path, a
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 2, result.output
     # Ray forwards earlier tests' actor logs asynchronously ("(Coordinator pid=...) ..."); they are not ours.
-    lines = [line for line in result.stderr.strip().splitlines() if not RAY_FORWARDED.search(line)]
+    lines = own_lines(result.stderr)
     assert len(lines) == 1 and lines[0].startswith("raysim: error: "), result.stderr
     assert fragment in lines[0]
     assert not (tmp_path / "mlflow.db").exists()  # nothing written: the store was never created
@@ -302,7 +302,7 @@ def test_real_console_script_help_ls_and_one_line_errors(tmp_path):
         assert name in listing
     bad = raysim("run", "fedvpt", "--address", "127.0.0.1:9", "--no-progress")
     assert bad.returncode == 2
-    assert bad.stderr.strip().splitlines()[-1].startswith("raysim: error: could not connect to Ray at '127.0.0.1:9'")
+    assert own_lines(bad.stderr)[-1].startswith("raysim: error: could not connect to Ray at '127.0.0.1:9'")
     assert "Traceback" not in bad.stderr
     assert not (tmp_path / "raysim-runs").exists()
 
@@ -370,7 +370,7 @@ def test_bad_resume_target_is_one_line_exit_2_and_changes_nothing(finished_run, 
     )
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 2, result.output
-    lines = [line for line in result.stderr.strip().splitlines() if not RAY_FORWARDED.search(line)]
+    lines = own_lines(result.stderr)
     assert len(lines) == 1 and lines[0].startswith("raysim: error: ") and fragment in lines[0], result.stderr
     assert before == (
         [p.name for p in run_folder.iterdir()],

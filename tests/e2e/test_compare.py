@@ -18,6 +18,7 @@ from scipy import stats
 
 from raysim.cli import main
 from raysim.sweep.sole_runner import sole_runner
+from raysim.testing.console import own_lines
 
 VARIANT = "fedvpt:prompt_length=2"
 # VARIANT named first: the paired rows are fedavg - VARIANT, whatever the alphabet says
@@ -113,7 +114,7 @@ def test_compare_runs_every_cell_reports_intervals_and_resumes(ray_session, tmp_
     # while one process runs the comparison, a second stops before it touches a cell; once the first is gone, it runs
     with sole_runner(tmp_path / "compare" / NAME, "the first", "resume it"):
         second = CliRunner().invoke(main, [*COMMAND, "--tracking-uri", tracking_uri])
-    assert second.exit_code == 2 and len(second.stderr.strip().splitlines()) == 1, second.stderr
+    assert second.exit_code == 2 and len(own_lines(second.stderr)) == 1, second.stderr
     assert f"comparison {NAME!r} is running in process {os.getpid()}" in second.stderr
     assert {r.info.run_id for r in _cells(client)[1]} == {r.info.run_id for r in cells_after}
     assert CliRunner().invoke(main, [*COMMAND, "--tracking-uri", tracking_uri]).exit_code == 0
@@ -158,5 +159,5 @@ BAD = [
 def test_bad_comparisons_stop_with_one_line_before_any_run(tmp_path, args, message):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     result = CliRunner().invoke(main, ["compare", *args, "--tracking-uri", uri])
-    assert result.exit_code == 2 and message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert result.exit_code == 2 and message in result.stderr and len(own_lines(result.stderr)) == 1
     assert not (tmp_path / "mlflow.db").exists()  # stopped before the store was touched

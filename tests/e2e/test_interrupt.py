@@ -14,6 +14,7 @@ import time
 import pytest
 from mlflow.tracking import MlflowClient
 
+from raysim.testing.console import own_lines
 from raysim.tracking import checkpoint as ckpt
 
 RUN = ["run", "fedvpt", "--preset", "quick", "--rounds", "40", "--set", "fedvpt.prompt_length=2"]
@@ -57,7 +58,7 @@ def test_first_ctrl_c_checkpoints_and_the_printed_command_resumes(tmp_path):
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=120)
     assert process.returncode == 130, err
-    last = err.strip().splitlines()[-1]
+    last = own_lines(err)[-1]
     match = re.fullmatch(
         r"raysim: stopped after round (\d+) of 40; checkpoint (\S+); resume with: (raysim run .+)", last
     )
@@ -102,7 +103,7 @@ def test_second_ctrl_c_stops_at_once(tmp_path):
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=60)
     assert process.returncode == 130 and time.monotonic() - began < 15
-    assert err.strip().splitlines()[-1] == "raysim: interrupted" and "Traceback" not in err
+    assert own_lines(err)[-1] == "raysim: interrupted" and "Traceback" not in err
     client, run = the_run(tmp_path)
     assert run.info.status == "KILLED" and not client.get_metric_history(run.info.run_id, "global_acc")
     assert not list(tmp_path.glob("checkpoints/*/round-*"))
@@ -149,7 +150,7 @@ def test_ctrl_c_stops_a_sweep_or_comparison_with_its_runs_killed_and_says_how_to
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=120)
     assert process.returncode == 130, err
-    assert err.strip().splitlines()[-1] == stopped.replace("TMP", str(tmp_path)), err
+    assert own_lines(err)[-1] == stopped.replace("TMP", str(tmp_path)), err
     assert "Traceback" not in err and "Tuner.restore" not in err
     # the runs open at Ctrl-C end KILLED (a trial that opens its run in the moments before the process exits may
     # leave it RUNNING; a resumed comparison ends it, see end_stopped_cells)

@@ -14,6 +14,7 @@ from mlflow.tracking import MlflowClient
 
 from raysim.cli import main
 from raysim.sweep.sole_runner import sole_runner
+from raysim.testing.console import own_lines
 
 SPACE = (
     "fixed: {federation.rounds: 3}\nspace:\n  fedvpt.prompt_length: {choice: [1, 2]}\n"
@@ -97,12 +98,12 @@ def test_sweep_nests_each_trial_under_its_run_and_its_best_command_reproduces_it
     taken = CliRunner().invoke(
         main, ["tune", "fedvpt", "--space", space, "--num-samples", "2", "--name", "s1", "--tracking-uri", uri, *SMALL]
     )
-    assert taken.exit_code == 2 and len(taken.stderr.strip().splitlines()) == 1, taken.stderr
+    assert taken.exit_code == 2 and len(own_lines(taken.stderr)) == 1, taken.stderr
     assert f"sweep 's1' exists ({tmp_path / 'tune' / 's1'}); resume it with: raysim tune --resume" in taken.stderr
     # and while one process runs (or resumes) the sweep, a second resume stops at once
     with sole_runner(tmp_path / "tune" / "s1", "the first", "resume it"):
         second = CliRunner().invoke(main, ["tune", "--resume", str(tmp_path / "tune" / "s1")])
-    assert second.exit_code == 2 and len(second.stderr.strip().splitlines()) == 1, second.stderr
+    assert second.exit_code == 2 and len(own_lines(second.stderr)) == 1, second.stderr
     assert f"sweep 's1' is running in process {os.getpid()}" in second.stderr
     assert len(client.search_runs([client.get_experiment_by_name("s1").experiment_id])) == len(runs)
 
@@ -136,6 +137,6 @@ def test_bad_sweep_input_is_one_line_exit_2_before_any_trial(ray_session, tmp_pa
         args = ["tune", "fedvpt", *extra] + ([] if "--space" in extra else ["--space", space])
         result = CliRunner().invoke(main, [*args, "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db", *SMALL])
     assert result.exit_code == 2, result.output + result.stderr
-    lines = [line for line in result.stderr.strip().splitlines() if not re.match(r"^(\x1b\[\d+m)?\(", line)]
+    lines = own_lines(result.stderr)
     assert len(lines) == 1 and lines[0].startswith("raysim: error: ") and fragment in lines[0], result.stderr
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "tune").exists()

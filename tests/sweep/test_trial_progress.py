@@ -14,6 +14,7 @@ from rich.console import Console
 
 from raysim.sweep.trial_progress import CellProgress, SweepProgress
 from raysim.sweep.tune_console import SILENT, tune_silent
+from raysim.testing.console import own_lines
 
 
 def test_cells_are_shown_by_name_with_their_ends_and_a_failure_in_one_line(ray_session, tmp_path, capfd):
@@ -61,7 +62,7 @@ def test_trials_open_with_their_values_and_a_stopped_or_restored_trial_says_so(r
     def fit(tuner):
         with tune_silent():
             tuner.fit()
-        return [line for line in capfd.readouterr().err.splitlines() if not line.startswith("(")]
+        return own_lines(capfd.readouterr().err)
 
     progress = SweepProgress(samples=3, rounds=2, metric="worst_local_acc")
     space = {"train.lr": tune.grid_search([0.125, 0.5, 0.25]), "sgpt.groups": 4}
