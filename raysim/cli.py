@@ -186,7 +186,7 @@ def tune(method, space, num_samples, max_concurrent, metric, mode, scheduler, na
         if method or given or overrides:
             raise ConfigError(f"--resume finishes the sweep as it was planned; drop {(given or ['METHOD'])[0]}")
         found, folder = sweeping.load_sweep(resume)
-        with sole_runner(folder, f"sweep {found.name!r}", f"resume it with: raysim tune --resume {folder}"):
+        with sweeping.sole_sweep_runner(found, folder):
             sweeping.check_store_and_ray(found)
             click.echo(f"resuming sweep {found.name} in {folder}", err=True)
             report_best(found, sweeping.execute(found, folder, str(folder)))
@@ -197,7 +197,7 @@ def tune(method, space, num_samples, max_concurrent, metric, mode, scheduler, na
         method, space, num_samples, max_concurrent, metric, mode, scheduler, name, preset, flag_layers(overrides, flags)
     )
     folder = sweeping.sweep_folder(found)
-    with sole_runner(folder, f"sweep {found.name!r}", f"resume it with: raysim tune --resume {folder}"):
+    with sweeping.sole_sweep_runner(found, folder):
         found = sweeping.open_parent(found)
         sweeping.save_sweep(found)
         experiment = found.trial_config({}).tracking.experiment

@@ -34,6 +34,7 @@ from raysim.engine.driver import run
 from raysim.engine.ray_session import connect_ray
 from raysim.engine.setup import prepare_shards, resolved
 from raysim.ops.metrics import SUMMARY_WINDOW, reported_metrics
+from raysim.sweep.sole_runner import sole_runner
 from raysim.sweep.space import SearchSpace, as_layer, default_space_file, load_space
 from raysim.sweep.trial_progress import RoundsToTune, SweepProgress
 from raysim.sweep.tune_console import tune_silent
@@ -172,6 +173,9 @@ def run_sweep(sweep: Sweep, resume_path: str | None = None):
     )
     parent = Tracker(first.tracking.resolved_uri, sweep.parent_run_id) if sweep.parent_run_id else None
     if resume_path:
+        # a trial's run that a killed sweep left RUNNING: a trial restored from a checkpoint opens it again, one
+        # without (killed before its first round ended, or whose run opened as Ctrl-C ended the others) opens a new one
+        end_running(first.tracking.resolved_uri, first.tracking.experiment, SWEEP_TAG, sweep.name)
         tuner = tune.Tuner.restore(resume_path, trainable, resume_errored=True)
         if parent is not None:
             parent.attach(sweep.parent_run_id)  # RUNNING again until the sweep ends
@@ -266,6 +270,11 @@ def execute(sweep: Sweep, folder: Path, resume_path: str | None = None) -> dict[
 def sweep_folder(sweep: Sweep) -> Path:
     """``<storage>/<name>``: Tune's experiment folder, which also holds ``sweep.json`` and the lock."""
     return Path(sweep.storage) / sweep.name
+
+
+def sole_sweep_runner(sweep: Sweep, folder: Path):
+    """:func:`sole_runner` on the sweep's folder: a second process running or resuming it stops at once."""
+    return sole_runner(folder, f"sweep {sweep.name!r}", f"resume it with: raysim tune --resume {folder}")
 
 
 def save_sweep(sweep: Sweep) -> Path:

@@ -33,10 +33,9 @@ def space(tmp_path):
 def test_sweep_nests_each_trial_under_its_run_and_its_best_command_reproduces_it(
     ray_session, tmp_path, tracking_uri, space, capfd
 ):
-    uri = tracking_uri
-    result = CliRunner().invoke(
-        main, ["tune", "fedvpt", "--space", space, "--num-samples", "2", "--name", "s1", "--tracking-uri", uri, *SMALL]
-    )
+    sweep = ["tune", "fedvpt", "--space", space, "--num-samples", "2", "--name", "s1", "--tracking-uri", tracking_uri]
+    sweep += SMALL
+    result = CliRunner().invoke(main, sweep)
     assert result.exit_code == 0, result.output + result.stderr
     best = re.search(
         r"best trial: (trial \d), global_acc (\S+) \(last-10 mean (\S+), which ranks\) with .* \(MLflow run (\w+);",
@@ -52,7 +51,7 @@ def test_sweep_nests_each_trial_under_its_run_and_its_best_command_reproduces_it
     assert not re.search("Trial status|Checkpoint successfully created|WARNING", shown), shown
     ended = re.search(rf"finished {best[1]}: final global accuracy (\S+) ", shown)  # the best line names its trial
     assert ended and float(ended[1]) == pytest.approx(float(best[2]), abs=0.006)
-    client = MlflowClient(uri)
+    client = MlflowClient(tracking_uri)
     runs = client.search_runs([client.get_experiment_by_name("s1").experiment_id])
     (parent,) = [r for r in runs if r.data.tags.get("raysim.kind") == "sweep"]
     trials = [r for r in runs if r is not parent]
@@ -84,20 +83,24 @@ def test_sweep_nests_each_trial_under_its_run_and_its_best_command_reproduces_it
     report = Path(client.download_artifacts(parent.info.run_id, "report.md", str(tmp_path))).read_text()
     assert client.get_run(best[4]).info.run_name in report
 
-    again = CliRunner().invoke(main, ["run", "fedvpt", "--preset", command[1], "--tracking-uri", uri, "--no-progress"])
+    again = CliRunner().invoke(
+        main, ["run", "fedvpt", "--preset", command[1], "--tracking-uri", tracking_uri, "--no-progress"]
+    )
     assert again.exit_code == 0, again.stderr
     (rerun,) = client.search_runs([client.get_experiment_by_name("raysim").experiment_id])
     assert rerun.data.metrics["global_acc"] == pytest.approx(float(best[2]), abs=5e-5)
     assert rerun.info.run_name == client.get_run(best[4]).info.run_name  # the same config, the same name
 
+    # a trial's run left RUNNING by a killed sweep (its trial had no checkpoint yet) ends KILLED when the sweep resumes
+    left = client.create_run(parent.info.experiment_id, tags={"raysim.sweep": "s1"}).info.run_id
     restored = CliRunner().invoke(main, ["tune", "--resume", str(tmp_path / "tune" / "s1")])
     assert restored.exit_code == 0, restored.stderr
     assert f"MLflow run {best[4]}" in restored.stdout  # a finished sweep restores with the same best trial
+    assert client.get_run(left).info.status == "KILLED"
+    assert client.get_run(parent.info.run_id).info.status == "FINISHED"
 
     # a second sweep of the same name would write into the first's Tune folder: it stops before it opens a run
-    taken = CliRunner().invoke(
-        main, ["tune", "fedvpt", "--space", space, "--num-samples", "2", "--name", "s1", "--tracking-uri", uri, *SMALL]
-    )
+    taken = CliRunner().invoke(main, sweep)
     assert taken.exit_code == 2 and len(own_lines(taken.stderr)) == 1, taken.stderr
     assert f"sweep 's1' exists ({tmp_path / 'tune' / 's1'}); resume it with: raysim tune --resume" in taken.stderr
     # and while one process runs (or resumes) the sweep, a second resume stops at once
@@ -105,7 +108,7 @@ def test_sweep_nests_each_trial_under_its_run_and_its_best_command_reproduces_it
         second = CliRunner().invoke(main, ["tune", "--resume", str(tmp_path / "tune" / "s1")])
     assert second.exit_code == 2 and len(own_lines(second.stderr)) == 1, second.stderr
     assert f"sweep 's1' is running in process {os.getpid()}" in second.stderr
-    assert len(client.search_runs([client.get_experiment_by_name("s1").experiment_id])) == len(runs)
+    assert len(client.search_runs([client.get_experiment_by_name("s1").experiment_id])) == len(runs) + 1
 
 
 BAD = [
