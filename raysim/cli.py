@@ -12,12 +12,12 @@ from dataclasses import fields
 import click
 
 from raysim.config import TrackingConfig, build_config, load_preset, parse_override, preset_for_method, presets
+from raysim.config.pretrain_recipe import PretrainRecipe
 from raysim.config.sections import SECTIONS, default_of, flagged_fields
 from raysim.core.errors import BadUpdateError, ConfigError, RunInterrupted, SweepError
 from raysim.core.registry import FAMILIES, METHODS
 from raysim.data.partition import PARTITIONERS
 from raysim.data.sources import SOURCES
-from raysim.models.pretrain_recipe import PretrainRecipe
 from raysim.sweep.sole_runner import sole_runner
 
 RUN_ONLY = ("run_name",)  # flags that name one run; a sweep names its trials itself

@@ -1,9 +1,12 @@
 """Guard rails on the package's shape: no import cycle among raysim's modules, and each layer imports only what it
-may (the method files and the pure math never reach for Ray or the engine)."""
+may (the method files and the pure math never reach for Ray or the engine); the CLI starts without torch, Ray or
+MLflow."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -118,3 +121,12 @@ def test_tracking_never_imports_the_engine():
     for name, targets in GRAPH.items():
         if within(name, ["raysim.tracking"]):
             assert not any(within(t, ["raysim.engine", "raysim.actors"]) for t in targets), (name, targets)
+
+
+def test_the_cli_starts_without_torch_ray_or_mlflow():
+    """``raysim --help``, ``raysim ls datasets|presets`` and flag errors answer in a fraction of a second: the
+    heavy libraries are imported by the command that needs them (a run, a method's registration), not by the CLI."""
+    heavy = ("torch", "timm", "torchvision", "sklearn", "ray", "mlflow")
+    probe = f"import sys, raysim.cli; print(sorted(m for m in {heavy!r} if m in sys.modules))"
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]", result.stdout

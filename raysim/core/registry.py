@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from raysim.core.errors import ConfigError, unknown_name
-from raysim.core.protocol import CohortTraining, SplitLearning
 
 T = TypeVar("T")
 
@@ -92,6 +91,8 @@ class MethodInfo:
     @property
     def split_learning(self) -> bool:
         """The server runs part of the model (FedV's family): traffic per local step, not per round."""
+        from raysim.core.protocol import SplitLearning  # torch: not imported where only names are read (the CLI)
+
         return issubclass(self.cls, SplitLearning)
 
 
@@ -118,6 +119,8 @@ def register(
         raise ValueError(f"method {name!r}: family {family!r} is not one of {', '.join(FAMILIES)}")
 
     def wrap(cls):
+        from raysim.core.protocol import CohortTraining  # torch: imported by the method's module anyway
+
         if cohort and not issubclass(cls, CohortTraining):
             raise TypeError(f"method {name!r} is registered with cohort=True but is not a CohortTraining")
         info = MethodInfo(

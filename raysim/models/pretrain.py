@@ -23,12 +23,12 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
+from raysim.config.pretrain_recipe import PretrainRecipe
 from raysim.core.errors import ConfigError
 from raysim.data.glyphs import pretrain_corpus, renderer
 from raysim.engine.precision import autocast
 from raysim.models.backbones import build_backbone, input_spec
 from raysim.models.preprocess import to_model_input
-from raysim.models.pretrain_recipe import PretrainRecipe
 
 HELD_OUT = 0.05
 
