@@ -13,8 +13,9 @@ runs all rounds, on the first seed only, at the comparison's own setting (its pr
 Every (method, seed) cell is a whole ``raysim run``, an MLflow run in the comparison's experiment nested under the
 comparison's own run, which ends with the report (:mod:`raysim.tracking.comparison`) as artifacts. The cells run
 as Ray Tune trials, as many at once as the cluster hosts. Running the same command again resumes: finished cells
-(same method, seed and config hash) and finished tunings are kept, the rest run again from their start. One process
-at a time runs a comparison (a lock in its folder).
+(same method, seed and config hash) and finished tunings are kept, a stopped tuning resumes from its trials'
+checkpoints, and the cells left run again from their start. One process at a time runs a comparison (a lock in its
+folder).
 """
 
 from __future__ import annotations
@@ -43,13 +44,14 @@ from raysim.engine.setup import prepare_shards
 from raysim.sweep import tune as sweeping
 from raysim.sweep.space import as_layer, default_space_file
 from raysim.sweep.trial_progress import CellProgress, RoundsToTune
-from raysim.sweep.tune_console import tune_silent
+from raysim.sweep.tune_console import fit
 from raysim.tracking import provenance
 from raysim.tracking.comparison import CELL, NAME, TUNED, TUNING, VARIANT, cell_label, write_comparison
 from raysim.tracking.mlflow import COMPARE, KIND, Tracker, check_store, end_running
 
 HASH = "raysim.config_hash"
 TUNED_FILE = "tuned.json"
+TUNING_FILE = "tuning.json"  # method -> its sweep's folder while it is tuned: a stopped tuning resumes
 
 
 def arm(label: str) -> tuple[str, dict[str, dict[str, Any]]]:
@@ -174,35 +176,55 @@ def default_name(methods: tuple[str, ...], preset: str | None) -> str:
 
 def tuned_values(comparison: Comparison) -> dict[str, dict[str, Any]]:
     """Each method's best sampled values after its ``tune_budget`` trials (empty without a budget); a tuning that
-    finished before (``tuned.json`` in the comparison's folder) is not run again."""
+    finished before (``tuned.json`` in the comparison's folder) is not run again, and one that was stopped
+    (``tuning.json``: its sweep's folder) resumes from its trials' checkpoints."""
     if not comparison.tune_budget:
         return {method: {} for method in comparison.methods}
-    path = Path(comparison.folder) / TUNED_FILE
+    path, stopped_path = Path(comparison.folder) / TUNED_FILE, Path(comparison.folder) / TUNING_FILE
     done = json.loads(path.read_text()) if path.exists() else {}
+    stopped = json.loads(stopped_path.read_text()) if stopped_path.exists() else {}
     for label in comparison.methods:
         if label in done:
             continue
-        # the comparison's preset and flags come after the space's fixed values: trials tune at its own setting
-        method, own = arm(label)
-        layers = [*comparison.layers(label), own, {"tracking": {"experiment": f"{comparison.name}-tuning"}}]
-        layers.append({"federation": {"seed": comparison.seeds[0]}})
-        name = f"{comparison.name}-{method}-{time.strftime('%Y%m%d-%H%M%S')}"
-        space = arm_space(comparison, label)
-        budget = comparison.tune_budget
-        sweep = sweeping.plan(method, space, budget, None, "global_acc", "max", "fifo", name, None, layers)
-        sweep = sweeping.open_parent(sweep)
-        print(f"tuning {label}: {sweep.plan_line()}", file=sys.stderr, flush=True)
+        if label in stopped and tune.Tuner.can_restore(stopped[label]):
+            sweep, folder = sweeping.load_sweep(stopped[label])
+            print(f"resuming the tuning of {label} in {folder}", file=sys.stderr, flush=True)
+            resume = str(folder)
+        else:
+            sweep, resume = _arm_sweep(comparison, label), None
+            folder = sweeping.save_sweep(sweep)
+            print(f"tuning {label}: {sweep.plan_line()}", file=sys.stderr, flush=True)
+            stopped[label] = str(folder)
+            _write_json(stopped_path, stopped)
         try:
-            best = sweeping.execute(sweep, sweeping.save_sweep(sweep))
-        except RunInterrupted:  # not the sweep's own resume command: the comparison's tunes this method anew
+            best = sweeping.execute(sweep, folder, resume)
+        except RunInterrupted:  # not the sweep's own resume command: the comparison's resumes it
             raise RunInterrupted(
                 f"stopped comparison {comparison.name} while tuning {label}; run the same command to resume (the "
-                f"methods tuned so far keep their values; {label}'s tuning starts again)"
+                f"methods tuned so far keep their values; {label}'s tuning resumes from its trials' checkpoints)"
             ) from None
         done[label] = best["params"]
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(done, indent=1))
+        _write_json(path, done)
+        del stopped[label]
+        _write_json(stopped_path, stopped)
     return done
+
+
+def _arm_sweep(comparison: Comparison, label: str) -> sweeping.Sweep:
+    """A new sweep of ``label``'s space (its run opened): FIFO, on the first seed, at the comparison's setting (its
+    preset and flags after the space's fixed values), logged to the experiment ``<comparison>-tuning``."""
+    method, own = arm(label)
+    layers = [*comparison.layers(label), own, {"tracking": {"experiment": f"{comparison.name}-tuning"}}]
+    layers.append({"federation": {"seed": comparison.seeds[0]}})
+    name = f"{comparison.name}-{method}-{time.strftime('%Y%m%d-%H%M%S')}"
+    space = arm_space(comparison, label)
+    sweep = sweeping.plan(method, space, comparison.tune_budget, None, "global_acc", "max", "fifo", name, None, layers)
+    return sweeping.open_parent(sweep)
+
+
+def _write_json(path: Path, record: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=1))
 
 
 def arm_space(comparison: Comparison, label: str) -> str:
@@ -365,5 +387,4 @@ def _run_cells(comparison: Comparison, tuned: dict, todo: list[tuple[str, int]],
             callbacks=[CellProgress(rounds, finished)],
         ),
     )
-    with tune_silent():
-        tuner.fit()
+    fit(tuner)

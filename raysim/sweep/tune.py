@@ -37,7 +37,7 @@ from raysim.ops.metrics import SUMMARY_WINDOW, reported_metrics
 from raysim.sweep.sole_runner import sole_runner
 from raysim.sweep.space import SearchSpace, as_layer, default_space_file, load_space
 from raysim.sweep.trial_progress import RoundsToTune, SweepProgress
-from raysim.sweep.tune_console import tune_silent
+from raysim.sweep.tune_console import fit
 from raysim.tracking import checkpoint as ckpt
 from raysim.tracking import provenance
 from raysim.tracking.mlflow import KIND, SWEEP, Tracker, check_store, end_running
@@ -149,7 +149,8 @@ def _trial(params: dict[str, Any], sweep: Sweep, shards) -> None:
     if restored is not None:
         with restored.as_directory() as folder:
             copy = ckpt.load(folder, clients=False)
-        resume = ckpt.load(config.checkpoint.root(config.tracking.resolved_uri) / copy.run_id / Path(folder).name)
+        run_folder = config.checkpoint.root(config.tracking.resolved_uri) / copy.run_id
+        resume = ckpt.load(ckpt.round_folder(run_folder, copy.round))  # Tune's copy is named checkpoint_NNNNNN
     run(
         config,
         show_progress=False,
@@ -208,8 +209,7 @@ def run_sweep(sweep: Sweep, resume_path: str | None = None):
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
             ),
         )
-    with tune_silent():  # and without Tune's restore hint: raysim tune --resume FOLDER is how a sweep resumes
-        return tuner.fit()
+    return fit(tuner)  # without Tune's restore hint: raysim tune --resume FOLDER is how a sweep resumes
 
 
 def open_parent(sweep: Sweep) -> Sweep:

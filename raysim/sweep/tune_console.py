@@ -1,12 +1,16 @@
-"""Ray Tune's console output as raysim's commands want it: without Tune's restore hint (each command says how it
-resumes), silent where a command draws its own progress (``raysim compare``, ``raysim tune``), and Ctrl-C left to
-the command."""
+"""Ray Tune's console output and Ctrl-C as raysim's commands want them: without Tune's restore hint (each command
+says how it resumes), silent where a command draws its own progress (``raysim compare``, ``raysim tune``), and a
+Ctrl-C that stops the command instead of passing for the end of the fit."""
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
+import threading
 from contextlib import contextmanager
+
+from ray import tune
 
 
 def _not_tunes_restore_hint(record: logging.LogRecord) -> bool:
@@ -17,23 +21,21 @@ def _not_tunes_restore_hint(record: logging.LogRecord) -> bool:
 # Tune's own output that raysim's commands replace: its newer engine prints the experiment's box and paths at any
 # verbosity, so the older one, which ``verbose=0`` silences; and its warning that checkpointing every round makes
 # it snapshot its state often (a sweep's trials checkpoint each evaluated round on purpose: ASHA and a restored
-# sweep resume from them), which no user can act on. And Tune's own Ctrl-C handler: it ends the fit quietly and
-# returns the trials so far as if the sweep were done (a comparison would rank a method's tuning by the trials it
-# had run, and go on); without it, Ctrl-C is a KeyboardInterrupt out of ``fit`` and the command stops there, as it
-# says, and resumes from its trials' checkpoints
+# sweep resume from them), which no user can act on. And Tune's Ctrl-C handler on, whatever the environment says:
+# :func:`fit` relies on it
 SILENT = {
     "RAY_AIR_NEW_OUTPUT": "0",
     "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "0",
-    "TUNE_DISABLE_SIGINT_HANDLER": "1",
+    "TUNE_DISABLE_SIGINT_HANDLER": "0",
 }
 
 
 @contextmanager
 def tune_silent():
-    """Tune without its own console output and Ctrl-C handler (:data:`SILENT`), for a ``fit`` whose command draws
-    its own progress, and without its restore hint: ``raysim tune`` and ``raysim compare`` say how to resume them
-    (their own command), and Tune's ``Tuner.restore`` is not it; Tune's other warnings stay (a trial the cluster
-    cannot host, a trial's error). The environment is restored after."""
+    """Tune without its own console output (:data:`SILENT`) and its restore hint, for a ``fit`` whose command draws
+    its own progress and says how to resume (``raysim tune --resume``, the comparison's own command; Tune's
+    ``Tuner.restore`` is neither); Tune's other warnings stay (a trial the cluster cannot host, a trial's error).
+    The environment is restored after."""
     before = {name: os.environ.get(name) for name in SILENT}
     os.environ.update(SILENT)
     tunes = logging.getLogger("ray.tune.tune")
@@ -47,3 +49,30 @@ def tune_silent():
                 del os.environ[name]
             else:
                 os.environ[name] = value
+
+
+def fit(tuner: tune.Tuner) -> tune.ResultGrid:
+    """``tuner.fit()`` under :func:`tune_silent`, where Ctrl-C raises ``KeyboardInterrupt`` once Tune has stopped.
+
+    Tune's Ctrl-C handler ends the fit after saving the experiment's state with each trial's latest checkpoint (a
+    resumed sweep continues its trials from them), then returns the trials so far as if the sweep were done. When it
+    fires it puts back the handler it found, and Tune never removes it otherwise: so the handler found is a sentinel
+    here, and finding it again after the fit means Ctrl-C. A second Ctrl-C reaches the sentinel: it stops at once."""
+    if threading.current_thread() is not threading.main_thread():  # Tune handles no signal off the main thread
+        with tune_silent():
+            return tuner.fit()
+    handler = signal.getsignal(signal.SIGINT)
+
+    def sentinel(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, sentinel)
+    try:
+        with tune_silent():
+            results = tuner.fit()
+    finally:
+        stopped = signal.getsignal(signal.SIGINT) is sentinel
+        signal.signal(signal.SIGINT, handler)
+    if stopped:
+        raise KeyboardInterrupt
+    return results

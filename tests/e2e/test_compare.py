@@ -141,6 +141,9 @@ def test_a_tuning_budget_tunes_every_method_alike_and_runs_its_best_values(ray_s
         assert cell.data.params["train.lr"] == best[method]
         assert json.loads(cell.data.tags["raysim.tuned"]) == {"train.lr": float(best[method])}
     assert cell.data.tags["raysim.tuning"].startswith("1 raysim tune trials per method")
+    folder = Path(tracking_uri.removeprefix("sqlite:///")).parent / "compare" / "budget"
+    assert set(json.loads((folder / "tuned.json").read_text())) == {VARIANT, "fedavg"}
+    assert json.loads((folder / "tuning.json").read_text()) == {}  # no tuning left to resume
 
 
 BAD = [

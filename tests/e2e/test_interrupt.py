@@ -4,6 +4,7 @@ stops at once, its runs KILLED, and says how to resume."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -156,3 +157,42 @@ def test_ctrl_c_stops_a_sweep_or_comparison_with_its_runs_killed_and_says_how_to
     # leave it RUNNING; a resumed comparison ends it, see end_stopped_cells)
     assert len(open_runs) >= 2 and {r.info.status for r in runs() if r.info.run_id in open_runs} == {"KILLED"}
     assert not (tmp_path / "tune" / "s" / "best.yaml").exists()
+
+
+def test_a_comparison_stopped_while_tuning_resumes_that_tuning(tmp_path):
+    """A comparison's Ctrl-C during a method's tuning keeps that sweep: the same command resumes it (the same sweep
+    run, its trial's run continued from its checkpoint) instead of tuning the method anew."""
+    command = [*COMPARISON, "--tune-budget", "1"]
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+
+    def trial_rounds():  # the one trial's run id and the rounds it logged, once it has a Tune checkpoint
+        found = client.get_experiment_by_name("compare-fedvpt-fedavg-quick-tuning")
+        runs = client.search_runs([found.experiment_id], "tags.`raysim.trial` != ''") if found else []
+        if len(runs) != 1 or not list(tmp_path.glob("tune/*/*/checkpoint_*")):
+            return None, []
+        return runs[0].info.run_id, [m.step for m in client.get_metric_history(runs[0].info.run_id, "global_acc")]
+
+    def stop_once(process, first: str) -> tuple[str, list[int], str]:
+        """SIGINT once the trial has logged a round after the line starting with ``first``."""
+        shown = wait_for_round(process, 0, first=first)
+        past, deadline = max(trial_rounds()[1], default=0), time.monotonic() + 180
+        while time.monotonic() < deadline and max(trial_rounds()[1], default=0) <= past:
+            time.sleep(0.5)
+        run_id, rounds = trial_rounds()
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=120)
+        assert process.returncode == 130 and "Traceback" not in err, err
+        return run_id, rounds, "".join(shown) + err
+
+    trial, before, err = stop_once(start(tmp_path, *QUICK_POOL, command=command), "started trial 1 of 1")
+    assert own_lines(err)[-1] == (
+        "raysim: stopped comparison compare-fedvpt-fedavg-quick while tuning fedvpt; run the same command to resume "
+        "(the methods tuned so far keep their values; fedvpt's tuning resumes from its trials' checkpoints)"
+    ), err
+    (folder,) = json.loads((tmp_path / "compare" / "compare-fedvpt-fedavg-quick" / "tuning.json").read_text()).values()
+
+    again, after, err = stop_once(start(tmp_path, *QUICK_POOL, command=command), "resuming the tuning of")
+    assert f"resuming the tuning of fedvpt in {folder}" in err and "tuning fedvpt:" not in err, err
+    assert again == trial and sorted(set(after)) == list(range(1, max(after) + 1)) and max(after) > max(before)
+    tuning = client.get_experiment_by_name("compare-fedvpt-fedavg-quick-tuning").experiment_id
+    assert len(client.search_runs([tuning], "tags.`raysim.kind` = 'sweep'")) == 1  # one sweep, resumed

@@ -8,12 +8,13 @@ from __future__ import annotations
 import io
 import logging
 import os
+import signal
 
 from ray import tune
 from rich.console import Console
 
 from raysim.sweep.trial_progress import CellProgress, SweepProgress
-from raysim.sweep.tune_console import SILENT, tune_silent
+from raysim.sweep.tune_console import SILENT, fit, tune_silent
 from raysim.testing.console import own_lines
 
 
@@ -33,10 +34,9 @@ def test_cells_are_shown_by_name_with_their_ends_and_a_failure_in_one_line(ray_s
         tune_config=tune.TuneConfig(max_concurrent_trials=1),
         run_config=tune.RunConfig(storage_path=str(tmp_path), verbose=0, callbacks=[progress]),
     )
-    before = {name: os.environ.get(name) for name in SILENT}
-    with tune_silent():
-        tuner.fit()
-    assert {name: os.environ.get(name) for name in SILENT} == before and "RAY_AIR_NEW_OUTPUT" in SILENT
+    before = {name: os.environ.get(name) for name in SILENT}, signal.getsignal(signal.SIGINT)
+    fit(tuner)  # and Tune's Ctrl-C handler, which it leaves installed after a fit, is gone again
+    assert ({name: os.environ.get(name) for name in SILENT}, signal.getsignal(signal.SIGINT)) == before
     lines = shown.getvalue().splitlines()
     assert lines[:3] == [
         "started fedavg/s1",
@@ -59,9 +59,8 @@ def test_trials_open_with_their_values_and_a_stopped_or_restored_trial_says_so(r
         for round in (1, 2) if config["train.lr"] != 0.5 else (1,):
             tune.report({"worst_local_acc": 100 * config["train.lr"] + round, "round": round})
 
-    def fit(tuner):
-        with tune_silent():
-            tuner.fit()
+    def fitted(tuner):
+        fit(tuner)
         return own_lines(capfd.readouterr().err)
 
     progress = SweepProgress(samples=3, rounds=2, metric="worst_local_acc")
@@ -72,7 +71,7 @@ def test_trials_open_with_their_values_and_a_stopped_or_restored_trial_says_so(r
         tune_config=tune.TuneConfig(max_concurrent_trials=1),
         run_config=tune.RunConfig(name="sweep", storage_path=str(tmp_path), verbose=0, callbacks=[progress]),
     )
-    lines = fit(tuner)
+    lines = fitted(tuner)
     assert lines[:4] == [
         "started trial 1 of 3: train.lr=0.125, sgpt.groups=4",
         "finished trial 1: final worst local accuracy 14.50 (1 of 3 trials done)",
@@ -82,7 +81,7 @@ def test_trials_open_with_their_values_and_a_stopped_or_restored_trial_says_so(r
     assert lines[5].startswith("failed trial 3: ValueError: first try") and len(lines) == 6
     assert lines[5].endswith("(3 of 3 trials done, 1 failed)")
     # restored (as raysim tune --resume does), the failed trial runs again and the finished two are counted
-    lines = fit(
+    lines = fitted(
         tune.Tuner.restore(str(tmp_path / "sweep"), tune.with_resources(_trial, {"cpu": 0.5}), resume_errored=True)
     )
     assert lines == [
