@@ -37,6 +37,7 @@ def test_cells_are_shown_by_name_with_their_ends_and_a_failure_in_one_line(ray_s
     before = {name: os.environ.get(name) for name in SILENT}, signal.getsignal(signal.SIGINT)
     fit(tuner)  # and Tune's Ctrl-C handler, which it leaves installed after a fit, is gone again
     assert ({name: os.environ.get(name) for name in SILENT}, signal.getsignal(signal.SIGINT)) == before
+    assert "RAY_AIR_NEW_OUTPUT" in SILENT
     lines = shown.getvalue().splitlines()
     assert lines[:3] == [
         "started fedavg/s1",
