@@ -1,4 +1,5 @@
-"""Shared fixtures: one local Ray session for the whole test run (ray.init costs ~4 s on 2 cores), and the test
+"""Shared fixtures: one local Ray session per test worker (ray.init costs ~4 s on 2 cores; pytest-xdist runs two
+workers, each taking whole test files, as ``addopts`` says: ``-n 0`` runs in one process), and the test
 matrix's options: ``--precision fp32|bf16`` decides every ``train.precision=auto`` and ``--torch-threads N`` every
 worker's torch threads, for this process and every process it starts (through the environment raysim reads)."""
 
