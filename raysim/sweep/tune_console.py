@@ -9,8 +9,10 @@ import os
 import signal
 import threading
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
-from ray import tune
+if TYPE_CHECKING:
+    from ray import tune
 
 
 def _not_tunes_restore_hint(record: logging.LogRecord) -> bool:
