@@ -15,9 +15,21 @@ if TYPE_CHECKING:
     from ray import tune
 
 
-def _not_tunes_restore_hint(record: logging.LogRecord) -> bool:
-    """False for Tune's "Resume experiment with: Tuner.restore(...)" after a Ctrl-C."""
-    return "Tuner.restore" not in record.getMessage()
+class _TunesStopLines(logging.Filter):
+    """Drops what Tune logs on a Ctrl-C, which raysim's commands say their own way (the stop, how to resume): its
+    "Stop signal received ...", its "Resume experiment with: Tuner.restore(...)" and, after the stop signal, its
+    "Trials did not complete: [...]" (the trials the stop cut)."""
+
+    def __init__(self):
+        super().__init__()
+        self.stopping = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message.startswith("Stop signal received"):
+            self.stopping = True
+            return False
+        return "Tuner.restore" not in message and not (self.stopping and message.startswith("Trials did not complete"))
 
 
 # Tune's own output that raysim's commands replace: its newer engine prints the experiment's box and paths at any
@@ -34,18 +46,18 @@ SILENT = {
 
 @contextmanager
 def tune_silent():
-    """Tune without its own console output (:data:`SILENT`) and its restore hint, for a ``fit`` whose command draws
+    """Tune without its own console output (:data:`SILENT`) and its Ctrl-C lines, for a ``fit`` whose command draws
     its own progress and says how to resume (``raysim tune --resume``, the comparison's own command; Tune's
     ``Tuner.restore`` is neither); Tune's other warnings stay (a trial the cluster cannot host, a trial's error).
     The environment is restored after."""
     before = {name: os.environ.get(name) for name in SILENT}
     os.environ.update(SILENT)
-    tunes = logging.getLogger("ray.tune.tune")
-    tunes.addFilter(_not_tunes_restore_hint)
+    tunes, stop_lines = logging.getLogger("ray.tune.tune"), _TunesStopLines()
+    tunes.addFilter(stop_lines)
     try:
         yield
     finally:
-        tunes.removeFilter(_not_tunes_restore_hint)
+        tunes.removeFilter(stop_lines)
         for name, value in before.items():
             if value is None:
                 del os.environ[name]

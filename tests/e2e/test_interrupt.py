@@ -153,6 +153,7 @@ def test_ctrl_c_stops_a_sweep_or_comparison_with_its_runs_killed_and_says_how_to
     assert process.returncode == 130, err
     assert own_lines(err)[-1] == stopped.replace("TMP", str(tmp_path)), err
     assert "Traceback" not in err and "Tuner.restore" not in err
+    assert "Stop signal received" not in err and "Trials did not complete" not in err  # Tune's lines for the stop
     # the runs open at Ctrl-C end KILLED (a trial that opens its run in the moments before the process exits may
     # leave it RUNNING; a resumed comparison ends it, see end_stopped_cells)
     assert len(open_runs) >= 2 and {r.info.status for r in runs() if r.info.run_id in open_runs} == {"KILLED"}
