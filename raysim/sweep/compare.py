@@ -191,6 +191,9 @@ def tuned_values(comparison: Comparison) -> dict[str, dict[str, Any]]:
             print(f"resuming the tuning of {label} in {folder}", file=sys.stderr, flush=True)
             resume = str(folder)
         else:
+            if label in stopped:  # killed before Tune saved its state: its runs end, and the method is tuned anew
+                sweeping.abandon(stopped[label])
+                print(f"the tuning of {label} in {stopped[label]} cannot be resumed: tuning it anew", file=sys.stderr)
             sweep, resume = _arm_sweep(comparison, label), None
             folder = sweeping.save_sweep(sweep)
             print(f"tuning {label}: {sweep.plan_line()}", file=sys.stderr, flush=True)

@@ -267,6 +267,20 @@ def execute(sweep: Sweep, folder: Path, resume_path: str | None = None) -> dict[
         end_parent(sweep, status, folder, best)
 
 
+def abandon(target: str) -> None:
+    """End KILLED what a sweep that cannot be restored left RUNNING (its process killed before Tune first saved its
+    state): its trials' runs and its own. A folder without a readable sweep leaves nothing to end."""
+    try:
+        sweep, _ = load_sweep(target)
+    except ConfigError:
+        return
+    config = sweep.trial_config({})
+    end_running(config.tracking.resolved_uri, config.tracking.experiment, SWEEP_TAG, sweep.name)
+    client = MlflowClient(config.tracking.resolved_uri)
+    if sweep.parent_run_id and client.get_run(sweep.parent_run_id).info.status == "RUNNING":
+        client.set_terminated(sweep.parent_run_id, status="KILLED")
+
+
 def sweep_folder(sweep: Sweep) -> Path:
     """``<storage>/<name>``: Tune's experiment folder, which also holds ``sweep.json`` and the lock."""
     return Path(sweep.storage) / sweep.name

@@ -4,6 +4,7 @@ sweep restores, a sweep's name and folder serve one sweep at a time, and bad inp
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -13,6 +14,7 @@ from click.testing import CliRunner
 from mlflow.tracking import MlflowClient
 
 from raysim.cli import main
+from raysim.sweep import tune as sweeping
 from raysim.sweep.sole_runner import sole_runner
 from raysim.testing.console import own_lines
 
@@ -99,6 +101,17 @@ def test_sweep_nests_each_trial_under_its_run_and_its_best_command_reproduces_it
     assert client.get_run(left).info.status == "KILLED"
     assert client.get_run(parent.info.run_id).info.status == "FINISHED"
 
+    # a sweep killed before Tune saved its state cannot be restored: abandoning it ends its runs (a comparison then
+    # tunes the method anew), and leaves an ended run as it was
+    record = json.loads((tmp_path / "tune" / "s1" / "sweep.json").read_text())
+    killed = client.create_run(parent.info.experiment_id).info.run_id
+    (tmp_path / "tune" / "s2").mkdir()
+    (tmp_path / "tune" / "s2" / "sweep.json").write_text(json.dumps({**record, "name": "s2", "parent_run_id": killed}))
+    trial = client.create_run(parent.info.experiment_id, tags={"raysim.sweep": "s2"}).info.run_id
+    sweeping.abandon(str(tmp_path / "tune" / "s2"))
+    assert client.get_run(killed).info.status == client.get_run(trial).info.status == "KILLED"
+    assert client.get_run(left).info.status == "KILLED" and client.get_run(best[4]).info.status == "FINISHED"
+
     # a second sweep of the same name would write into the first's Tune folder: it stops before it opens a run
     taken = CliRunner().invoke(main, sweep)
     assert taken.exit_code == 2 and len(own_lines(taken.stderr)) == 1, taken.stderr
@@ -108,7 +121,7 @@ def test_sweep_nests_each_trial_under_its_run_and_its_best_command_reproduces_it
         second = CliRunner().invoke(main, ["tune", "--resume", str(tmp_path / "tune" / "s1")])
     assert second.exit_code == 2 and len(own_lines(second.stderr)) == 1, second.stderr
     assert f"sweep 's1' is running in process {os.getpid()}" in second.stderr
-    assert len(client.search_runs([client.get_experiment_by_name("s1").experiment_id])) == len(runs) + 1
+    assert len(client.search_runs([client.get_experiment_by_name("s1").experiment_id])) == len(runs) + 3  # left, killed, trial
 
 
 BAD = [
