@@ -32,6 +32,7 @@ EPS = sel.EPS
 LAYER_READINGS = ("paper", "code")  # how a select_layer number is read: see query_depth
 KEYS, FIXED_KEYS, TOTAL, COUNTS = "extra.selection_keys", "fixed_keys", "selection_total", "selection_counts"
 USED_SHARE = 0.01  # a group is "in use" when it takes at least 1% of the rows
+INSTABILITY = "selection_instability"  # logged once per run (Diagnostics.run_metrics)
 
 
 def paper_blocks(depth: int, first: int, count: int) -> tuple[int, ...]:
@@ -185,6 +186,12 @@ class GroupDiagnostics(Diagnostics):
             )
             self._kmeans = (rows, labels)
         return self._kmeans
+
+    def run_metrics(self, records: list[dict[str, Any]]) -> dict[str, float]:
+        """SGPT Fig. 3's selection instability over the run's evaluations (:func:`raysim.ops.selection.instability`)."""
+        counts = [r["eval_counts"] for r in records if "eval_counts" in r]
+        value = sel.instability(np.array(counts))
+        return {} if np.isnan(value) else {INSTABILITY: value}
 
     def artifacts(self, records: list[dict[str, Any]], folder: Path) -> list[Path]:
         evaluated = [r for r in records if "eval_counts" in r]

@@ -31,6 +31,7 @@ from raysim.core.training import model_inputs
 from raysim.data.shards import ClientData
 from raysim.engine.client import ClientRuntime
 from raysim.engine.driver import run
+from raysim.ops import selection as sel
 from raysim.testing.smoke import prepared
 
 SETTING = {
@@ -50,16 +51,6 @@ RUNS = {
     "fgpt-u K=5": ("fgpt-u", {"fgpt": {"k": 5}}),
 }
 COLUMNS = ("global", "g last10", "worst", "w last10", "top share", "groups", "clust acc", "congr", "instab", "min")
-
-
-def instability(records: list[dict]) -> float:
-    """Std over the second half's evaluations of each client's per-group share of test rows, averaged."""
-    counts = np.array([r["eval_counts"] for r in records if "eval_counts" in r], dtype=float)
-    if len(counts) < 2:
-        return float("nan")
-    counts = counts[len(counts) // 2 :]
-    shares = counts / np.maximum(counts.sum(axis=2, keepdims=True), 1)
-    return float(shares.std(axis=0).mean())
 
 
 def one_run(method: str, layer: dict, rounds: int, tracking: str) -> dict[str, float]:
@@ -89,7 +80,7 @@ def one_run(method: str, layer: dict, rounds: int, tracking: str) -> dict[str, f
                 "groups": last["cluster_groups_used"],
                 "clust acc": last.get("cluster_acc", float("nan")),
                 "congr": last["kmeans_congruence"],
-                "instab": instability(result.records),
+                "instab": sel.instability(np.array([r["eval_counts"] for r in result.records if "eval_counts" in r])),
             }
         )
     return out

@@ -187,6 +187,10 @@ class Diagnostics:
         """Files made at the end from every round's records, logged to MLflow."""
         return []
 
+    def run_metrics(self, records: list[dict[str, Any]]) -> dict[str, float]:
+        """Metrics of the whole run, made at the end from every round's records (logged once, at step 0)."""
+        return {}
+
 
 @dataclass(frozen=True)
 class CohortPhase:

@@ -337,7 +337,10 @@ def _log_results(tracker: Tracker, config: Config, last: ckpt.Checkpoint, summar
         tensors.update({f"server/{k}": v.contiguous() for k, v in state.server.items()})
         save_file(tensors, str(tmp / "global_state.safetensors"), metadata={"method": config.method})
         method = get_method(config.method).cls(config)
-        method_files = method.artifacts(last.records, tmp) if isinstance(method, Diagnostics) else []
+        method_files = []
+        if isinstance(method, Diagnostics):
+            method_files = method.artifacts(last.records, tmp)
+            tracker.log_metrics(method.run_metrics(last.records), step=0)
         if shards.client_domain is not None and client_acc:
             table = type_accuracy_table(client_acc, shards.client_domain, shards.info.domain_names)
             tracker.log_json(table, "type_accuracy.json")

@@ -120,6 +120,19 @@ def purity(assigned: np.ndarray, truth: np.ndarray) -> float:
     return float(table.max(axis=1).sum() / len(assigned))
 
 
+def instability(eval_counts: np.ndarray) -> float:
+    """SGPT Fig. 3's selection stability as one number: ``eval_counts`` [evaluations, clients, groups] holds each
+    client's test rows per group at each evaluation; over the second half of the evaluations, the standard
+    deviation of each client's share of rows per group, averaged over clients and groups (0: every client's rows
+    stay with the same groups). NaN for fewer than 2 evaluations."""
+    counts = np.asarray(eval_counts, dtype=np.float64)
+    if len(counts) < 2:
+        return float("nan")
+    counts = counts[len(counts) // 2 :]
+    shares = counts / np.maximum(counts.sum(axis=2, keepdims=True), 1)
+    return float(shares.std(axis=0).mean())
+
+
 def congruence(groups: np.ndarray, kmeans: np.ndarray, classes: np.ndarray) -> float:
     """SGPT App. D.2: Acc_overlap / Q_kmeans, with Acc_overlap the purity of the learned groups against the
     centralised K-Means clusters and Q_kmeans the share of each class's rows in its most common cluster."""

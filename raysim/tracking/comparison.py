@@ -33,6 +33,13 @@ STATISTICS = (
     ("sigma_type", "mean"),
     ("sigma_client", "mean"),
 )
+SELECTION = (  # the group-prompt methods' selection diagnostics at the final evaluation (SGPT Table 4, Fig. 3, D.2)
+    ("cluster_top_share", "rows in the largest group (%)", 100.0, 2),
+    ("cluster_groups_used", "groups holding >= 1% of rows", 1.0, 2),
+    ("cluster_acc", "clustering accuracy (%)", 1.0, 2),
+    ("kmeans_congruence", "congruence with K-Means (%)", 1.0, 2),
+    ("selection_instability", "selection instability", 1.0, 3),
+)
 BYTES = "bytes_per_round"
 CLOCK = "sim_time_s"  # the virtual clock (docs/systems.md)
 LEVEL = 0.95
@@ -141,6 +148,38 @@ def _described(runs: list[dict]) -> list[str]:
     ]
 
 
+def _selection_table(methods: list[str], by_method: dict[str, list[dict]]) -> str:
+    """The :data:`SELECTION` diagnostics of the methods that log them (mean ± CI over seeds), or ''."""
+    logged = [c for c in SELECTION if any(c[0] in r["metrics"] for m in methods for r in by_method[m])]
+    rows = []
+    for method in methods:
+        runs = by_method[method]
+        if any(key in r["metrics"] for key, *_ in logged for r in runs):
+            figures = [
+                _cell(*interval([scale * r["metrics"][key] for r in runs if key in r["metrics"]]), digits)
+                for key, _, scale, digits in logged
+            ]
+            rows.append(f"| {method} | " + " | ".join(figures) + " |")
+    if not rows:
+        return ""
+    header = "| method | " + " | ".join(label for _, label, *_ in logged) + " |\n" + "|---" * (1 + len(logged))
+    return (
+        "\n## Group selection at the final evaluation (SGPT Table 4, Fig. 3, App. D.2)\n\n"
+        "Every client's test rows, assigned to groups by the final keys"
+        + (
+            "; instability: the standard deviation of each client's share of rows per group over the second half of "
+            "the evaluations, averaged over clients and groups"
+            if SELECTION[-1] in logged
+            else ""
+        )
+        + ".\n\n"
+        + header
+        + "|\n"
+        + "\n".join(rows)
+        + "\n"
+    )
+
+
 def write_comparison(
     uri: str, experiment: str, folder: str | Path, order: list[str] | None = None
 ) -> tuple[str, list[Path]]:
@@ -178,6 +217,7 @@ def write_comparison(
             excludes = not np.isnan(half) and abs(mean) > half
             row.append(f"{_cell(mean, half)} ({agree}/{n} seeds agree{'; CI excludes 0' if excludes else ''})")
         pairs.append(f"| {method} | " + " | ".join(row) + " |")
+    selection = _selection_table(methods, by_method)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     paths = [folder / "report.md", folder / "accuracy_vs_fairness.png", folder / "accuracy_vs_bytes.png"]
@@ -187,6 +227,7 @@ def write_comparison(
         + f"\n\n{table}\n\n## Paired with {first} (over the seeds both ran)\n\n"
         + "\n".join(pairs)
         + "\n"
+        + selection
     )
     accuracy = ("global_acc", "mean")
     fairness = ("sigma_type", "mean") if ("sigma_type", "mean") in columns else ("sigma_client", "mean")

@@ -99,6 +99,15 @@ def test_random_keys_are_unit_norm_and_not_orthogonal():
     assert (keys @ keys.T - torch.eye(4)).abs().max() > 1e-3
 
 
+def test_instability_is_the_second_halfs_std_of_each_clients_shares_averaged():
+    early = [[9, 1], [5, 5]]  # the first half of the evaluations is left out
+    counts = np.array([early, early, [[2, 2], [4, 0]], [[4, 0], [4, 0]]])  # [evaluations, clients, groups]
+    # client 0's shares: (0.5, 0.5) then (1, 0): std 0.25 per group; client 1's stay (1, 0): 0
+    assert sel.instability(counts) == pytest.approx((0.25 + 0.25 + 0 + 0) / 4)
+    assert sel.instability(counts[:, :1] * 0) == 0.0  # a client without test rows has shares 0, not NaN
+    assert np.isnan(sel.instability(counts[:1]))  # one evaluation: no spread to measure
+
+
 def test_purity_entropy_and_congruence_by_hand():
     assigned = np.array([0, 0, 1, 1, 1])
     truth = np.array([7, 8, 8, 8, 7])

@@ -1,6 +1,7 @@
 """The statistics of ``raysim compare``'s report against hand-computed values: the 95% Student-t interval, the
 paired difference with its sign agreement, the Pareto front, and the report's paired table over cells logged to a
-real MLflow store (the fairness metrics paired where clients have types)."""
+real MLflow store (the fairness metrics paired where clients have types; the group-selection diagnostics of the
+methods that log them)."""
 
 from __future__ import annotations
 
@@ -43,8 +44,11 @@ def test_pareto_front_keeps_the_points_no_other_beats_on_both_axes():
     assert pareto_front(points) == ["d", "a", "b"]
 
 
-def _log_cells(uri: str, experiment: str, figures: dict[str, dict[str, list[float]]]) -> None:
-    """One FINISHED cell per method and seed, as ``raysim compare`` tags and summarises them."""
+def _log_cells(
+    uri: str, experiment: str, figures: dict[str, dict[str, list[float]]], plain: dict | None = None
+) -> None:
+    """One FINISHED cell per method and seed, as ``raysim compare`` tags and summarises them; ``plain``: metrics
+    logged as they are (not summaries), per method."""
     client = MlflowClient(uri)
     experiment_id = client.create_experiment(experiment)
     for method, metrics in figures.items():
@@ -53,6 +57,7 @@ def _log_cells(uri: str, experiment: str, figures: dict[str, dict[str, list[floa
             run_id = client.create_run(experiment_id, run_name=f"{method}/s{seed}", tags=tags).info.run_id
             summary = summary_metrics({key: {"mean": values[seed]} for key, values in metrics.items()})
             logged = {"global_acc": metrics["global_acc"][seed], "bytes_up": 10.0, "bytes_down": 10.0}
+            logged.update({key: values[seed] for key, values in (plain or {}).get(method, {}).items()})
             client.log_batch(run_id, [Metric(k, v, 0, 1) for k, v in {**summary, **logged}.items()])
             client.set_terminated(run_id)
 
@@ -89,3 +94,32 @@ def test_the_report_pairs_sigma_type_only_where_clients_have_types(tmp_path, tra
     header = next(line for line in lines if line.startswith("| method - a |"))
     assert "sigma_type" not in header and header.endswith("| sigma_client (last-10 mean; lower is fairer) |")
     assert lines[lines.index(header) + 2].endswith("| 1.00 ± 0.00 (3/3 seeds agree; CI excludes 0) |")
+
+
+def test_the_report_tabulates_the_selection_diagnostics_of_the_methods_that_log_them(tmp_path, tracking_uri):
+    accuracy = {"global_acc": [1.0, 2.0, 3.0], "local_acc": [1.0, 2.0, 3.0], "worst_local_acc": [0.0, 0.0, 0.0]}
+    accuracy["sigma_client"] = [1.0, 1.0, 1.0]  # every run logs it (the fairness plot's x)
+    selection = {
+        "cluster_top_share": [0.2, 0.3, 0.4],  # a share: the table gives percent, 30 ± t * 10 / sqrt(3)
+        "cluster_groups_used": [10.0, 9.0, 8.0],
+        "kmeans_congruence": [50.0, 50.0, 50.0],
+        "selection_instability": [0.01, 0.02, 0.03],
+    }  # no cluster_acc (a dataset without coarse labels or domains): no column
+    _log_cells(tracking_uri, "selection", {"fedvpt": accuracy, "sgpt": accuracy}, plain={"sgpt": selection})
+    write_comparison(tracking_uri, "selection", tmp_path / "report", order=["fedvpt", "sgpt"])
+    lines = (tmp_path / "report" / "report.md").read_text().splitlines()
+    header = next(line for line in lines if line.startswith("| method | rows in the largest group"))
+    assert "clustering accuracy" not in header and header.endswith("| selection instability |")
+    rows = lines[lines.index(header) + 2 :]
+    half = T_975_2DF / math.sqrt(3)
+    shares, instability = f"30.00 ± {10 * half:.2f}", f"0.020 ± {0.01 * half:.3f}"
+    assert rows == [f"| sgpt | {shares} | 9.00 ± {half:.2f} | 50.00 ± 0.00 | {instability} |"]
+    assert "instability: the standard deviation" in lines[lines.index(header) - 2]
+
+
+def test_the_report_has_no_selection_table_without_group_prompt_methods(tmp_path, tracking_uri):
+    accuracy = {"global_acc": [1.0, 2.0, 3.0], "local_acc": [1.0, 2.0, 3.0], "worst_local_acc": [0.0, 0.0, 0.0]}
+    accuracy["sigma_client"] = [1.0, 1.0, 1.0]  # every run logs it (the fairness plot's x)
+    _log_cells(tracking_uri, "plain", {"fedvpt": accuracy, "fedavg": accuracy})
+    write_comparison(tracking_uri, "plain", tmp_path / "report", order=["fedvpt", "fedavg"])
+    assert "Group selection" not in (tmp_path / "report" / "report.md").read_text()

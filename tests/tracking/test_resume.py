@@ -6,16 +6,19 @@ from __future__ import annotations
 import dataclasses
 import io
 
+import numpy as np
 import pytest
 import torch
 from mlflow.tracking import MlflowClient
 from rich.console import Console
 
+from raysim.algorithms._group_prompts import INSTABILITY, GroupDiagnostics
 from raysim.config import build_config
 from raysim.core.errors import ConfigError
 from raysim.core.protocol import CachesRowFeatures, Personalised, SendsExtras, SplitLearning
 from raysim.core.registry import METHODS, get_method
 from raysim.engine.driver import run
+from raysim.ops import selection as sel
 from raysim.ops.metrics import TIMING_KEYS
 from raysim.tracking import checkpoint as ckpt
 from raysim.tracking import resume
@@ -97,8 +100,12 @@ def test_resumed_run_equals_the_uninterrupted_one(ray_session, tracking_uri, tmp
     assert comparable(resumed.history) == comparable(full.history)
     assert resumed.client_acc == full.client_acc and resumed.records == full.records
     assert_same_tensors(ckpt.load(folder), final)
-    run_info = MlflowClient(tracking_uri).get_run(full.run_id).info
-    assert run_info.status == "FINISHED"
+    logged = MlflowClient(tracking_uri).get_run(full.run_id)
+    assert logged.info.status == "FINISHED"
+    evaluations = [r["eval_counts"] for r in full.records if "eval_counts" in r]
+    assert bool(evaluations) == issubclass(get_method(method).cls, GroupDiagnostics)
+    if evaluations:  # SGPT Fig. 3's selection instability, logged once at the end
+        assert logged.data.metrics[INSTABILITY] == pytest.approx(sel.instability(np.array(evaluations)))
 
 
 def test_resume_on_the_ray_backend_with_more_rounds(ray_session, tracking_uri, tmp_path):
