@@ -166,9 +166,10 @@ def test_a_comparison_stopped_while_tuning_resumes_that_tuning(tmp_path):
     command = [*COMPARISON, "--tune-budget", "1"]
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
 
-    def trial_rounds():  # the one trial's run id and the rounds it logged, once it has a Tune checkpoint
+    def trial_rounds():  # fedvpt's one trial's run id and the rounds it logged, once it has a Tune checkpoint
         found = client.get_experiment_by_name("compare-fedvpt-fedavg-quick-tuning")
-        runs = client.search_runs([found.experiment_id], "tags.`raysim.trial` != ''") if found else []
+        query = "tags.`raysim.trial` != '' and tags.method = 'fedvpt'"  # not fedavg's, which follows it
+        runs = client.search_runs([found.experiment_id], query) if found else []
         if len(runs) != 1 or not list(tmp_path.glob("tune/*/*/checkpoint_*")):
             return None, []
         return runs[0].info.run_id, [m.step for m in client.get_metric_history(runs[0].info.run_id, "global_acc")]
