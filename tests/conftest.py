@@ -1,5 +1,6 @@
-"""Shared fixtures: one local Ray session per test worker (ray.init costs ~4 s on 2 cores; pytest-xdist runs two
-workers, each taking whole test files, as ``addopts`` says: ``-n 0`` runs in one process), and the test
+"""Shared fixtures: one local Ray session per test worker (ray.init costs ~4 s on 2 cores; pytest-xdist runs three
+workers, each taking whole test files, the long ones first, as ``addopts`` says: ``-n 0`` runs in one process; much
+of a test's time is a subprocess, Ray or MLflow waiting, so three workers keep 2 cores busier than two), and the test
 matrix's options: ``--precision fp32|bf16`` decides every ``train.precision=auto`` and ``--torch-threads N`` every
 worker's torch threads, for this process and every process it starts (through the environment raysim reads)."""
 
@@ -18,6 +19,29 @@ from raysim.engine.setup import THREADS_ENV
 def pytest_addoption(parser):
     parser.addoption("--precision", choices=("fp32", "bf16"), help=f"what train.precision=auto becomes (${AUTO_ENV})")
     parser.addoption("--torch-threads", type=int, help=f"torch threads per client worker (${THREADS_ENV})")
+
+
+LONGEST_FIRST = (  # files whose tests take minutes (``pytest --durations=0``, summed per file), longest first
+    "tests/e2e/test_interrupt.py",
+    "tests/actors/test_failures.py",
+    "tests/tracking/test_resume.py",
+    "tests/e2e/test_compare.py",
+    "tests/algorithms/test_fedv.py",
+    "tests/e2e/test_cli.py",
+    "tests/algorithms/test_methods.py",
+    "tests/engine/test_cohort.py",
+    "tests/e2e/test_tune.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The long files first, the others as collected: the workers take whole files in this order
+    (``--no-loadscope-reorder``), so the run ends on short files with every worker busy, not on one long file."""
+    missing = [path for path in LONGEST_FIRST if not (config.rootpath / path).is_file()]
+    if missing:
+        raise pytest.UsageError(f"tests/conftest.py's LONGEST_FIRST names files that do not exist: {missing}")
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
 
 
 def pytest_configure(config):
