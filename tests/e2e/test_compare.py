@@ -1,8 +1,8 @@
 """``raysim compare`` end to end on the real Ray Tune and MLflow: 2 methods x 2 seeds on the quick preset, one run
 per cell nested under the comparison's own run, the report's intervals recomputed from the cells' logged figures,
 the same partition for every method of a seed, a second run of the command that resumes (runs nothing), a second
-process refused while one runs, ``raysim report`` on the comparison, a tuning budget spent alike on every method,
-and bad input stopped before any run."""
+process refused while one runs, ``raysim report`` on the comparison, a tuning budget spent alike on every method
+(a tuning left unrestorable by a killed comparison tuned anew), and bad input stopped before any run."""
 
 from __future__ import annotations
 
@@ -122,9 +122,13 @@ def test_compare_runs_every_cell_reports_intervals_and_resumes(ray_session, tmp_
 
 def test_a_tuning_budget_tunes_every_method_alike_and_runs_its_best_values(ray_session, tracking_uri):
     args = [*COMMAND[:6], "1", *COMMAND[7:], "--tune-budget", "1", "--experiment", "budget", "--tracking-uri"]
+    folder = Path(tracking_uri.removeprefix("sqlite:///")).parent / "compare" / "budget"
+    folder.mkdir(parents=True)  # as a comparison killed before Tune first saved fedavg's sweep leaves it
+    (folder / "tuning.json").write_text(json.dumps({"fedavg": str(folder / "killed-sweep")}))
     result = CliRunner().invoke(main, [*args, tracking_uri])
     assert result.exit_code == 0, result.output + result.stderr
     shown = result.stderr.splitlines()  # each method's sweep opens with what it samples, then its trial's lines
+    assert f"the tuning of fedavg in {folder / 'killed-sweep'} cannot be resumed: tuning it anew" in shown
     assert [line.split(" trial sampling ")[0] for line in shown if line.startswith("tuning ")] == [
         f"tuning {VARIANT}: 1",
         "tuning fedavg: 1",
@@ -144,7 +148,6 @@ def test_a_tuning_budget_tunes_every_method_alike_and_runs_its_best_values(ray_s
         assert {key: cell.data.params[key] for key in sampled[method]} == best[method]
         assert {key: str(value) for key, value in json.loads(cell.data.tags["raysim.tuned"]).items()} == best[method]
     assert cell.data.tags["raysim.tuning"].startswith("1 raysim tune trials per method")
-    folder = Path(tracking_uri.removeprefix("sqlite:///")).parent / "compare" / "budget"
     assert set(json.loads((folder / "tuned.json").read_text())) == {VARIANT, "fedavg"}
     assert json.loads((folder / "tuning.json").read_text()) == {}  # no tuning left to resume
 
