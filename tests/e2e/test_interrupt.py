@@ -175,10 +175,11 @@ def test_a_comparison_stopped_while_tuning_resumes_that_tuning(tmp_path):
         return runs[0].info.run_id, [m.step for m in client.get_metric_history(runs[0].info.run_id, "global_acc")]
 
     def stop_once(process, first: str) -> tuple[str, list[int], str]:
-        """SIGINT once the trial has logged a round after the line starting with ``first``."""
+        """SIGINT once the trial has logged three rounds after the line starting with ``first``, with a checkpoint:
+        a checkpoint on disk that Tune's own state does not name yet restarts the trial anew, in a new run."""
         shown = wait_for_round(process, 0, first=first)
         past, deadline = max(trial_rounds()[1], default=0), time.monotonic() + 180
-        while time.monotonic() < deadline and max(trial_rounds()[1], default=0) <= past:
+        while time.monotonic() < deadline and max(trial_rounds()[1], default=0) <= past + 2:
             time.sleep(0.5)
         run_id, rounds = trial_rounds()
         process.send_signal(signal.SIGINT)
