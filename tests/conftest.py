@@ -1,8 +1,8 @@
-"""Shared fixtures: one local Ray session per test worker (ray.init costs ~4 s on 2 cores; pytest-xdist runs three
-workers, each taking whole test files, the long ones first, as ``addopts`` says: ``-n 0`` runs in one process; much
-of a test's time is a subprocess, Ray or MLflow waiting, so three workers keep 2 cores busier than two), and the test
-matrix's options: ``--precision fp32|bf16`` decides every ``train.precision=auto`` and ``--torch-threads N`` every
-worker's torch threads, for this process and every process it starts (through the environment raysim reads)."""
+"""Shared fixtures: one local Ray session per test worker (ray.init costs ~4 s on 2 cores; pytest-xdist runs two
+workers, each taking whole test files, the long ones first, as ``addopts`` says: ``-n 0`` runs in one process), and
+the test matrix's options: ``--precision fp32|bf16`` decides every ``train.precision=auto`` and ``--torch-threads N``
+every worker's torch threads, for this process and every process it starts (through the environment raysim
+reads)."""
 
 from __future__ import annotations
 
