@@ -169,7 +169,7 @@ def _selection_table(methods: list[str], by_method: dict[str, list[dict]]) -> st
         + (
             "; instability: the standard deviation of each client's share of rows per group over the second half of "
             "the evaluations, averaged over clients and groups"
-            if SELECTION[-1] in logged
+            if any(key == "selection_instability" for key, *_ in logged)
             else ""
         )
         + ".\n\n"
