@@ -117,6 +117,11 @@ def assign(queries: np.ndarray, keys: torch.Tensor) -> np.ndarray:
     return sel.cosine(torch.as_tensor(queries, dtype=torch.float32), keys.float()).argmax(dim=1).numpy()
 
 
+def evaluation_counts(records: list[dict[str, Any]]) -> np.ndarray:
+    """Test rows per client and group at each evaluation of a run's records: [evaluations, clients, groups]."""
+    return np.array([r["eval_counts"] for r in records if "eval_counts" in r])
+
+
 def truth_of(shards, labels: np.ndarray, domains: np.ndarray) -> np.ndarray | None:
     """Ground-truth clusters: coarse labels when the dataset has them, else domains when there are several."""
     info = shards.info
@@ -189,8 +194,7 @@ class GroupDiagnostics(Diagnostics):
 
     def run_metrics(self, records: list[dict[str, Any]]) -> dict[str, float]:
         """SGPT Fig. 3's selection instability over the run's evaluations (:func:`raysim.ops.selection.instability`)."""
-        counts = [r["eval_counts"] for r in records if "eval_counts" in r]
-        value = sel.instability(np.array(counts))
+        value = sel.instability(evaluation_counts(records))
         return {} if np.isnan(value) else {INSTABILITY: value}
 
     def artifacts(self, records: list[dict[str, Any]], folder: Path) -> list[Path]:
@@ -200,7 +204,7 @@ class GroupDiagnostics(Diagnostics):
         folder = Path(folder)
         counts = folder / "selection_counts.json"
         counts.write_text(json.dumps(records))
-        stack = np.array([r["eval_counts"] for r in evaluated])  # [rounds, clients, groups]
+        stack = evaluation_counts(records)
         busiest = int(stack[-1].sum(axis=1).argmax())
         paths = [counts, folder / "selection_map.png", folder / "selection_stability.png"]
         plot_selection_map(stack[-1], f"{self.info.name}: test rows per group (final keys)", paths[1])

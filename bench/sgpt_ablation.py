@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from rich.console import Console
 
+from raysim.algorithms._group_prompts import evaluation_counts
 from raysim.config import build_config
 from raysim.core.training import model_inputs
 from raysim.data.shards import ClientData
@@ -80,7 +81,7 @@ def one_run(method: str, layer: dict, rounds: int, tracking: str) -> dict[str, f
                 "groups": last["cluster_groups_used"],
                 "clust acc": last.get("cluster_acc", float("nan")),
                 "congr": last["kmeans_congruence"],
-                "instab": sel.instability(np.array([r["eval_counts"] for r in result.records if "eval_counts" in r])),
+                "instab": sel.instability(evaluation_counts(result.records)),
             }
         )
     return out

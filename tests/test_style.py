@@ -13,3 +13,16 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_ruff(check):
     done = subprocess.run([sys.executable, "-m", "ruff", *check], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_shipped_presets_and_tune_spaces_keep_to_the_line_length():
+    """The YAML raysim ships keeps ruff's 120 columns too: a preset's first line is its description in listings."""
+    files = sorted([*ROOT.glob("raysim/config/presets/*.yaml"), *ROOT.glob("tune_spaces/*.yaml")])
+    assert files
+    long = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in files
+        for number, line in enumerate(path.read_text().splitlines(), start=1)
+        if len(line) > 120
+    ]
+    assert not long, f"lines over 120 characters: {long}"
