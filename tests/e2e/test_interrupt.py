@@ -174,12 +174,19 @@ def test_a_comparison_stopped_while_tuning_resumes_that_tuning(tmp_path):
             return None, []
         return runs[0].info.run_id, [m.step for m in client.get_metric_history(runs[0].info.run_id, "global_acc")]
 
+    def tune_names_a_checkpoint() -> bool:  # Tune keeps a trial's checkpoints in its state as hex-encoded pickles
+        states = sorted(tmp_path.glob("tune/*/experiment_state-*.json"), key=lambda path: path.stat().st_mtime)
+        return bool(states) and b"checkpoint_00".hex() in states[-1].read_text()
+
     def stop_once(process, first: str) -> tuple[str, list[int], str]:
-        """SIGINT once the trial has logged three rounds after the line starting with ``first``, with a checkpoint:
-        a checkpoint on disk that Tune's own state does not name yet restarts the trial anew, in a new run."""
+        """SIGINT once the trial has logged three rounds after the line starting with ``first`` and Tune's own state
+        names one of its checkpoints: a checkpoint on disk that Tune has not registered restarts the trial anew, in
+        a new run (Tune saves its state every 10 s or more)."""
         shown = wait_for_round(process, 0, first=first)
         past, deadline = max(trial_rounds()[1], default=0), time.monotonic() + 180
-        while time.monotonic() < deadline and max(trial_rounds()[1], default=0) <= past + 2:
+        while time.monotonic() < deadline and (
+            max(trial_rounds()[1], default=0) <= past + 2 or not tune_names_a_checkpoint()
+        ):
             time.sleep(0.5)
         run_id, rounds = trial_rounds()
         process.send_signal(signal.SIGINT)
