@@ -4,9 +4,10 @@ Reads the tracking store only. The cells are the experiment's FINISHED runs tagg
 (:data:`CELL`: ``METHOD/sSEED``). For each method: the mean and the 95% confidence interval (Student's t over the
 seeds) of the papers' metrics, the bytes it exchanged per round and its trainable parameters; then, for every other
 method, the paired comparison with the first method named: the mean over seeds of (method - first), its 95% CI, and
-how many seeds agree with the sign of the mean. Figures: accuracy against fairness (sigma) and against bytes per
-round, each method's mean with its CIs as error bars, the Pareto front drawn through the methods no other beats on
-both axes; with the virtual clock (docs/systems.md), accuracy against virtual time.
+how many seeds agree with the sign of the mean. For the group-prompt methods, their selection diagnostics
+(:data:`SELECTION`) likewise, paired with the first of them. Figures: accuracy against fairness (sigma) and against
+bytes per round, each method's mean with its CIs as error bars, the Pareto front drawn through the methods no other
+beats on both axes; with the virtual clock (docs/systems.md), accuracy against virtual time.
 """
 
 from __future__ import annotations
@@ -129,6 +130,15 @@ def _cell(mean: float, half: float, digits: int = 2) -> str:
     return f"{mean:.{digits}f}" if np.isnan(half) else f"{mean:.{digits}f} ± {half:.{digits}f}"
 
 
+def _paired_cell(first: dict[int, float], other: dict[int, float], digits: int = 2) -> str:
+    """``other - first`` paired over their common seeds, with how many agree in sign and whether the CI excludes 0."""
+    mean, half, agree, n = paired(first, other)
+    if not n:
+        return ""
+    excludes = not np.isnan(half) and abs(mean) > half
+    return f"{_cell(mean, half, digits)} ({agree}/{n} seeds agree{'; CI excludes 0' if excludes else ''})"
+
+
 def _described(runs: list[dict]) -> list[str]:
     """The lines saying what the table rests on: seeds, tuning, CPU, precision, setting."""
     tags = runs[0]["tags"]
@@ -149,20 +159,43 @@ def _described(runs: list[dict]) -> list[str]:
 
 
 def _selection_table(methods: list[str], by_method: dict[str, list[dict]]) -> str:
-    """The :data:`SELECTION` diagnostics of the methods that log them (mean ± CI over seeds), or ''."""
+    """The :data:`SELECTION` diagnostics of the methods that log them (mean ± CI over seeds), then each paired with
+    the first of those methods; or ''."""
     logged = [c for c in SELECTION if any(c[0] in r["metrics"] for m in methods for r in by_method[m])]
-    rows = []
-    for method in methods:
-        runs = by_method[method]
-        if any(key in r["metrics"] for key, *_ in logged for r in runs):
-            figures = [
-                _cell(*interval([scale * r["metrics"][key] for r in runs if key in r["metrics"]]), digits)
-                for key, _, scale, digits in logged
-            ]
-            rows.append(f"| {method} | " + " | ".join(figures) + " |")
-    if not rows:
+    selecting = [m for m in methods if any(key in r["metrics"] for key, *_ in logged for r in by_method[m])]
+    if not selecting:
         return ""
-    header = "| method | " + " | ".join(label for _, label, *_ in logged) + " |\n" + "|---" * (1 + len(logged))
+
+    def values(method: str, key: str, scale: float) -> dict[int, float]:
+        return {r["seed"]: scale * r["metrics"][key] for r in by_method[method] if key in r["metrics"]}
+
+    rows = [
+        f"| {method} | "
+        + " | ".join(
+            _cell(*interval(list(values(method, key, scale).values())), digits) for key, _, scale, digits in logged
+        )
+        + " |"
+        for method in selecting
+    ]
+    pairs = [
+        f"| {method} | "
+        + " | ".join(
+            _paired_cell(values(selecting[0], key, scale), values(method, key, scale), digits)
+            for key, _, scale, digits in logged
+        )
+        + " |"
+        for method in selecting[1:]
+    ]
+    labels = " | ".join(label for _, label, *_ in logged)
+    header = f"| method | {labels} |\n" + "|---" * (1 + len(logged))
+    paired_with = (
+        f"\n\nPaired with {selecting[0]} (over the seeds both logged):\n\n| method - {selecting[0]} | {labels} |\n"
+        + "|---" * (1 + len(logged))
+        + "|\n"
+        + "\n".join(pairs)
+        if pairs
+        else ""
+    )
     return (
         "\n## Group selection at the final evaluation (SGPT Table 4, Fig. 3, App. D.2)\n\n"
         "Every client's test rows, assigned to groups by the final keys"
@@ -176,6 +209,7 @@ def _selection_table(methods: list[str], by_method: dict[str, list[dict]]) -> st
         + header
         + "|\n"
         + "\n".join(rows)
+        + paired_with
         + "\n"
     )
 
@@ -211,11 +245,7 @@ def write_comparison(
     pairs = [f"| method - {first} | " + " | ".join(named) + " |"]
     pairs.append("|---" * (1 + len(paired_columns)) + "|")
     for method in methods[1:]:
-        row = []
-        for column in paired_columns:
-            mean, half, agree, n = paired(values(first, column), values(method, column))
-            excludes = not np.isnan(half) and abs(mean) > half
-            row.append(f"{_cell(mean, half)} ({agree}/{n} seeds agree{'; CI excludes 0' if excludes else ''})")
+        row = [_paired_cell(values(first, column), values(method, column)) for column in paired_columns]
         pairs.append(f"| {method} | " + " | ".join(row) + " |")
     selection = _selection_table(methods, by_method)
     folder = Path(folder)

@@ -1,7 +1,7 @@
 """The statistics of ``raysim compare``'s report against hand-computed values: the 95% Student-t interval, the
 paired difference with its sign agreement, the Pareto front, and the report's paired table over cells logged to a
 real MLflow store (the fairness metrics paired where clients have types; the group-selection diagnostics of the
-methods that log them)."""
+methods that log them, and paired with the first of those)."""
 
 from __future__ import annotations
 
@@ -115,6 +115,26 @@ def test_the_report_tabulates_the_selection_diagnostics_of_the_methods_that_log_
     shares, instability = f"30.00 ± {10 * half:.2f}", f"0.020 ± {0.01 * half:.3f}"
     assert rows == [f"| sgpt | {shares} | 9.00 ± {half:.2f} | 50.00 ± 0.00 | {instability} |"]
     assert "instability: the standard deviation" in lines[lines.index(header) - 2]
+
+
+def test_the_report_pairs_the_selection_diagnostics_with_the_first_method_that_logs_them(tmp_path, tracking_uri):
+    accuracy = {"global_acc": [1.0, 2.0, 3.0], "local_acc": [1.0, 2.0, 3.0], "worst_local_acc": [0.0, 0.0, 0.0]}
+    accuracy["sigma_client"] = [1.0, 1.0, 1.0]
+    sgpt = {"cluster_top_share": [0.2, 0.3, 0.4], "cluster_groups_used": [10.0, 9.0, 8.0]}  # no instability logged
+    plain = {"cluster_top_share": [1.0, 1.0, 1.0], "cluster_groups_used": [1.0, 1.0, 1.0]}
+    plain["selection_instability"] = [0.0, 0.0, 0.0]
+    methods = {"fedvpt": accuracy, "sgpt": accuracy, "sgpt:key_rule=plain": accuracy}
+    _log_cells(tracking_uri, "pairs", methods, plain={"sgpt": sgpt, "sgpt:key_rule=plain": plain})
+    write_comparison(tracking_uri, "pairs", tmp_path / "report", order=["fedvpt", "sgpt", "sgpt:key_rule=plain"])
+    lines = (tmp_path / "report" / "report.md").read_text().splitlines()
+    header = next(line for line in lines if line.startswith("| method - sgpt |"))  # fedvpt selects nothing
+    assert header.endswith("| groups holding >= 1% of rows | selection instability |")
+    assert lines[lines.index(header) - 2] == "Paired with sgpt (over the seeds both logged):"
+    half = T_975_2DF / math.sqrt(3)  # differences 80, 70, 60 (percent) and -9, -8, -7: sd 10 and 1
+    assert lines[lines.index(header) + 2 :] == [
+        f"| sgpt:key_rule=plain | 70.00 ± {10 * half:.2f} (3/3 seeds agree; CI excludes 0) | "
+        f"-8.00 ± {half:.2f} (3/3 seeds agree; CI excludes 0) |  |"  # no seed logged instability for both
+    ]
 
 
 def test_the_report_has_no_selection_table_without_group_prompt_methods(tmp_path, tracking_uri):
