@@ -175,8 +175,11 @@ def test_a_comparison_stopped_while_tuning_resumes_that_tuning(tmp_path):
         return runs[0].info.run_id, [m.step for m in client.get_metric_history(runs[0].info.run_id, "global_acc")]
 
     def tune_names_a_checkpoint() -> bool:  # Tune keeps a trial's checkpoints in its state as hex-encoded pickles
-        states = sorted(tmp_path.glob("tune/*/experiment_state-*.json"), key=lambda path: path.stat().st_mtime)
-        return bool(states) and b"checkpoint_00".hex() in states[-1].read_text()
+        try:  # a state file Tune replaces while it is read counts as not yet
+            states = sorted(tmp_path.glob("tune/*/experiment_state-*.json"), key=lambda path: path.stat().st_mtime)
+            return bool(states) and b"checkpoint_00".hex() in states[-1].read_text()
+        except OSError:
+            return False
 
     def stop_once(process, first: str) -> tuple[str, list[int], str]:
         """SIGINT once the trial has logged three rounds after the line starting with ``first`` and Tune's own state
