@@ -169,30 +169,27 @@ def _selection_table(methods: list[str], by_method: dict[str, list[dict]]) -> st
     def values(method: str, key: str, scale: float) -> dict[int, float]:
         return {r["seed"]: scale * r["metrics"][key] for r in by_method[method] if key in r["metrics"]}
 
-    rows = [
-        f"| {method} | "
-        + " | ".join(
+    def table(head: str, lines: dict[str, list[str]]) -> str:
+        labels = " | ".join(label for _, label, *_ in logged)
+        rows = [f"| {method} | " + " | ".join(cells) + " |" for method, cells in lines.items()]
+        return "\n".join([f"| {head} | {labels} |", "|---" * (1 + len(logged)) + "|", *rows])
+
+    first = selecting[0]
+    means = {
+        method: [
             _cell(*interval(list(values(method, key, scale).values())), digits) for key, _, scale, digits in logged
-        )
-        + " |"
+        ]
         for method in selecting
-    ]
-    pairs = [
-        f"| {method} | "
-        + " | ".join(
-            _paired_cell(values(selecting[0], key, scale), values(method, key, scale), digits)
+    }
+    pairs = {
+        method: [
+            _paired_cell(values(first, key, scale), values(method, key, scale), digits)
             for key, _, scale, digits in logged
-        )
-        + " |"
+        ]
         for method in selecting[1:]
-    ]
-    labels = " | ".join(label for _, label, *_ in logged)
-    header = f"| method | {labels} |\n" + "|---" * (1 + len(logged))
+    }
     paired_with = (
-        f"\n\nPaired with {selecting[0]} (over the seeds both logged):\n\n| method - {selecting[0]} | {labels} |\n"
-        + "|---" * (1 + len(logged))
-        + "|\n"
-        + "\n".join(pairs)
+        f"\n\nPaired with {first} (over the seeds both logged):\n\n" + table(f"method - {first}", pairs)
         if pairs
         else ""
     )
@@ -206,9 +203,7 @@ def _selection_table(methods: list[str], by_method: dict[str, list[dict]]) -> st
             else ""
         )
         + ".\n\n"
-        + header
-        + "|\n"
-        + "\n".join(rows)
+        + table("method", means)
         + paired_with
         + "\n"
     )
