@@ -20,7 +20,6 @@ from raysim.core.registry import get_method
 from raysim.data.shards import ClientData
 from raysim.models.factory import build_model
 from raysim.ops import contrastive as gc
-from raysim.ops import reweighting
 from raysim.testing.smoke import open_simulation
 
 SMALL = {
@@ -77,6 +76,9 @@ def test_fedgr_represents_clients_by_the_class_balanced_frozen_class_token(simul
     assert not simulation.clients  # no GC-Net, no contrastive state
 
 
+UNEVEN = {"delta": 0.4, "gamma": 0.8, "q": 2.0}  # delta != gamma and q != 1: a swap or a fixed square shows
+
+
 @pytest.mark.parametrize(
     "method, options, round, expected",
     [
@@ -84,14 +86,15 @@ def test_fedgr_represents_clients_by_the_class_balanced_frozen_class_token(simul
         ("fedgc", {}, 2, [1, 1, 2]),  # N_i
         ("fedgcr", {}, 1, [1 / 4 * 1, 1 / 4 * 4, 2 / 4 * 16]),  # beta = 0 in round 1: omega * L^2
         ("fedgcr", {}, 2, [1 / 4 * 1.5**0.5, 1 / 4 * 2**1.5 * 1.5**0.5, 2 / 4 * 16]),  # beta = 0.25
-        ("fedgcr", {"reweighting": "code"}, 1, None),  # beta = delta, not the Eq. 5 schedule
+        # delta 0.4, gamma 0.8, q 2: beta = 0.4 (1 - 0.8) = 0.08, weights omega (L^0.92 Lbar^0.08)^3
+        ("fedgcr", UNEVEN, 2, [1 / 4 * 1.5**0.24, 1 / 4 * 2**2.76 * 1.5**0.24, 2 / 4 * 64]),
+        # the code form: beta = delta = 0.4 (not the Eq. 5 schedule), individual power a = 0.4 + 0.6 * 0.9 = 0.94
+        ("fedgcr", {**UNEVEN, "reweighting": "code"}, 1, [1 / 4 * 1.5**0.18, 1 / 4 * 2**2.82 * 1.5**0.18, 2 / 4 * 64]),
     ],
 )
 def test_aggregation_weights_follow_the_method_and_round(method, options, round, expected):
     config = build_config(method, [SMALL, {"fedgcr": {"clusters": 3, **options}}])
     weights = get_method(method).cls(config).aggregation_weights(round, [1.0, 2.0, 4.0], [1, 1, 2], [0, 0, 1])
-    if expected is None:
-        expected = reweighting.fedgr_weights([1.0, 2.0, 4.0], [1, 1, 2], [0, 0, 1], 0.5, 1.0, "code", round)
     assert torch.as_tensor(weights, dtype=torch.float64).div(sum(weights)).tolist() == pytest.approx(
         (torch.as_tensor(expected, dtype=torch.float64) / sum(expected)).tolist()
     )

@@ -76,8 +76,6 @@ def test_perturbed_forward_uses_w_plus_eps_z_and_leaves_the_weights_bit_identica
     assert torch.allclose(out, manual[1](manual[0](h)), atol=1e-6)
     for key, value in blocks.state_dict().items():
         assert torch.equal(value, before[key])  # bit for bit
-    again = [z for _, z in spsa.directions(blocks, 7)]  # z is regenerated, never stored: the same draws
-    assert all(torch.equal(a, b) for a, b in zip(again, [z for _, z in spsa.directions(blocks, 7)]))
 
 
 def test_spsa_step_hand_computed():
@@ -268,11 +266,13 @@ def test_bytes_counted_match_the_tensors_sent(ray_session, method):
         up_params = params * len(rows) if report.round == 1 else 0
         down_params = params * len(rows) if report.round == 2 else 0  # the average after round 1
         assert m["bytes_params"] == up_params + down_params
-        assert m["bytes_up"] + m["bytes_down"] == pytest.approx(
-            m["bytes_activations"] + m["bytes_gradients"] + m["bytes_spsa"] + m["bytes_params"]
-        )
+        # each way: one activation and one gradient per row; FedVZ's batch and scalar up, its two outputs down
+        each_way, spsa_batch = sum(rows) * row, sum(last) * row
+        spsa_up, spsa_down = (spsa_batch + 8 * len(rows), 2 * spsa_batch) if method == "fedvz" else (0, 0)
+        assert m["bytes_up"] == 2 * each_way + spsa_up + up_params
+        assert m["bytes_down"] == 2 * each_way + spsa_down + down_params
         assert m["lr_server"] == config.options.lr_server
-        assert m["client_compute_s"] > 0 and m["server_compute_s"] > 0 and m["transfer_s"] >= 0
+        assert m["client_compute_s"] > 0 and m["server_compute_s"] > 0
 
 
 @pytest.mark.parametrize("method", ["fedv", "fedvz"])

@@ -76,6 +76,15 @@ def test_aggregation_by_hand_with_momentum():
     assert out.server["selection_total"].tolist() == [4.0, 3.0]  # v_g += sum_i N_g^i, never reset
 
 
+def test_momentum_weighs_the_previous_keys_by_alpha_k_and_the_previous_prompts_by_alpha_g():
+    state, results = two_clients()
+    out = sgpt(alpha_k=0.25, alpha_g=0.75).aggregate(1, state, results)
+    # SGPT Eq. 7, alpha prev + (1 - alpha) new: keys 0.25 [[1, 1], [1, 1]] + 0.75 [[5/3, 0], [0, 3]]
+    assert torch.allclose(out.params[KEYS], torch.tensor([[1.5, 0.25], [0.25, 2.5]]))
+    # group prompts 0.75 * 0 + 0.25 [2.5, 2.5, 5, 5]
+    assert torch.allclose(out.params[GROUP].flatten(), torch.tensor([0.625, 0.625, 1.25, 1.25]))
+
+
 def test_aggregation_without_momentum_and_uniform_key_fallback():
     state, results = two_clients()
     for r in results:

@@ -15,6 +15,8 @@ def test_beta_schedule_is_zero_in_round_one_and_approaches_delta():
     assert fairness.fedgr_beta(2, 0.5, 0.5) == pytest.approx(0.25)
     assert fairness.fedgr_beta(3, 0.5, 0.5) == pytest.approx(0.375)
     assert fairness.fedgr_beta(60, 0.5, 0.5) == pytest.approx(0.5)
+    assert fairness.fedgr_beta(2, 0.4, 0.8) == pytest.approx(0.08)  # 0.4 (1 - 0.8); delta, gamma swapped: 0.48
+    assert fairness.fedgr_beta(3, 0.4, 0.8) == pytest.approx(0.144)  # 0.4 (1 - 0.64)
 
 
 def test_fedgr_paper_weights_hand_computed():
@@ -27,6 +29,8 @@ def test_fedgr_paper_weights_hand_computed():
 def test_fedgr_with_beta_zero_is_individual_q_ffl_reweighting():
     w = fairness.fedgr_weights([1.0, 2.0], [1, 1], [0, 0], beta=0.0, q=1.0)
     assert w.tolist() == pytest.approx([1 / 5, 4 / 5])  # omega * L^2
+    w = fairness.fedgr_weights([1.0, 4.0], [1, 1], [0, 1], beta=0.0, q=2.0)
+    assert w.tolist() == pytest.approx([1 / 65, 64 / 65])  # omega * L^(q+1) = L^3
 
 
 def test_fedgr_code_variant_quantises_losses_and_mixes_powers():
@@ -101,6 +105,17 @@ def test_qffl_step_hand_computed():
         lipschitz=1.0,
     )
     assert out["w"].item() == pytest.approx(2 / 3.5)
+    # L = 2 (L = 1/lr in runs): Delta w = [2, -2], Delta = [2, -6], h = [||Delta w||^2 + 2 * 1, 4 + 2 * 3] = [6, 10]
+    # -> w - (2 - 6) / (6 + 10) = 1/4 (a step ignoring L gives L = 1's 1/3)
+    out = fairness.qffl_step(
+        {"w": torch.zeros(1)},
+        [{"w": torch.tensor([-1.0])}, {"w": torch.tensor([1.0])}],
+        [1.0, 3.0],
+        [5, 5],
+        q=1.0,
+        lipschitz=2.0,
+    )
+    assert out["w"].item() == pytest.approx(1 / 4)
 
 
 def test_qffl_with_q_zero_is_fedavg():
