@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 
 import numpy as np
@@ -33,16 +34,17 @@ def descendants(root: int) -> list[int]:
     return found
 
 
-def actor_pids(class_name: str) -> list[int]:
+def actor_pids(class_name: str, busy_in: tuple[str, ...] = ()) -> list[int]:
     """Process ids of this driver's live ``class_name`` actors (Ray titles them ``ray::Class`` or
-    ``ray::Class.method`` while busy), sorted."""
+    ``ray::Class.method`` while busy), sorted; with ``busy_in``, only those running one of these methods."""
+    wanted = tuple(f"ray::{class_name}.{method}" for method in busy_in) or (f"ray::{class_name}.",)
     pids = []
     for pid in descendants(os.getpid()):
         try:
             title = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
         except OSError:
             continue
-        if title == f"ray::{class_name}" or title.startswith(f"ray::{class_name}."):
+        if title.startswith(wanted) or (not busy_in and title == f"ray::{class_name}"):
             pids.append(pid)
     return sorted(pids)
 
@@ -56,3 +58,16 @@ def kill_actor(class_name: str, rng: np.random.Generator | None = None) -> int |
     pid = pids[int(rng.integers(len(pids)))] if rng is not None else pids[0]
     os.kill(pid, signal.SIGKILL)
     return pid
+
+
+def kill_busy_actor(class_name: str, methods: tuple[str, ...], timeout_s: float = 30.0) -> int | None:
+    """SIGKILL the first ``class_name`` actor seen running one of ``methods`` (polled every 5 ms), so the kill lands
+    mid-task; its pid, or None when none was busy within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        pids = actor_pids(class_name, busy_in=methods)
+        if pids:
+            os.kill(pids[0], signal.SIGKILL)
+            return pids[0]
+        time.sleep(0.005)
+    return None

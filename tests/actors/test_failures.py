@@ -40,6 +40,14 @@ def quiet(config, act=None):
     return run(config, show_progress=False, console=Console(file=io.StringIO()), callbacks=[After(act)] if act else [])
 
 
+def kill_when_busy(killed: list, class_name: str, *methods: str) -> threading.Thread:
+    """A started thread that SIGKILLs a ``class_name`` actor once it runs one of ``methods`` and appends its pid
+    (None if none was busy within 30 s) to ``killed``."""
+    thread = threading.Thread(target=lambda: killed.append(chaos.kill_busy_actor(class_name, methods)))
+    thread.start()
+    return thread
+
+
 def metrics_of(result):
     return [{k: v for k, v in h.items() if k not in TIMING_KEYS} for h in result.history]
 
@@ -64,16 +72,15 @@ def clean(ray_session, tmp_path_factory):
 
 
 def test_worker_killed_mid_round_is_replaced_and_the_round_rerun(clean, tracking_uri, tmp_path):
-    killed, timers = [], []
+    killed, threads = [], []
 
-    def kill_soon(round):  # the next round starts right after this returns; its training takes ~1 s
+    def kill_soon(round):  # the next round starts right after this returns: kill a worker while it trains
         if round in (1, 3):
-            timers.append(threading.Timer(0.3, lambda: killed.append(chaos.kill_actor("ClientWorker"))))
-            timers[-1].start()
+            threads.append(kill_when_busy(killed, "ClientWorker", "train"))
 
     survived = quiet(config_for(tracking_uri, tmp_path), kill_soon)
-    for timer in timers:
-        timer.join()
+    for thread in threads:
+        thread.join()
     assert len(killed) == 2 and None not in killed
     assert metrics_of(survived) == clean
     assert not set(killed) & set(chaos.actor_pids("ClientWorker"))  # (the pool is gone; no stale pid lives on)
@@ -110,15 +117,14 @@ def test_killed_split_server_is_recovered_from_the_last_checkpoint(ray_session, 
         return build_config("fedvz", layers)
 
     clean = quiet(split_config("sequential"))
-    killed, timers = [], []
+    killed, threads = [], []
 
-    def kill_soon(round):
+    def kill_soon(round):  # in round 3, while the server answers a client's step
         if round == 2 and not killed:
-            timers.append(threading.Timer(0.3, lambda: killed.append(chaos.kill_actor("EncoderServer"))))
-            timers[-1].start()
+            threads.append(kill_when_busy(killed, "EncoderServer", "forward", "backward", "perturbed"))
 
     recovered = quiet(split_config("ray", every=2), kill_soon)
-    for timer in timers:
-        timer.join()
+    for thread in threads:
+        thread.join()
     assert killed and killed[0] is not None
     assert metrics_of(recovered) == metrics_of(clean)
