@@ -83,39 +83,20 @@ def test_afl_one_step_weights_project_shares_plus_losses_hand_computed(losses, s
     assert fairness.afl_one_step_weights(losses, sizes, lr).tolist() == pytest.approx(expected)
 
 
+def qffl_from_zero(sizes: list[int], lipschitz: float) -> float:
+    """q-FFL's step (q = 1) from w = 0 with clients at -1 and 1 whose losses are 1 and 3."""
+    clients = [{"w": torch.tensor([-1.0])}, {"w": torch.tensor([1.0])}]
+    return fairness.qffl_step({"w": torch.zeros(1)}, clients, [1.0, 3.0], sizes, q=1.0, lipschitz=lipschitz)["w"].item()
+
+
 def test_qffl_step_hand_computed():
-    # w = 0, clients at -1 and 1 with losses 1 and 3, q = 1, L = 1: Delta w = [1, -1], Delta = [1, -3],
-    # h = [1 + 1, 1 + 3] -> w - (1 - 3) / 6 = 1/3 (pulled towards the high-loss client)
-    out = fairness.qffl_step(
-        {"w": torch.zeros(1)},
-        [{"w": torch.tensor([-1.0])}, {"w": torch.tensor([1.0])}],
-        [1.0, 3.0],
-        [5, 5],
-        q=1.0,
-        lipschitz=1.0,
-    )
-    assert out["w"].item() == pytest.approx(1 / 3)
+    # L = 1: Delta w = [1, -1], Delta = [1, -3], h = [1 + 1, 1 + 3] -> w - (1 - 3) / 6 = 1/3 (towards the high loss)
+    assert qffl_from_zero([5, 5], 1.0) == pytest.approx(1 / 3)
     # data shares 1/4, 3/4: w - (1/4 * 1 - 3/4 * 3) / (1/4 * 2 + 3/4 * 4) = 2 / 3.5
-    out = fairness.qffl_step(
-        {"w": torch.zeros(1)},
-        [{"w": torch.tensor([-1.0])}, {"w": torch.tensor([1.0])}],
-        [1.0, 3.0],
-        [1, 3],
-        q=1.0,
-        lipschitz=1.0,
-    )
-    assert out["w"].item() == pytest.approx(2 / 3.5)
+    assert qffl_from_zero([1, 3], 1.0) == pytest.approx(2 / 3.5)
     # L = 2 (L = 1/lr in runs): Delta w = [2, -2], Delta = [2, -6], h = [||Delta w||^2 + 2 * 1, 4 + 2 * 3] = [6, 10]
     # -> w - (2 - 6) / (6 + 10) = 1/4 (a step ignoring L gives L = 1's 1/3)
-    out = fairness.qffl_step(
-        {"w": torch.zeros(1)},
-        [{"w": torch.tensor([-1.0])}, {"w": torch.tensor([1.0])}],
-        [1.0, 3.0],
-        [5, 5],
-        q=1.0,
-        lipschitz=2.0,
-    )
-    assert out["w"].item() == pytest.approx(1 / 4)
+    assert qffl_from_zero([5, 5], 2.0) == pytest.approx(1 / 4)
 
 
 def test_qffl_with_q_zero_is_fedavg():
