@@ -49,10 +49,10 @@ def actor_pids(class_name: str, busy_in: tuple[str, ...] = ()) -> list[int]:
     return sorted(pids)
 
 
-def kill_actor(class_name: str, rng: np.random.Generator | None = None) -> int | None:
-    """SIGKILL one live ``class_name`` actor process (a random one with ``rng``, else the first); its pid, or
-    None when there is none."""
-    pids = actor_pids(class_name)
+def kill_actor(class_name: str, rng: np.random.Generator | None = None, busy_in: tuple[str, ...] = ()) -> int | None:
+    """SIGKILL one live ``class_name`` actor process (a random one with ``rng``, else the first; with ``busy_in``,
+    one running one of these methods); its pid, or None when there is none."""
+    pids = actor_pids(class_name, busy_in)
     if not pids:
         return None
     pid = pids[int(rng.integers(len(pids)))] if rng is not None else pids[0]
@@ -65,9 +65,8 @@ def kill_busy_actor(class_name: str, methods: tuple[str, ...], timeout_s: float 
     mid-task; its pid, or None when none was busy within ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        pids = actor_pids(class_name, busy_in=methods)
-        if pids:
-            os.kill(pids[0], signal.SIGKILL)
-            return pids[0]
+        pid = kill_actor(class_name, busy_in=methods)
+        if pid is not None:
+            return pid
         time.sleep(0.005)
     return None
