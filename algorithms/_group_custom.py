@@ -9,8 +9,6 @@ import warnings
 
 import numpy as np
 import torch
-from sklearn.exceptions import ConvergenceWarning
-from sklearn.mixture import GaussianMixture
 from torch.nn import functional as F
 
 GC_NET = ("gc_w1", "gc_b1", "gc_w2", "gc_b2")
@@ -50,6 +48,11 @@ def cluster_clients(reps: np.ndarray, clusters: int, seed: int, covariance: str 
         of each cluster (FedGCR: "the mean of h_tilde over each cluster"; a component that took no client keeps
         its Gaussian mean), and the fitted mixture (to assign clients that did not take part).
     """
+    # scikit-learn (and SciPy under it: ~120 MB a process) is imported by the server that clusters, not by every
+    # process that looks a method up
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.mixture import GaussianMixture
+
     reps = np.asarray(reps, dtype=np.float64)
     mixture = GaussianMixture(n_components=clusters, covariance_type=covariance, random_state=seed)
     with warnings.catch_warnings():

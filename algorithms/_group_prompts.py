@@ -26,7 +26,6 @@ from raysim.core.messages import ClientUpdate, Tensors
 from raysim.core.protocol import Diagnostics
 from raysim.ops import selection as sel
 from raysim.ops.aggregate import weighted_mean
-from raysim.tracking.plots import plot_selection_map, plot_selection_stability
 
 EPS = sel.EPS
 LAYER_READINGS = ("paper", "code")  # how a select_layer number is read: see query_depth
@@ -198,6 +197,8 @@ class GroupDiagnostics(Diagnostics):
         return {} if np.isnan(value) else {INSTABILITY: value}
 
     def artifacts(self, records: list[dict[str, Any]], folder: Path) -> list[Path]:
+        from raysim.tracking.plots import plot_selection_map, plot_selection_stability  # matplotlib: the driver's
+
         evaluated = [r for r in records if "eval_counts" in r]
         if not evaluated:
             return []
