@@ -123,13 +123,16 @@ def test_tracking_never_imports_the_engine():
             assert not any(within(t, ["raysim.engine", "raysim.actors"]) for t in targets), (name, targets)
 
 
+def heavy_imports(code: str, heavy: tuple[str, ...]) -> str:
+    """Which of ``heavy`` a fresh interpreter has imported after running ``code`` (printed as a sorted list)."""
+    probe = f"import sys\n{code}\nprint(sorted(m for m in {heavy!r} if m in sys.modules))"
+    return subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
+
+
 def test_the_cli_starts_without_torch_ray_or_mlflow():
     """``raysim --help``, ``raysim ls datasets|presets`` and flag errors answer in a fraction of a second: the
     heavy libraries are imported by the command that needs them (a run, a method's registration), not by the CLI."""
-    heavy = ("torch", "timm", "torchvision", "sklearn", "ray", "mlflow")
-    probe = f"import sys, raysim.cli; print(sorted(m for m in {heavy!r} if m in sys.modules))"
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    assert result.stdout.strip() == "[]", result.stdout
+    assert heavy_imports("import raysim.cli", ("torch", "timm", "torchvision", "sklearn", "ray", "mlflow")) == "[]"
 
 
 def test_the_worker_and_coordinator_import_no_tracking_or_clustering_libraries():
@@ -137,12 +140,9 @@ def test_the_worker_and_coordinator_import_no_tracking_or_clustering_libraries()
     pandas and MLflow cost each about 140 MB of PSS and 1.5 s of start-up (measured on 2 cores). They are imported
     where they are used (FedGCR's clustering, the driver's plots and tracking, a trace file), not by looking up a
     method."""
-    heavy = ("sklearn", "scipy", "matplotlib", "pandas", "mlflow")
-    probe = (
-        "import sys, raysim.actors.client_worker, raysim.actors.coordinator\n"
+    code = (
+        "import raysim.actors.client_worker, raysim.actors.coordinator\n"
         "from raysim.core.registry import METHODS, get_method\n"
-        "[get_method(name) for name in METHODS]\n"
-        f"print(sorted(m for m in {heavy!r} if m in sys.modules))"
+        "[get_method(name) for name in METHODS]"
     )
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    assert result.stdout.strip() == "[]", result.stdout
+    assert heavy_imports(code, ("sklearn", "scipy", "matplotlib", "pandas", "mlflow")) == "[]"

@@ -208,7 +208,7 @@ def run(
     if resume is not None:
         check_run(uri, resume.run_id)
     given, config = config, resolved(config)
-    config, initial, shards, tracker = connect_ray_during(config.resources, partial(_set_up, config, shards))
+    config, initial, shards, tracker = connect_ray_during(config.resources, partial(_set_up, config, shards, uri))
     if resume is None:
         config = named(config)
     pool, owned = reserve_pool(config, shards.info.num_classes) if config.resources.backend == "ray" else (None, False)
@@ -257,12 +257,12 @@ def run(
             release_pool(pool, owned)
 
 
-def _set_up(config: Config, shards: ShardStore | None) -> tuple[Config, GlobalState, ShardStore, Tracker]:
+def _set_up(config: Config, shards: ShardStore | None, uri: str) -> tuple[Config, GlobalState, ShardStore, Tracker]:
     """While Ray starts (``connect_ray_during``): the run's data (unless given), its initial state, and then its
-    tracker, whose store MLflow opens (0.5-1 s; 1-1.7 s to create a new one) only once the data and the weights
-    were found good."""
+    tracker on the store ``uri`` (checked by :func:`check_store`), which MLflow opens (0.5-1 s; 1-1.7 s to create a
+    new one) only once the data and the weights were found good."""
     config, initial, shards = initial_state(config, shards if shards is not None else prepare_shards(config))
-    return config, initial, shards, Tracker(config.tracking.resolved_uri)
+    return config, initial, shards, Tracker(uri)
 
 
 def named(config: Config) -> Config:
