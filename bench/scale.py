@@ -193,6 +193,9 @@ def raysim_figures(data: Path, clients: int, per_round: int, extra: list[str], t
     history = {m.step: m for m in client.get_metric_history(run.info.run_id, "round_time_s")}
     first_end = history[1].timestamp / 1000
     rounds = [history[r].value for r in sorted(history)]
+    throughput = [
+        m.value for m in sorted(client.get_metric_history(run.info.run_id, "train_samples_per_s"), key=lambda m: m.step)
+    ]
     evaluation = client.get_metric_history(run.info.run_id, "eval_time_s")[-1].value
     accuracy = client.get_metric_history(run.info.run_id, "global_acc")[-1].value
     return {
@@ -200,6 +203,7 @@ def raysim_figures(data: Path, clients: int, per_round: int, extra: list[str], t
         "start-up": first_end - rounds[0] - start,
         "first round": rounds[0],
         "steady round": float(np.median(rounds[1:4])),
+        "samples/s": float(np.median(throughput[1:4])),
         "evaluation": evaluation,
         "accuracy": accuracy,
         "peak RSS MB": sampler.peak_rss,

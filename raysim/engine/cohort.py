@@ -59,11 +59,13 @@ class StackedOptimizer:
     def __init__(self, params: Tensors, cfg):
         self.params, self.cfg = params, cfg
         self.state = {name: {} for name in params}
-        self.steps = torch.zeros(next(iter(params.values())).shape[0], dtype=torch.int64) if params else None
+        first = next(iter(params.values()), None)
+        self.steps = None if first is None else torch.zeros(first.shape[0], dtype=torch.int64, device=first.device)
 
     @torch.no_grad()
     def step(self, members: torch.Tensor, grads: Tensors) -> None:
         cfg = self.cfg
+        members = members.to(self.steps.device)
         self.steps[members] += 1
         for name, g in grads.items():
             p, state = self.params[name][members], self.state[name]

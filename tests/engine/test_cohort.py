@@ -70,6 +70,18 @@ def test_stacked_optimizer_equals_torch_for_each_client_and_skips_absent_ones(op
         assert torch.allclose(stacked["w"][c], singles[c].detach(), atol=1e-6), c
 
 
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+def test_stacked_optimizer_keeps_its_state_on_the_tensors_device(optimizer):
+    """A GPU worker's stacked tensors live on the GPU while the members index comes from the CPU; the "meta" device
+    stands in for the GPU here (it refuses CPU operands as CUDA does: the first GPU run failed so)."""
+    cfg = build_config("fedvpt", [{"train": {"optimizer": optimizer, "momentum": 0.9, "weight_decay": 0.01}}]).train
+    stacked = {"w": torch.zeros(3, 4, device="meta")}
+    optimizer_ = StackedOptimizer(stacked, cfg)
+    for _ in range(2):
+        optimizer_.step(torch.tensor([0, 2]), {"w": torch.ones(2, 4, device="meta")})
+    assert stacked["w"].device.type == optimizer_.steps.device.type == "meta"
+
+
 def test_cohorts_are_fixed_groups_of_the_round_in_order():
     config = build_config("fedvpt", [TINY, {"train": {"cohort": "on", "cohort_size": 4}}])
     tasks = [(c, {}, None) for c in (3, 5, 8, 9, 11, 12, 20)]
