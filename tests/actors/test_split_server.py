@@ -28,7 +28,10 @@ def test_actor_answers_as_the_in_process_server_and_serves_clients_concurrently(
     assert torch.equal(remote.forward(None, h)[0], local.forward(None, h)[0])
     assert all(torch.equal(a, b) for a, b in zip(remote.perturbed(h, 5, 1e-3)[:2], local.perturbed(h, 5, 1e-3)[:2]))
     remote.end_round()
-    ray.get([remote.handle.forward.remote(None, h) for _ in range(4)])  # four clients' requests at once
+    # four clients' requests at once: one stored input (no request waits on its own upload) large enough that each
+    # forward outlasts the others' dispatch by far, so that they overlap on a loaded machine too
+    big = ray.put(torch.randn(4096, 17, 64, generator=torch.Generator().manual_seed(1)))
+    ray.get([remote.handle.forward.remote(None, big) for _ in range(4)])
     compute_s, peak = remote.end_round()
     assert peak >= 2 and compute_s > 0
     ray.kill(remote.handle)
