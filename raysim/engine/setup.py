@@ -105,8 +105,7 @@ def initial_state(config: Config, shards: ShardStore) -> tuple[Config, GlobalSta
     # anything is written
     if config.clocked and draw_profiles(config.systems, shards.num_clients, config.federation.seed).tiered:
         require_tiers(config.method, f"the capacity tiers of {config.systems.trace or 'systems.tiers'}")
-    device = pick_device()
-    model = build_model(config, method, shards.info.num_classes).to(device)
+    model = build_model(config, method, shards.info.num_classes)
     if isinstance(method, ResolvesOptions):
         config = dataclasses.replace(config, options=method.resolved_options(len(model.vit.blocks)))
     generator = torch.Generator().manual_seed(
@@ -114,9 +113,21 @@ def initial_state(config: Config, shards: ShardStore) -> tuple[Config, GlobalSta
     )
     features = {}
     if isinstance(method, CachesRowFeatures):
-        with autocast(device, config.train.precision):
-            features = row_features(method, model, shards.images, device)
-    return config, method.init_global(model.cpu(), generator), dataclasses.replace(shards, features=features)
+        features = cached_features(method, model, shards.images, config.train.precision)
+    return config, method.init_global(model, generator), dataclasses.replace(shards, features=features)
+
+
+def cached_features(method: CachesRowFeatures, model, images: np.ndarray, precision: str) -> dict[str, np.ndarray]:
+    """:func:`row_features` on this process's device (the GPU where it has one), the model back on the CPU after
+    and the GPU's cached blocks handed back, so that the driver holds no more of the clients' GPU than its CUDA
+    context. Only methods that cache features touch the driver's GPU at all."""
+    device = pick_device()
+    with autocast(device, precision):
+        features = row_features(method, model.to(device), images, device)
+    model.cpu()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return features
 
 
 @torch.no_grad()
