@@ -56,8 +56,25 @@ def autocast(device, precision: str):
     if precision == "bf16":  # no cast cache: local training updates the weights inside one region
         return torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=False)
     if precision == "fp32":
-        return contextlib.nullcontext()
+        return ieee_float32() if device.type == "cuda" else contextlib.nullcontext()
     raise ValueError(
         f"train.precision={precision!r} was not resolved; resolve the config first "
         f"(raysim.engine.setup.resolved, as the driver does)"
     )
+
+
+@contextlib.contextmanager
+def ieee_float32():
+    """float32 convolutions as IEEE float32 on a GPU while the block runs. cuDNN runs them in TF32 by default
+    (``torch.backends.cudnn.allow_tf32``; matrix products are IEEE already), which rounds the patch embedding's
+    inputs to 10 mantissa bits: "fp32" here means float32 throughout. The flag is the API every torch since 1.7
+    reads; torch 2.9's ``fp32_precision`` settings follow it (setting only the newer one for convolutions makes
+    reading the flag raise)."""
+    import torch
+
+    cudnn = torch.backends.cudnn
+    before, cudnn.allow_tf32 = cudnn.allow_tf32, False
+    try:
+        yield
+    finally:
+        cudnn.allow_tf32 = before

@@ -81,6 +81,18 @@ def test_bf16_is_refused_for_split_learning(method):
         build_config(method, [{"train": {"precision": "bf16"}}])
 
 
+def test_fp32_on_a_gpu_runs_convolutions_in_ieee_float32_not_tf32():
+    """cuDNN's default for float32 convolutions is TF32 (10 mantissa bits); the flag is a process setting that the
+    CPU build holds too, so the context is checked here, not the GPU's arithmetic."""
+    cudnn = torch.backends.cudnn
+    assert cudnn.allow_tf32  # torch's default, which the context overrides
+    with autocast(torch.device("cuda"), "fp32"):
+        assert not cudnn.allow_tf32 and cudnn.conv.fp32_precision != "tf32"
+    assert cudnn.allow_tf32
+    with autocast(torch.device("cpu"), "fp32"):
+        assert cudnn.allow_tf32
+
+
 def test_unresolved_precision_is_a_programming_error():
     with pytest.raises(ValueError, match="was not resolved"):
         autocast(torch.device("cpu"), "auto")
