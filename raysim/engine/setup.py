@@ -120,7 +120,7 @@ def initial_state(config: Config, shards: ShardStore) -> tuple[Config, GlobalSta
 def cached_features(method: CachesRowFeatures, model, images: np.ndarray, precision: str) -> dict[str, np.ndarray]:
     """:func:`row_features` on this process's device (the GPU where it has one), the model back on the CPU after
     and the GPU's cached blocks handed back, so that the driver holds no more of the clients' GPU than its CUDA
-    context. Only methods that cache features touch the driver's GPU at all."""
+    context. The driver's model goes to the GPU for this pass alone: methods that cache nothing keep it on the CPU."""
     device = pick_device()
     with autocast(device, precision):
         features = row_features(method, model.to(device), images, device)
