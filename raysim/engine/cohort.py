@@ -166,7 +166,7 @@ def _run_phase(phase: CohortPhase, wrapper: _Objective, ctxs, datas, trained: Te
 
 def _group_step(phase, wrapper, model, device, members, plans, t, datas, trained, optimizer):
     """One step of the clients ``members`` (their batches have one size): gradients by vmap, then the optimiser."""
-    index = torch.tensor(members)
+    index = torch.tensor(members, device=device)  # one copy to the device, not one per indexed tensor
     rows = [plans[c][t][1] for c in members]
     x = torch.stack([model_inputs(model, datas[c].images[r], device) for c, r in zip(members, rows)])
     y = torch.stack([torch.as_tensor(datas[c].labels[r]) for c, r in zip(members, rows)]).to(device)
