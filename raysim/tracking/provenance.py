@@ -16,6 +16,7 @@ import json
 import os
 import platform
 import shlex
+import subprocess
 import sys
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -158,10 +159,16 @@ def cpu_model() -> str:
 
 
 def gpu_model() -> str:
-    """The first GPU this process sees, or where the GPUs are when it sees none (a cluster's workers)."""
-    import torch
-
-    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "on the workers (none on the driver)"
+    """This machine's first GPU as ``nvidia-smi`` names it, or where the GPUs are when it has none (a cluster's
+    workers). Not asked of CUDA: that would give the driver a CUDA context, ~0.5 GiB of the GPU its clients share."""
+    try:
+        listed = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        listed = ""
+    return listed.splitlines()[0].strip() if listed else "on the workers (none on the driver)"
 
 
 def provenance_tags(uses_gpus: bool) -> dict[str, str]:

@@ -96,6 +96,16 @@ def test_provenance_names_the_command_the_checkout_and_the_machine(monkeypatch):
     assert provenance.git_tags(Path("/proc")) == {}  # outside any checkout: no git tags, no error
 
 
+def test_the_gpu_tag_names_the_gpu_nvidia_smi_lists_and_says_where_they_are_without_one(tmp_path, monkeypatch):
+    tool = tmp_path / "nvidia-smi"  # stands in for the real tool on a machine with two GPUs
+    tool.write_text('#!/bin/sh\n[ "$1" = --query-gpu=name ] && printf "NVIDIA H200\\nNVIDIA H100 80GB HBM3\\n"\n')
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert provenance.provenance_tags(uses_gpus=True)["hardware.gpu"] == "NVIDIA H200"
+    tool.unlink()
+    assert provenance.gpu_model() == "on the workers (none on the driver)"
+
+
 def _shards(labels) -> ShardStore:
     labels = np.asarray(labels, dtype=np.int64)
     n = len(labels)
