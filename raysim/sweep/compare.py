@@ -44,7 +44,7 @@ from raysim.engine.setup import prepare_shards
 from raysim.sweep import tune as sweeping
 from raysim.sweep.space import as_layer, default_space_file
 from raysim.sweep.trial_progress import CellProgress, RoundsToTune
-from raysim.sweep.tune_console import fit
+from raysim.sweep.tune_console import fit, quiet_trial_exit
 from raysim.tracking import provenance
 from raysim.tracking.comparison import CELL, NAME, TUNED, TUNING, VARIANT, cell_label, write_comparison
 from raysim.tracking.mlflow import COMPARE, KIND, Tracker, check_store, end_running
@@ -253,6 +253,7 @@ def _cell(params: dict[str, Any], comparison: Comparison, tuned: dict, shards: d
     """One (method, seed): a whole raysim run, nested under the comparison's run and named as its cell
     (``sgpt:bcd=joint/s1``), so MLflow's runs table and charts tell the arms apart."""
     label, seed = params["cell"]
+    quiet_trial_exit()
     config = comparison.config(label, seed, tuned[label])
     config = dataclasses.replace(
         config, tracking=dataclasses.replace(config.tracking, run_name=cell_label(label, seed))

@@ -37,7 +37,7 @@ from raysim.ops.metrics import SUMMARY_WINDOW, reported_metrics
 from raysim.sweep.sole_runner import sole_runner
 from raysim.sweep.space import SearchSpace, as_layer, default_space_file, load_space
 from raysim.sweep.trial_progress import RoundsToTune, SweepProgress
-from raysim.sweep.tune_console import fit
+from raysim.sweep.tune_console import fit, quiet_trial_exit
 from raysim.tracking import checkpoint as ckpt
 from raysim.tracking import provenance
 from raysim.tracking.mlflow import KIND, SWEEP, Tracker, check_store, end_running
@@ -139,6 +139,7 @@ def _trial(params: dict[str, Any], sweep: Sweep, shards) -> None:
     run's checkpoints). It is named as ``raysim run`` names it, so the best trial's command gives a run of its name."""
     # Tune logs each checkpoint a trial saves ("Checkpoint successfully created at: ..."): a line a round
     logging.getLogger("ray.train._internal.storage").setLevel(logging.WARNING)
+    quiet_trial_exit()
     config = sweep.trial_config(params)
     tags = {SWEEP_TAG: sweep.name, "raysim.trial": tune.get_context().get_trial_id()}
     if sweep.parent_run_id:

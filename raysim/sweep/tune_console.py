@@ -1,12 +1,13 @@
 """Ray Tune's console output and Ctrl-C as raysim's commands want them: without Tune's restore hint (each command
-says how it resumes), silent where a command draws its own progress (``raysim compare``, ``raysim tune``), and a
-Ctrl-C that stops the command instead of passing for the end of the fit."""
+says how it resumes), silent where a command draws its own progress (``raysim compare``, ``raysim tune``), a
+Ctrl-C that stops the command instead of passing for the end of the fit, and no traceback from a trial's exit."""
 
 from __future__ import annotations
 
 import logging
 import os
 import signal
+import sys
 import threading
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -90,3 +91,17 @@ def fit(tuner: tune.Tuner) -> tune.ResultGrid:
     if stopped:
         raise KeyboardInterrupt
     return results
+
+
+def quiet_trial_exit() -> None:
+    """In a trial's process: no traceback when the trial's end interrupts Python's garbage collector. Tune ends a
+    finished trial's process with SIGTERM, whose Ray handler raises ``SystemExit`` wherever the main thread is;
+    raised inside a weak reference's callback, Python cannot propagate it and prints "Exception ignored in:
+    <function WeakSet...> ... SystemExit: 1", which Ray forwards to the command's terminal (seen after a few
+    ``raysim compare`` cells). The process ends either way (Ray follows with SIGKILL); other such reports stay."""
+    sys.unraisablehook = _drop_exit_reports
+
+
+def _drop_exit_reports(unraisable) -> None:
+    if not isinstance(unraisable.exc_value, SystemExit):
+        sys.__unraisablehook__(unraisable)

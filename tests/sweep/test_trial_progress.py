@@ -9,6 +9,8 @@ import io
 import logging
 import os
 import signal
+import subprocess
+import sys
 
 from ray import tune
 from rich.console import Console
@@ -104,3 +106,20 @@ def test_tunes_restore_hint_is_dropped_and_its_other_warnings_kept():
     finally:
         tunes.removeHandler(handler)
     assert [r.getMessage()[:17] for r in kept] == ["No trial is runni", "Resume experiment"]
+
+
+def test_a_trials_exit_inside_the_garbage_collector_prints_no_traceback_and_other_faults_still_do():
+    # SystemExit raised where Python cannot propagate it (here a __del__; after a cell, a WeakSet callback
+    # interrupted by Ray's SIGTERM handler) is reported as "Exception ignored"; in a trial only other faults are
+    child = (
+        "import sys\n"
+        "from raysim.sweep.tune_console import quiet_trial_exit\n"
+        "class Ends:\n    def __del__(self): raise SystemExit(1)\n"
+        "class Breaks:\n    def __del__(self): raise ValueError('a real fault')\n"
+        "if sys.argv[1] == 'trial': quiet_trial_exit()\n"
+        "Ends(); Breaks(); print('still running')\n"
+    )
+    for where in ("driver", "trial"):
+        done = subprocess.run([sys.executable, "-c", child, where], capture_output=True, text=True, timeout=60)
+        assert done.stdout == "still running\n" and "ValueError: a real fault" in done.stderr
+        assert ("SystemExit" in done.stderr) == (where == "driver"), done.stderr
