@@ -1,8 +1,10 @@
-"""The wheel ships actors/, algorithms/ and tune_spaces/ inside raysim, plus the presets."""
+"""The wheel ships actors/, algorithms/ and tune_spaces/ inside raysim, plus the presets; the checkout's raysim/
+holds them too (links), for the processes that import raysim from the checkout rather than the install."""
 
 import subprocess
 import sys
 import zipfile
+from importlib.machinery import PathFinder
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,3 +48,14 @@ def test_installed_package_imports_the_mapped_subpackages():
     import raysim.algorithms
 
     assert Path(raysim.algorithms.__file__).parent.name == "algorithms"
+
+
+def test_the_checkouts_raysim_folder_holds_the_whole_package():
+    # Ray puts the driver's working directory first on every worker's sys.path, so a run started in the checkout
+    # imports ./raysim in its workers whatever is installed (a wheel: no import hook maps the top-level folders in).
+    # Python's path finder must then find raysim.actors, raysim.algorithms and raysim.tune_spaces in ./raysim: links
+    # to the top-level folders (without them only an editable install's import hook found them: not a wheel's workers).
+    for sub in ("actors", "algorithms", "tune_spaces"):
+        spec = PathFinder.find_spec(f"raysim.{sub}", [str(ROOT / "raysim")])
+        assert spec is not None, f"raysim/{sub} is missing from the checkout's package folder"
+        assert Path(spec.origin).resolve() == ROOT / sub / "__init__.py"
