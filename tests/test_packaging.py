@@ -54,7 +54,8 @@ def test_the_checkouts_raysim_folder_holds_the_whole_package():
     # Ray puts the driver's working directory first on every worker's sys.path, so a run started in the checkout
     # imports ./raysim in its workers whatever is installed (a wheel: no import hook maps the top-level folders in).
     # Python's path finder must then find raysim.actors, raysim.algorithms and raysim.tune_spaces in ./raysim: links
-    # to the top-level folders (without them only an editable install's import hook found them: not a wheel's workers).
+    # to the top-level folders. Before them, `pip install .` then `raysim run` in the checkout lost its coordinator
+    # ("No module named 'raysim.actors'"); only an editable install's import hook found them.
     for sub in ("actors", "algorithms", "tune_spaces"):
         spec = PathFinder.find_spec(f"raysim.{sub}", [str(ROOT / "raysim")])
         assert spec is not None, f"raysim/{sub} is missing from the checkout's package folder"
