@@ -43,7 +43,7 @@ def test_wheel_maps_top_level_folders_into_the_raysim_package(tmp_path):
     assert not any(name.startswith(("algorithms/", "actors/", "tests/")) for name in names)
 
 
-def test_installed_package_imports_the_mapped_subpackages():
+def test_the_installed_package_imports_the_linked_subpackages():
     import raysim.actors.coordinator
     import raysim.algorithms
 

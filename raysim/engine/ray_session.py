@@ -10,6 +10,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 import ray
@@ -20,6 +21,7 @@ from raysim.core.ray_start import starting_ray
 from raysim.engine.executors import Pool, start_workers
 
 T = TypeVar("T")
+log = logging.getLogger("raysim")
 
 LEAN = {  # a local Ray for one run: no idle workers started up front, and none kept once idle (actors are not idle)
     "prestart_worker_first_driver": False,
@@ -37,6 +39,7 @@ def connect_ray(resources) -> None:
     """
     if ray.is_initialized():
         return
+    warn_of_another_raysim(Path.cwd())
     kwargs = dict(logging_level=logging.WARNING, configure_logging=True)
     if resources.address:
         check_reachable(resources.address)
@@ -55,6 +58,22 @@ def connect_ray(resources) -> None:
             dashboard_host=resources.dashboard_host,
             _system_config=LEAN,
             **kwargs,
+        )
+
+
+def warn_of_another_raysim(folder: Path) -> None:
+    """Ray puts the driver's working directory first on every worker's ``sys.path``: a run started in ``folder``
+    holding a raysim package other than the one running here (a wheel installed from a checkout, run in the
+    checkout) would run that folder's code in its workers. Says so, before Ray starts."""
+    import raysim
+
+    theirs = folder / "raysim" / "__init__.py"
+    if theirs.is_file() and theirs.resolve() != Path(raysim.__file__).resolve():
+        log.warning(
+            "the workers will import %s (Ray puts the working directory first on their path), not the raysim "
+            "this command runs (%s): start it from another folder, or install this one with 'pip install -e .'",
+            theirs.parent,
+            Path(raysim.__file__).parent,
         )
 
 

@@ -94,14 +94,21 @@ def fit(tuner: tune.Tuner) -> tune.ResultGrid:
 
 
 def quiet_trial_exit() -> None:
-    """In a trial's process: no traceback when the trial's end interrupts Python's garbage collector. Tune ends a
+    """In a trial's process: no traceback when the trial's end interrupts a weak reference's callback. Tune ends a
     finished trial's process with SIGTERM, whose Ray handler raises ``SystemExit`` wherever the main thread is;
-    raised inside a weak reference's callback, Python cannot propagate it and prints "Exception ignored in:
-    <function WeakSet...> ... SystemExit: 1", which Ray forwards to the command's terminal (seen after a few
-    ``raysim compare`` cells). The process ends either way (Ray follows with SIGKILL); other such reports stay."""
-    sys.unraisablehook = _drop_exit_reports
+    raised inside such a callback (the garbage collector runs them), Python cannot propagate it and prints
+    "Exception ignored in: <function WeakSet...> ... SystemExit: 1", which Ray forwards to the command's terminal
+    (seen after a few ``raysim compare`` cells). The process ends either way (Ray follows with SIGKILL); every
+    other report goes to the hook this one replaces."""
+    global _hook_before_trial
+    if sys.unraisablehook is not _drop_exit_reports:
+        _hook_before_trial, sys.unraisablehook = sys.unraisablehook, _drop_exit_reports
 
 
-def _drop_exit_reports(unraisable) -> None:
+_hook_before_trial = sys.__unraisablehook__
+
+
+def _drop_exit_reports(unraisable: sys.UnraisableHookArgs) -> None:
+    """``sys.unraisablehook`` in a trial: all but a ``SystemExit`` go on to the hook it replaced."""
     if not isinstance(unraisable.exc_value, SystemExit):
-        sys.__unraisablehook__(unraisable)
+        _hook_before_trial(unraisable)

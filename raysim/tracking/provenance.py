@@ -158,20 +158,33 @@ def cpu_model() -> str:
     return f"{model} ({os.cpu_count()} CPUs)"
 
 
+NO_DRIVER_GPU = "on the workers (none on the driver)"
+
+
 def gpu_model() -> str:
-    """This machine's first GPU as ``nvidia-smi`` names it, or where the GPUs are when it has none (a cluster's
-    workers). Not asked of CUDA: that would give the driver a CUDA context, ~0.5 GiB of the GPU its clients share."""
+    """The first GPU this process may use (``CUDA_VISIBLE_DEVICES``'s first, by index or UUID) as ``nvidia-smi``
+    names it, or where the GPUs are when the driver has none (a cluster's workers). Read from ``nvidia-smi`` rather
+    than torch, so that the driver does not initialise CUDA for a tag."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return NO_DRIVER_GPU
     try:
         listed = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+            ["nvidia-smi", "--query-gpu=index,uuid,name", "--format=csv,noheader"],
             capture_output=True,
             text=True,
             timeout=10,
             check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        listed = ""
-    return listed.splitlines()[0].strip() if listed else "on the workers (none on the driver)"
+        ).stdout
+    except FileNotFoundError:
+        return NO_DRIVER_GPU
+    except (OSError, subprocess.SubprocessError) as error:
+        return f"unknown (nvidia-smi failed: {type(error).__name__})"
+    rows = [[field.strip() for field in line.split(",", 2)] for line in listed.splitlines() if line.count(",") >= 2]
+    if not rows:
+        return NO_DRIVER_GPU
+    wanted = visible.split(",")[0].strip() if visible else rows[0][0]
+    return next((name for index, uuid, name in rows if wanted == index or uuid.startswith(wanted)), rows[0][2])
 
 
 def provenance_tags(uses_gpus: bool) -> dict[str, str]:

@@ -3,15 +3,18 @@ the set-up needs Ray waits for it."""
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 
+import raysim
 from raysim.config import build_config
 from raysim.core.errors import ConfigError
-from raysim.engine.ray_session import connect_ray_during
+from raysim.engine.ray_session import connect_ray_during, warn_of_another_raysim
 from raysim.testing.smoke import FAST
 
 
@@ -38,7 +41,7 @@ import time
 import ray
 from raysim.config import build_config
 from raysim.data.sources import ray_data
-from raysim.engine.ray_session import connect_ray_during
+from raysim.engine.ray_session import connect_ray_during, warn_of_another_raysim
 from raysim.engine.setup import _one_machine
 
 def work():
@@ -60,3 +63,15 @@ def test_a_local_ray_started_beside_the_setup_outlives_the_setup_thread():
     done = subprocess.run([sys.executable, "-c", STARTS_RAY], capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "put and got 7" in done.stdout
+
+
+def test_a_run_started_beside_another_raysim_package_is_told_its_workers_would_import_that(tmp_path, caplog):
+    (tmp_path / "raysim").mkdir()
+    (tmp_path / "raysim" / "__init__.py").write_text("")  # e.g. a checkout whose wheel is installed elsewhere
+    with caplog.at_level(logging.WARNING, logger="raysim"):
+        warn_of_another_raysim(tmp_path)
+        assert [r.getMessage() for r in caplog.records if "the workers will import" in r.getMessage()]
+        caplog.clear()
+        warn_of_another_raysim(Path(raysim.__file__).parents[1])  # the folder of the raysim running here
+        warn_of_another_raysim(tmp_path / "elsewhere")  # no raysim package there
+        assert not caplog.records

@@ -96,14 +96,27 @@ def test_provenance_names_the_command_the_checkout_and_the_machine(monkeypatch):
     assert provenance.git_tags(Path("/proc")) == {}  # outside any checkout: no git tags, no error
 
 
-def test_the_gpu_tag_names_the_gpu_nvidia_smi_lists_and_says_where_they_are_without_one(tmp_path, monkeypatch):
+def test_the_gpu_tag_names_the_first_gpu_the_driver_may_use_as_nvidia_smi_lists_it(tmp_path, monkeypatch):
     tool = tmp_path / "nvidia-smi"  # stands in for the real tool on a machine with two GPUs
-    tool.write_text('#!/bin/sh\n[ "$1" = --query-gpu=name ] && printf "NVIDIA H200\\nNVIDIA H100 80GB HBM3\\n"\n')
+    tool.write_text('#!/bin/sh\nprintf "0, GPU-3f2a, NVIDIA H200\\n1, GPU-9c41, NVIDIA H100 80GB HBM3\\n"\n')
     tool.chmod(0o755)
     monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     assert provenance.provenance_tags(uses_gpus=True)["hardware.gpu"] == "NVIDIA H200"
+    for visible, named in [
+        ("1", "NVIDIA H100 80GB HBM3"),
+        ("GPU-9c41,0", "NVIDIA H100 80GB HBM3"),
+        ("0", "NVIDIA H200"),
+    ]:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+        assert provenance.gpu_model() == named, visible
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert provenance.gpu_model() == provenance.NO_DRIVER_GPU
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    tool.write_text("#!/bin/sh\necho 'Failed to initialize NVML: Driver/library version mismatch'\nexit 9\n")
+    assert provenance.gpu_model() == "unknown (nvidia-smi failed: CalledProcessError)"
     tool.unlink()
-    assert provenance.gpu_model() == "on the workers (none on the driver)"
+    assert provenance.gpu_model() == provenance.NO_DRIVER_GPU
 
 
 def _shards(labels) -> ShardStore:
