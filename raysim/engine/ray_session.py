@@ -63,18 +63,30 @@ def connect_ray(resources) -> None:
 
 def warn_of_another_raysim(folder: Path) -> None:
     """Ray puts the driver's working directory first on every worker's ``sys.path``: a run started in ``folder``
-    holding a raysim package other than the one running here (a wheel installed from a checkout, run in the
-    checkout) would run that folder's code in its workers. Says so, before Ray starts."""
+    holding a raysim package whose code differs from the one running here (a wheel installed from a checkout that
+    changed since, run in the checkout) would run that folder's code in its workers. Says so, before Ray starts."""
     import raysim
 
-    theirs = folder / "raysim" / "__init__.py"
-    if theirs.is_file() and theirs.resolve() != Path(raysim.__file__).resolve():
+    ours, theirs = Path(raysim.__file__).parent, folder / "raysim"
+    if (theirs / "__init__.py").is_file() and theirs.resolve() != ours.resolve() and sources(theirs) != sources(ours):
         log.warning(
-            "the workers will import %s (Ray puts the working directory first on their path), not the raysim "
-            "this command runs (%s): start it from another folder, or install this one with 'pip install -e .'",
-            theirs.parent,
-            Path(raysim.__file__).parent,
+            "the workers will import %s (Ray puts the working directory first on their path), whose code differs "
+            "from the raysim this command runs (%s): start it from another folder, or install this one with "
+            "'pip install -e .'",
+            theirs,
+            ours,
         )
+
+
+def sources(package: Path) -> dict[str, bytes]:
+    """Every Python file of ``package`` (its linked folders too) by its path inside it."""
+    found = {}
+    for folder, _, files in os.walk(package, followlinks=True):
+        for name in files:
+            if name.endswith(".py"):
+                path = Path(folder, name)
+                found[str(path.relative_to(package))] = path.read_bytes()
+    return found
 
 
 def connect_ray_during(resources, work: Callable[[], T]) -> T:

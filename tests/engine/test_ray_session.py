@@ -4,6 +4,7 @@ the set-up needs Ray waits for it."""
 from __future__ import annotations
 
 import logging
+import shutil
 import subprocess
 import sys
 import threading
@@ -65,13 +66,14 @@ def test_a_local_ray_started_beside_the_setup_outlives_the_setup_thread():
     assert "put and got 7" in done.stdout
 
 
-def test_a_run_started_beside_another_raysim_package_is_told_its_workers_would_import_that(tmp_path, caplog):
-    (tmp_path / "raysim").mkdir()
-    (tmp_path / "raysim" / "__init__.py").write_text("")  # e.g. a checkout whose wheel is installed elsewhere
+def test_a_run_started_beside_other_raysim_code_is_told_its_workers_would_import_that(tmp_path, caplog):
+    ours = Path(raysim.__file__).parent
+    shutil.copytree(ours, tmp_path / "same" / "raysim", ignore=shutil.ignore_patterns("__pycache__"))  # links followed
+    shutil.copytree(tmp_path / "same" / "raysim", tmp_path / "changed" / "raysim")
+    (tmp_path / "changed" / "raysim" / "algorithms" / "fedavg.py").write_text("# edited since the install\n")
     with caplog.at_level(logging.WARNING, logger="raysim"):
-        warn_of_another_raysim(tmp_path)
-        assert [r.getMessage() for r in caplog.records if "the workers will import" in r.getMessage()]
-        caplog.clear()
-        warn_of_another_raysim(Path(raysim.__file__).parents[1])  # the folder of the raysim running here
-        warn_of_another_raysim(tmp_path / "elsewhere")  # no raysim package there
+        for quiet in (ours.parent, tmp_path / "same", tmp_path / "nothing-here"):
+            warn_of_another_raysim(quiet)
         assert not caplog.records
+        warn_of_another_raysim(tmp_path / "changed")
+        assert [r for r in caplog.records if "the workers will import" in r.getMessage()]
