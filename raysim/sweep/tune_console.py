@@ -93,6 +93,9 @@ def fit(tuner: tune.Tuner) -> tune.ResultGrid:
     return results
 
 
+_hook_before_trial = sys.__unraisablehook__  # the hook a trial's process had before quiet_trial_exit
+
+
 def quiet_trial_exit() -> None:
     """In a trial's process: no traceback when the trial's end interrupts a weak reference's callback. Tune ends a
     finished trial's process with SIGTERM, whose Ray handler raises ``SystemExit`` wherever the main thread is;
@@ -103,9 +106,6 @@ def quiet_trial_exit() -> None:
     global _hook_before_trial
     if sys.unraisablehook is not _drop_exit_reports:
         _hook_before_trial, sys.unraisablehook = sys.unraisablehook, _drop_exit_reports
-
-
-_hook_before_trial = sys.__unraisablehook__
 
 
 def _drop_exit_reports(unraisable: sys.UnraisableHookArgs) -> None:
