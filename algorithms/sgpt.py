@@ -167,9 +167,11 @@ class SGPT(gp.GroupDiagnostics, CachesRowFeatures, SendsExtras, ResolvesOptions,
             slots.append(PromptSlot("shared_rest", blocks[1:], length=1, init=o.shared_init))
         return tuple(slots)
 
-    def row_features(self, model, x: torch.Tensor) -> dict[str, torch.Tensor] | None:
-        if not self.uses_groups:
-            return None
+    @property
+    def caches_rows(self) -> bool:
+        return self.uses_groups
+
+    def row_features(self, model, x: torch.Tensor) -> dict[str, torch.Tensor]:
         o = self.options
         layer = gp.query_layer("sgpt.select_layer", o.select_layer, len(model.vit.blocks))
         return {"query": gp.backbone_query(model.vit, x, layer, reading=o.select_layer_as)}

@@ -105,7 +105,13 @@ class Method:
 class CachesRowFeatures:
     """Per-row values computed once per run from the frozen model and cached with the shards (SGPT's query)."""
 
-    def row_features(self, model: PromptedViT, x: torch.Tensor) -> dict[str, torch.Tensor] | None:
+    @property
+    def caches_rows(self) -> bool:
+        """Whether this configuration caches anything (SGPT with shared prompts only does not): the engine runs no
+        pass, and puts no model on a GPU, for one that does not."""
+        return True
+
+    def row_features(self, model: PromptedViT, x: torch.Tensor) -> dict[str, torch.Tensor]:
         raise NotImplementedError
 
 

@@ -112,15 +112,43 @@ def initial_state(config: Config, shards: ShardStore) -> tuple[Config, GlobalSta
         seeding.derive_seed(config.federation.seed, Purpose.INIT, Init.GLOBAL_STATE)
     )
     features = {}
-    if isinstance(method, CachesRowFeatures):
-        features = cached_features(method, model, shards.images, config.train.precision)
+    if isinstance(method, CachesRowFeatures) and method.caches_rows:
+        features = cached_features(config, method, model, shards)
     return config, method.init_global(model, generator), dataclasses.replace(shards, features=features)
 
 
-def cached_features(method: CachesRowFeatures, model, images: np.ndarray, precision: str) -> dict[str, np.ndarray]:
+def cached_features(config: Config, method: CachesRowFeatures, model, shards: ShardStore) -> dict[str, np.ndarray]:
+    """The values ``method`` caches for every row of ``shards``, in one batched pass. Where the clients train on
+    GPUs (the Ray backend with ``gpus_per_client``) the pass runs in :func:`features_task` with a client worker's
+    resources: on a GPU even where the driver's node has none (a cluster's head), and the CUDA context it needs ends
+    with the task's process instead of staying in the driver for the whole run (720 MiB of an H200 after SGPT's
+    pass, docs/architecture.md). Elsewhere it runs here, on this process's device."""
+    res = config.resources
+    if res.backend == "ray" and res.gpus_per_client:
+        wait_for_ray()
+        # a worker's reservation: inside a Tune trial, Ray places it in the trial's group, in a worker's bundle (free
+        # until the pool starts)
+        task = FEATURES_TASK.options(num_cpus=res.cpus_per_client, num_gpus=res.gpus_per_client)
+        return ray.get(task.remote(config, shards.info.num_classes, shards))
+    return features_here(method, model, shards.images, config.train.precision)
+
+
+def features_task(config: Config, num_classes: int, shards: ShardStore) -> dict[str, np.ndarray]:
+    """:func:`features_here` in a Ray task, on the model built from ``config`` (the driver's, bit for bit), with a
+    client worker's torch threads."""
+    torch.set_num_threads(config.resources.torch_threads)
+    method = get_method(config.method).cls(config)
+    return features_here(method, build_model(config, method, num_classes), shards.images, config.train.precision)
+
+
+# Its process exits after the task, and the CUDA context with it. Wrapped here, not decorated, so the function
+# travels by name and the task's process runs this module's code.
+FEATURES_TASK = ray.remote(max_calls=1)(features_task)
+
+
+def features_here(method: CachesRowFeatures, model, images: np.ndarray, precision: str) -> dict[str, np.ndarray]:
     """:func:`row_features` on this process's device (the GPU where it has one), the model back on the CPU after
-    and the GPU's cached blocks handed back, so that the driver holds no more of the clients' GPU than its CUDA
-    context. The driver's model goes to the GPU for this pass alone: methods that cache nothing keep it on the CPU."""
+    and the GPU's cached blocks handed back. The model goes to the GPU for this pass alone."""
     device = pick_device()
     with autocast(device, precision):
         features = row_features(method, model.to(device), images, device)
@@ -132,12 +160,10 @@ def cached_features(method: CachesRowFeatures, model, images: np.ndarray, precis
 
 @torch.no_grad()
 def row_features(method: CachesRowFeatures, model, images: np.ndarray, device: torch.device) -> dict[str, np.ndarray]:
-    """``method.row_features`` over every row of ``images`` (batched), or {} when the method caches nothing."""
+    """``method.row_features`` over every row of ``images`` (batched)."""
     out: dict[str, list[np.ndarray]] = {}
     for batch in read_through(images, EVAL_BATCH):  # a mapped block's pages are not kept by the driver
         computed = method.row_features(model, model_inputs(model, batch, device))
-        if computed is None:
-            return {}
         for name, values in computed.items():
             out.setdefault(name, []).append(full_width(values).cpu().numpy())
     return {name: np.concatenate(parts) for name, parts in out.items()}

@@ -1,0 +1,62 @@
+"""The per-row values a method caches for the run (SGPT's query): one batched pass on the driver, or, where the
+clients train on GPUs, in a one-off Ray task, so the driver keeps no CUDA context; no pass where nothing is cached."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from raysim.config import build_config
+from raysim.engine import setup
+from raysim.testing.smoke import prepared
+
+NANO = {
+    "federation": {"clients": 8, "rounds": 1, "participation": 0.25, "seed": 3},
+    "data": {"dataset": "synthetic", "partition": "iid"},
+    "model": {"backbone": "raysim_vit_nano_p4_16", "pretrained": False},
+    "resources": {"backend": "sequential", "threads": 1},
+}
+ON_GPUS = {"resources": {"backend": "ray", "gpus_per_client": 0.5}}  # the session's Ray declares 2 GPUs
+
+
+def refuse(*args, **kwargs):
+    raise AssertionError("the driver ran the cached-feature pass")
+
+
+@pytest.mark.parametrize("method", ["sgpt", "fgpt"])
+def test_with_clients_on_gpus_the_task_computes_what_the_driver_would(method, ray_session, monkeypatch):
+    _, _, on_driver = prepared(build_config(method, [NANO]))
+    monkeypatch.setattr(setup, "features_here", refuse)  # this process's; the task's process imports its own
+    _, _, in_task = prepared(build_config(method, [NANO, ON_GPUS]))
+    assert on_driver.features.keys() == in_task.features.keys() == {"query"}
+    assert len(in_task.features["query"]) == len(in_task.images)
+    np.testing.assert_array_equal(in_task.features["query"], on_driver.features["query"])
+
+
+def test_sgpt_with_shared_prompts_only_caches_nothing_and_runs_no_pass(monkeypatch):
+    monkeypatch.setattr(setup, "features_here", refuse)
+    _, _, shards = prepared(build_config("sgpt", [NANO, {"sgpt": {"prompts": "shared"}}]))
+    assert shards.features == {}
+
+
+def test_inside_a_trials_placement_group_the_task_fits_a_worker_bundle(ray_session):
+    from ray.util.placement_group import placement_group, remove_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    from raysim.sweep.tune import bundles
+
+    config = build_config("sgpt", [NANO, ON_GPUS])
+    trial = placement_group(bundles(config))  # as Tune reserves a trial: its own bundle, then one per worker
+    ray_session.get(trial.ready())
+
+    def trials_driver():  # nested, so it travels by value (the test module does not import in Ray's workers)
+        return prepared(config)[2].features["query"]
+
+    try:
+        in_trial = ray_session.remote(num_cpus=1)(trials_driver).options(
+            scheduling_strategy=PlacementGroupSchedulingStrategy(trial, 0, placement_group_capture_child_tasks=True)
+        )
+        queries = ray_session.get(in_trial.remote(), timeout=120)  # the group holds every CPU
+    finally:
+        remove_placement_group(trial)
+    np.testing.assert_array_equal(queries, prepared(build_config("sgpt", [NANO]))[2].features["query"])
