@@ -170,24 +170,34 @@ def reserve_pool(config, num_classes: int, settle_s: float = 20.0) -> tuple[Pool
     current = ray.util.get_current_placement_group()
     if current is not None:
         return start_workers(config, num_classes, Pool(workers, current, first_bundle=1)), False
-    bundle, total = worker_bundle(res), ray.cluster_resources()
-    need = {key: workers * value for key, value in bundle.items()}
-    problem = (
-        f"{workers} workers x (cpus_per_client={res.cpus_per_client}, gpus_per_client={res.gpus_per_client})"
-        f" do not fit the Ray cluster's {total.get('CPU', 0):g} CPU, {total.get('GPU', 0):g} GPU"
-    )
-    if any(value > total.get(key, 0.0) + 1e-9 for key, value in need.items()):
-        raise ConfigError(f"{problem}; lower --workers or the per-client resources")
-    group = placement_group([dict(bundle) for _ in range(workers)], strategy="SPREAD")
+    require_fit(res, workers)
+    group = placement_group([worker_bundle(res) for _ in range(workers)], strategy="SPREAD")
     deadline = time.monotonic() + settle_s
     while not _ready(group, min(1.0, max(0.0, deadline - time.monotonic()))):
         if time.monotonic() > deadline:
             remove_placement_group(group)
             raise ConfigError(
-                f"{problem} while other work holds them (free now: {ray.available_resources()}); "
+                f"{misfit(res, workers)} while other work holds them (free now: {ray.available_resources()}); "
                 f"lower --workers or the per-client resources"
             )
     return start_workers(config, num_classes, Pool(workers, group)), True
+
+
+def require_fit(resources, workers: int) -> None:
+    """Refuse at once ``workers`` workers that the whole Ray cluster could not hold, however long one waited."""
+    need, total = worker_bundle(resources), ray.cluster_resources()
+    if any(workers * value > total.get(key, 0.0) + 1e-9 for key, value in need.items()):
+        raise ConfigError(f"{misfit(resources, workers)}; lower --workers or the per-client resources")
+
+
+def misfit(resources, workers: int) -> str:
+    """What does not fit: the workers' reservation against the whole cluster's."""
+    total, each = ray.cluster_resources(), "workers" if workers != 1 else "worker"
+    return (
+        f"{workers} {each} x (cpus_per_client={resources.cpus_per_client}, gpus_per_client="
+        f"{resources.gpus_per_client}) do not fit the Ray cluster's {total.get('CPU', 0):g} CPU, "
+        f"{total.get('GPU', 0):g} GPU"
+    )
 
 
 def _ready(group, timeout_s: float) -> bool:

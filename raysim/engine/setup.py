@@ -25,6 +25,7 @@ from raysim.data.shards import ShardStore, build_shards
 from raysim.data.sources import cache_dir, load_dataset
 from raysim.engine.cohort import resolve_cohort
 from raysim.engine.precision import autocast, full_width, resolve
+from raysim.engine.ray_session import require_fit
 from raysim.models.factory import build_model, pick_device
 from raysim.systems.profiles import draw_profiles
 
@@ -126,6 +127,8 @@ def cached_features(config: Config, method: CachesRowFeatures, model, shards: Sh
     res = config.resources
     if res.backend == "ray" and res.gpus_per_client:
         wait_for_ray()
+        if ray.util.get_current_placement_group() is None:  # a trial's group holds a worker's bundle already
+            require_fit(res, 1)  # else Ray would wait for GPUs the cluster does not have
         # a worker's reservation: inside a Tune trial, Ray places it in the trial's group, in a worker's bundle (free
         # until the pool starts)
         task = FEATURES_TASK.options(num_cpus=res.cpus_per_client, num_gpus=res.gpus_per_client)

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from raysim.config import build_config
+from raysim.core.errors import ConfigError
 from raysim.engine import setup
 from raysim.testing.smoke import prepared
 
@@ -31,6 +32,15 @@ def test_with_clients_on_gpus_the_task_computes_what_the_driver_would(method, ra
     assert on_driver.features.keys() == in_task.features.keys() == {"query"}
     assert len(in_task.features["query"]) == len(in_task.images)
     np.testing.assert_array_equal(in_task.features["query"], on_driver.features["query"])
+
+
+def test_gpus_the_cluster_does_not_have_are_refused_before_the_pass(ray_session):
+    too_many = {"resources": {"backend": "ray", "gpus_per_client": 3}}  # 2 declared: Ray would wait for ever
+    with pytest.raises(
+        ConfigError,
+        match=r"1 worker x \(cpus_per_client=1.0, gpus_per_client=3.0\) do not fit the Ray cluster's 2 CPU, 2 GPU; ",
+    ):
+        prepared(build_config("sgpt", [NANO, too_many]))
 
 
 def test_sgpt_with_shared_prompts_only_caches_nothing_and_runs_no_pass(monkeypatch):
