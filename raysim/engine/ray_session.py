@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import ray
-from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 
 from raysim.core.errors import ConfigError
 from raysim.core.ray_start import starting_ray
@@ -22,6 +22,8 @@ from raysim.engine.executors import Pool, start_workers
 
 T = TypeVar("T")
 log = logging.getLogger("raysim")
+
+SETTLE_S = 20.0  # how long a reservation the cluster could hold waits for resources other work holds
 
 LEAN = {  # a local Ray for one run: no idle workers started up front, and none kept once idle (actors are not idle)
     "prestart_worker_first_driver": False,
@@ -158,36 +160,48 @@ def worker_bundle(resources) -> dict[str, float]:
     return bundle
 
 
-def reserve_pool(config, num_classes: int, settle_s: float = 20.0) -> tuple[Pool, bool]:
+def reserve_pool(config, num_classes: int, settle_s: float = SETTLE_S) -> tuple[Pool, bool]:
     """The run's worker pool, reserved and its workers starting (:func:`~raysim.engine.executors.start_workers`):
-    a Tune trial's own placement group (its bundle 0 is the trial), else a new group of one bundle per worker,
-    spread over the nodes. Returns the pool and whether this run owns the group.
-
-    A pool larger than the cluster is refused at once; one that fits the cluster waits up to ``settle_s`` for the
-    resources the data loading held to be freed, then is refused.
-    """
+    a Tune trial's own placement group (its bundle 0 is the trial), else a new group from :func:`reserve_workers`.
+    Returns the pool and whether this run owns the group."""
     res, workers = config.resources, pool_size(config)
     current = ray.util.get_current_placement_group()
     if current is not None:
         return start_workers(config, num_classes, Pool(workers, current, first_bundle=1)), False
-    require_fit(res, workers)
-    group = placement_group([worker_bundle(res) for _ in range(workers)], strategy="SPREAD")
+    return start_workers(config, num_classes, Pool(workers, reserve_workers(res, workers, settle_s))), True
+
+
+def reserve_workers(resources, workers: int, settle_s: float = SETTLE_S) -> PlacementGroup:
+    """A placement group of ``workers`` worker bundles, spread over the nodes. Refused at once when the whole
+    cluster could not hold it; when it could, it waits up to ``settle_s`` for what other work (the data loading)
+    holds to be freed, then is refused."""
+    need, total = worker_bundle(resources), ray.cluster_resources()
+    if any(workers * value > total.get(key, 0.0) + 1e-9 for key, value in need.items()):
+        raise ConfigError(f"{misfit(resources, workers)}; lower --workers or the per-client resources")
+    group = placement_group([worker_bundle(resources) for _ in range(workers)], strategy="SPREAD")
     deadline = time.monotonic() + settle_s
     while not _ready(group, min(1.0, max(0.0, deadline - time.monotonic()))):
         if time.monotonic() > deadline:
             remove_placement_group(group)
             raise ConfigError(
-                f"{misfit(res, workers)} while other work holds them (free now: {ray.available_resources()}); "
-                f"lower --workers or the per-client resources"
+                f"{misfit(resources, workers)} while other work holds them (free now: {ray.available_resources()});"
+                f" lower --workers or the per-client resources"
             )
-    return start_workers(config, num_classes, Pool(workers, group)), True
+    return group
 
 
-def require_fit(resources, workers: int) -> None:
-    """Refuse at once ``workers`` workers that the whole Ray cluster could not hold, however long one waited."""
-    need, total = worker_bundle(resources), ray.cluster_resources()
-    if any(workers * value > total.get(key, 0.0) + 1e-9 for key, value in need.items()):
-        raise ConfigError(f"{misfit(resources, workers)}; lower --workers or the per-client resources")
+def give_back(group: PlacementGroup, bundle: dict[str, float], timeout_s: float = 5.0) -> None:
+    """Remove ``group`` (of ``bundle``-sized bundles) and wait until the cluster counts one bundle free again (Ray
+    frees a group's resources asynchronously, in about 0.1 s): a pool sized by the free resources right after
+    (:func:`pool_size`) counts them."""
+    held = ray.available_resources()
+    remove_placement_group(group)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        free = ray.available_resources()
+        if all(free.get(key, 0.0) >= held.get(key, 0.0) + value - 1e-9 for key, value in bundle.items()):
+            return
+        time.sleep(0.01)
 
 
 def misfit(resources, workers: int) -> str:

@@ -9,6 +9,7 @@ import os
 import numpy as np
 import ray
 import torch
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from raysim.config import Config
 from raysim.core import seeding
@@ -25,7 +26,7 @@ from raysim.data.shards import ShardStore, build_shards
 from raysim.data.sources import cache_dir, load_dataset
 from raysim.engine.cohort import resolve_cohort
 from raysim.engine.precision import autocast, full_width, resolve
-from raysim.engine.ray_session import require_fit
+from raysim.engine.ray_session import give_back, reserve_workers, worker_bundle
 from raysim.models.factory import build_model, pick_device
 from raysim.systems.profiles import draw_profiles
 
@@ -124,16 +125,26 @@ def cached_features(config: Config, method: CachesRowFeatures, model, shards: Sh
     resources: on a GPU even where the driver's node has none (a cluster's head), and the CUDA context it needs ends
     with the task's process instead of staying in the driver for the whole run (720 MiB of an H200 after SGPT's
     pass, docs/architecture.md). Elsewhere it runs here, on this process's device."""
-    res = config.resources
-    if res.backend == "ray" and res.gpus_per_client:
+    if config.resources.backend == "ray" and config.resources.gpus_per_client:
         wait_for_ray()
-        if ray.util.get_current_placement_group() is None:  # a trial's group holds a worker's bundle already
-            require_fit(res, 1)  # else Ray would wait for GPUs the cluster does not have
-        # a worker's reservation: inside a Tune trial, Ray places it in the trial's group, in a worker's bundle (free
-        # until the pool starts)
-        task = FEATURES_TASK.options(num_cpus=res.cpus_per_client, num_gpus=res.gpus_per_client)
-        return ray.get(task.remote(config, shards.info.num_classes, shards))
+        return features_in_task(config, shards)
     return features_here(method, model, shards.images, config.train.precision)
+
+
+def features_in_task(config: Config, shards: ShardStore) -> dict[str, np.ndarray]:
+    """:func:`features_task` on one worker's reservation: inside a Tune trial, Ray places it in the trial's group
+    (a worker's bundle, free until the pool starts); elsewhere in a group of its own, reserved as the pool is (GPUs
+    the cluster lacks are refused at once, rather than waited for) and given back after."""
+    res = config.resources
+    options = {"num_cpus": res.cpus_per_client, "num_gpus": res.gpus_per_client}
+    own = None if ray.util.get_current_placement_group() is not None else reserve_workers(res, 1)
+    if own is not None:
+        options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(own, placement_group_bundle_index=0)
+    try:
+        return ray.get(FEATURES_TASK.options(**options).remote(config, shards.info.num_classes, shards))
+    finally:
+        if own is not None:
+            give_back(own, worker_bundle(res))
 
 
 def features_task(config: Config, num_classes: int, shards: ShardStore) -> dict[str, np.ndarray]:

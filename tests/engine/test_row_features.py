@@ -29,6 +29,7 @@ def test_with_clients_on_gpus_the_task_computes_what_the_driver_would(method, ra
     _, _, on_driver = prepared(build_config(method, [NANO]))
     monkeypatch.setattr(setup, "features_here", refuse)  # this process's; the task's process imports its own
     _, _, in_task = prepared(build_config(method, [NANO, ON_GPUS]))
+    assert ray_session.available_resources()["GPU"] == 2  # its reservation given back before a pool is sized
     assert on_driver.features.keys() == in_task.features.keys() == {"query"}
     assert len(in_task.features["query"]) == len(in_task.images)
     np.testing.assert_array_equal(in_task.features["query"], on_driver.features["query"])
