@@ -38,8 +38,8 @@ class OneLineErrors(click.Group):
                 "  ", " "
             )
             fail(error.format_message().replace("\n", " ") + hint)
-        except ConfigError as error:
-            fail(str(error))
+        except ConfigError as error:  # raised in a Ray task it arrives wrapped; ``cause`` is the original
+            fail(str(getattr(error, "cause", None) or error))
         except (
             BadUpdateError,
             SweepError,

@@ -11,14 +11,27 @@ from contextlib import contextmanager
 _STARTING = threading.RLock()
 
 
+class RayDidNotStart(RuntimeError):
+    """Ray's start failed while this thread prepared the run (the starting thread reports why)."""
+
+
 @contextmanager
-def starting_ray() -> Iterator[None]:
-    """Held by the thread that starts Ray, from before it starts the preparing thread until Ray is up (or failed)."""
+def starting_ray(preparing: threading.Thread) -> Iterator[None]:
+    """Held by the thread that starts Ray, from before it starts the ``preparing`` thread until Ray is up (or
+    failed); when the start fails, ``preparing`` learns so at its next :func:`wait_for_ray`."""
     with _STARTING:
-        yield
+        try:
+            yield
+        except BaseException as error:
+            preparing.ray_failed = error
+            raise
 
 
 def wait_for_ray() -> None:
-    """Returns once no thread is starting Ray (at once when none is)."""
+    """Returns once no thread is starting Ray (at once when none is); in a preparing thread whose Ray failed to
+    start, raises :class:`RayDidNotStart`, so that it stops rather than start a Ray of its own (Ray starts one on
+    first use)."""
     with _STARTING:
-        pass
+        failed = getattr(threading.current_thread(), "ray_failed", None)
+        if failed is not None:
+            raise RayDidNotStart(f"Ray did not start: {failed}")

@@ -81,7 +81,8 @@ class ShardStore:
             ``train_offsets[i]:train_offsets[i + 1]``.
         client_domain: [M] the client's type (domain) when the partition defines one, else None.
         unseen: ids of held-out clients that never train (evaluated with the global model).
-        features: per-row arrays a method computed once per run (:meth:`raysim.method.Method.row_features`).
+        features: per-row arrays a method computed once per run
+            (:meth:`raysim.core.protocol.CachesRowFeatures.row_features`).
     """
 
     info: DatasetInfo

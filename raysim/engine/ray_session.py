@@ -110,7 +110,7 @@ def connect_ray_during(resources, work: Callable[[], T]) -> T:
             outcome["error"] = error
 
     thread = threading.Thread(target=target, name="raysim-setup", daemon=True)
-    with starting_ray():
+    with starting_ray(thread):
         thread.start()
         connect_ray(resources)
     thread.join()
@@ -173,11 +173,9 @@ def reserve_pool(config, num_classes: int, settle_s: float = SETTLE_S) -> tuple[
 
 def reserve_workers(resources, workers: int, settle_s: float = SETTLE_S) -> PlacementGroup:
     """A placement group of ``workers`` worker bundles, spread over the nodes. Refused at once when the whole
-    cluster could not hold it; when it could, it waits up to ``settle_s`` for what other work (the data loading)
-    holds to be freed, then is refused."""
-    need, total = worker_bundle(resources), ray.cluster_resources()
-    if any(workers * value > total.get(key, 0.0) + 1e-9 for key, value in need.items()):
-        raise ConfigError(f"{misfit(resources, workers)}; lower --workers or the per-client resources")
+    cluster could not hold it (:func:`require_fit`); when it could, it waits up to ``settle_s`` for what other work
+    (the data loading) holds to be freed, then is refused."""
+    require_fit(resources, workers)
     group = placement_group([worker_bundle(resources) for _ in range(workers)], strategy="SPREAD")
     deadline = time.monotonic() + settle_s
     while not _ready(group, min(1.0, max(0.0, deadline - time.monotonic()))):
@@ -185,9 +183,16 @@ def reserve_workers(resources, workers: int, settle_s: float = SETTLE_S) -> Plac
             remove_placement_group(group)
             raise ConfigError(
                 f"{misfit(resources, workers)} while other work holds them (free now: {ray.available_resources()});"
-                f" lower --workers or the per-client resources"
+                f" {remedy(workers)}"
             )
     return group
+
+
+def require_fit(resources, workers: int) -> None:
+    """Refuse at once ``workers`` workers that the whole Ray cluster could not hold, however long one waited."""
+    need, total = worker_bundle(resources), ray.cluster_resources()
+    if any(workers * value > total.get(key, 0.0) + 1e-9 for key, value in need.items()):
+        raise ConfigError(f"{misfit(resources, workers)}; {remedy(workers)}")
 
 
 def give_back(group: PlacementGroup, bundle: dict[str, float], timeout_s: float = 5.0) -> None:
@@ -202,15 +207,28 @@ def give_back(group: PlacementGroup, bundle: dict[str, float], timeout_s: float 
         if all(free.get(key, 0.0) >= held.get(key, 0.0) + value - 1e-9 for key, value in bundle.items()):
             return
         time.sleep(0.01)
+    log.warning(
+        "the cluster did not count %s free again within %g s of its release (other work took it?): a pool sized "
+        "by the free resources (--workers 0) may be smaller",
+        bundle,
+        timeout_s,
+    )
 
 
 def misfit(resources, workers: int) -> str:
     """What does not fit: the workers' reservation against the whole cluster's."""
-    total, each = ray.cluster_resources(), "workers" if workers != 1 else "worker"
+    total = ray.cluster_resources()
+    each = f"{workers} workers x" if workers != 1 else "1 worker x"
     return (
-        f"{workers} {each} x (cpus_per_client={resources.cpus_per_client}, gpus_per_client="
-        f"{resources.gpus_per_client}) do not fit the Ray cluster's {total.get('CPU', 0):g} CPU, "
+        f"{each} (cpus_per_client={resources.cpus_per_client}, gpus_per_client={resources.gpus_per_client}) "
+        f"{'do' if workers != 1 else 'does'} not fit the Ray cluster's {total.get('CPU', 0):g} CPU, "
         f"{total.get('GPU', 0):g} GPU"
+    )
+
+
+def remedy(workers: int) -> str:
+    return (
+        "lower --workers or the per-client resources" if workers != 1 else "lower --cpus-per-client/--gpus-per-client"
     )
 
 

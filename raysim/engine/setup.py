@@ -1,5 +1,6 @@
 """What a run needs before its first round: the data partitioned into client shards, and the initial global state
-(with the per-row values a method caches), built once on the driver."""
+(with the per-row values a method caches), built once on the driver (the cached values in a Ray task of their own
+where clients train on GPUs)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from raysim.data.shards import ShardStore, build_shards
 from raysim.data.sources import cache_dir, load_dataset
 from raysim.engine.cohort import resolve_cohort
 from raysim.engine.precision import autocast, full_width, resolve
-from raysim.engine.ray_session import give_back, reserve_workers, worker_bundle
+from raysim.engine.ray_session import give_back, require_fit, reserve_workers, worker_bundle
 from raysim.models.factory import build_model, pick_device
 from raysim.systems.profiles import draw_profiles
 
@@ -94,7 +95,8 @@ def initial_state(config: Config, shards: ShardStore) -> tuple[Config, GlobalSta
     """Build the model once on the driver: checks the weights file, yields the config with the method's options
     resolved on the backbone (:class:`~raysim.core.protocol.ResolvesOptions`), the initial global state, and the
     shards with the per-row values the method caches for the whole run (e.g. SGPT's frozen-backbone query),
-    computed here in one batched pass so no client recomputes them. Checks the clients' devices (a trace) too."""
+    computed once in one batched pass (:func:`cached_features`) so no client recomputes them. Checks the clients'
+    devices (a trace) too."""
     info = get_method(config.method)
     method = info.cls(config)
     if info.needs_client_types and shards.client_domain is None:
@@ -132,16 +134,22 @@ def cached_features(config: Config, method: CachesRowFeatures, model, shards: Sh
 
 
 def features_in_task(config: Config, shards: ShardStore) -> dict[str, np.ndarray]:
-    """:func:`features_task` on one worker's reservation: inside a Tune trial, Ray places it in the trial's group
-    (a worker's bundle, free until the pool starts); elsewhere in a group of its own, reserved as the pool is (GPUs
-    the cluster lacks are refused at once, rather than waited for) and given back after."""
+    """:func:`features_task` on one worker's reservation: inside a Tune trial, in the trial's placement group (a
+    worker's bundle, free until the pool starts); elsewhere in a group of its own, reserved as the pool is and
+    given back after. A pool the cluster could never hold (``--workers``) is refused before the pass."""
     res = config.resources
-    options = {"num_cpus": res.cpus_per_client, "num_gpus": res.gpus_per_client}
-    own = None if ray.util.get_current_placement_group() is not None else reserve_workers(res, 1)
-    if own is not None:
-        options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(own, placement_group_bundle_index=0)
+    trial = ray.util.get_current_placement_group()
+    own = None
+    if trial is None:
+        require_fit(res, max(1, res.workers))
+        own = reserve_workers(res, 1)
+    task = FEATURES_TASK.options(
+        num_cpus=res.cpus_per_client,
+        num_gpus=res.gpus_per_client,
+        scheduling_strategy=PlacementGroupSchedulingStrategy(trial or own),  # any bundle that holds a worker
+    )
     try:
-        return ray.get(FEATURES_TASK.options(**options).remote(config, shards.info.num_classes, shards))
+        return ray.get(task.remote(config, shards.info.num_classes, shards))
     finally:
         if own is not None:
             give_back(own, worker_bundle(res))

@@ -35,13 +35,23 @@ def test_with_clients_on_gpus_the_task_computes_what_the_driver_would(method, ra
     np.testing.assert_array_equal(in_task.features["query"], on_driver.features["query"])
 
 
-def test_gpus_the_cluster_does_not_have_are_refused_before_the_pass(ray_session):
-    too_many = {"resources": {"backend": "ray", "gpus_per_client": 3}}  # 2 declared: Ray would wait for ever
-    with pytest.raises(
-        ConfigError,
-        match=r"1 worker x \(cpus_per_client=1.0, gpus_per_client=3.0\) do not fit the Ray cluster's 2 CPU, 2 GPU; ",
-    ):
-        prepared(build_config("sgpt", [NANO, too_many]))
+@pytest.mark.parametrize(
+    "resources, refused",
+    [  # the session's Ray declares 2 CPUs and 2 GPUs: Ray would wait for ever for more
+        (
+            {"gpus_per_client": 3},
+            r"^1 worker x \(cpus_per_client=1.0, gpus_per_client=3.0\) does not fit the Ray cluster's 2 CPU, 2 GPU; "
+            r"lower --cpus-per-client/--gpus-per-client$",
+        ),
+        (
+            {"gpus_per_client": 0.5, "cpus_per_client": 0.25, "workers": 5},
+            r"^5 workers x \(cpus_per_client=0.25, gpus_per_client=0.5\) do not fit .*; lower --workers or the",
+        ),
+    ],
+)
+def test_a_pool_the_cluster_could_never_hold_is_refused_before_the_pass(resources, refused, ray_session):
+    with pytest.raises(ConfigError, match=refused):
+        prepared(build_config("sgpt", [NANO, {"resources": {"backend": "ray", **resources}}]))
 
 
 def test_sgpt_with_shared_prompts_only_caches_nothing_and_runs_no_pass(monkeypatch):
