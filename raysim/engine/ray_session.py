@@ -23,6 +23,7 @@ from raysim.engine.executors import Pool, start_workers
 T = TypeVar("T")
 log = logging.getLogger("raysim")
 
+HIDE_UNRESERVED_GPUS = "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO"  # see connect_ray
 SETTLE_S = 20.0  # how long a reservation the cluster could hold waits for resources other work holds
 
 LEAN = {  # a local Ray for one run: no idle workers started up front, and none kept once idle (actors are not idle)
@@ -36,8 +37,8 @@ def connect_ray(resources) -> None:
 
     A local Ray is a single user's: token authentication (Ray 2.60's default) is turned off for it unless the user
     set ``RAY_AUTH_MODE``, the dashboard starts only with ``--dashboard`` (then on ``dashboard_host``, 127.0.0.1 by
-    default), and it keeps no idle worker processes (``LEAN``). A cluster's settings are the cluster's own
-    (cluster/README.md).
+    default), it keeps no idle worker processes (``LEAN``), and a worker that reserved no GPU sees none. A
+    cluster's settings are the cluster's own (cluster/README.md; its configs hide unreserved GPUs too).
     """
     if ray.is_initialized():
         return
@@ -55,6 +56,9 @@ def connect_ray(resources) -> None:
             ) from None
     else:
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        # Ray 2.60 no longer hides the GPUs from a worker that reserved none: a client worker on the CPU would see
+        # them and train there (``pick_device``) unreserved. This restores the hiding (Ray issue 54868).
+        os.environ.setdefault(HIDE_UNRESERVED_GPUS, "1")
         ray.init(
             include_dashboard=resources.dashboard,
             dashboard_host=resources.dashboard_host,

@@ -54,6 +54,13 @@ before, rows, one_machine = connect_ray_during(build_config("fedvpt", []).resour
 assert (before, rows, one_machine) == (False, 8, True), (before, rows, one_machine)
 time.sleep(1)  # the set-up thread has ended: daemons started from it would be gone by now
 print("put and got", ray.get(ray.put(7), timeout=30), flush=True)
+
+@ray.remote(num_gpus=0)
+def visible():
+    import os
+    return os.environ.get("CUDA_VISIBLE_DEVICES")
+
+print("a worker without GPUs sees", repr(ray.get(visible.remote(), timeout=60)), flush=True)
 """
 
 
@@ -64,6 +71,7 @@ def test_a_local_ray_started_beside_the_setup_outlives_the_setup_thread():
     done = subprocess.run([sys.executable, "-c", STARTS_RAY], capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "put and got 7" in done.stdout
+    assert "a worker without GPUs sees ''" in done.stdout  # Ray 2.60 left CUDA_VISIBLE_DEVICES as it was (None)
 
 
 def test_a_run_started_beside_other_raysim_code_is_told_its_workers_would_import_that(tmp_path, caplog):
