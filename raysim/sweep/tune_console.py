@@ -33,6 +33,14 @@ class _TunesStopLines(logging.Filter):
         return "Tuner.restore" not in message and not (self.stopping and message.startswith("Trials did not complete"))
 
 
+class _TunesSlowSteps(logging.Filter):
+    """Drops Tune's "The `on_step_begin` operation took 0.865 s, which may be a performance bottleneck.": its timing
+    of its own loop, which a busy machine (a 2-core laptop running two trials) passes and no user can act on."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "may be a performance bottleneck" not in record.getMessage()
+
+
 # Tune's own output that raysim's commands replace: its newer engine prints the experiment's box and paths at any
 # verbosity, so the older one, which ``verbose=0`` silences; and its warning that checkpointing every round makes
 # it snapshot its state often (a sweep's trials checkpoint each evaluated round on purpose: ASHA and a restored
@@ -49,16 +57,20 @@ SILENT = {
 def tune_silent():
     """Tune without its own console output (:data:`SILENT`) and its Ctrl-C lines, for a ``fit`` whose command draws
     its own progress and says how to resume (``raysim tune --resume``, the comparison's own command; Tune's
-    ``Tuner.restore`` is neither); Tune's other warnings stay (a trial the cluster cannot host, a trial's error).
+    ``Tuner.restore`` is neither) and its timing of its own loop (:class:`_TunesSlowSteps`); Tune's other warnings
+    stay (a trial the cluster cannot host, a trial's error).
     The environment is restored after."""
     before = {name: os.environ.get(name) for name in SILENT}
     os.environ.update(SILENT)
     tunes, stop_lines = logging.getLogger("ray.tune.tune"), _TunesStopLines()
+    timings, slow_steps = logging.getLogger("ray.tune.utils.util"), _TunesSlowSteps()
     tunes.addFilter(stop_lines)
+    timings.addFilter(slow_steps)
     try:
         yield
     finally:
         tunes.removeFilter(stop_lines)
+        timings.removeFilter(slow_steps)
         for name, value in before.items():
             if value is None:
                 del os.environ[name]

@@ -108,6 +108,23 @@ def test_tunes_restore_hint_is_dropped_and_its_other_warnings_kept():
     assert [r.getMessage()[:17] for r in kept] == ["No trial is runni", "Resume experiment"]
 
 
+def test_tunes_timing_of_its_own_loop_is_dropped_and_its_other_warnings_kept():
+    from ray.tune.utils.util import warn_if_slow
+
+    timings, kept = logging.getLogger("ray.tune.utils.util"), []
+    handler = logging.Handler()
+    handler.emit = kept.append
+    timings.addHandler(handler)
+    try:
+        with tune_silent():
+            timings.warning(warn_if_slow.DEFAULT_MESSAGE.format(name="on_step_begin", duration=0.865))
+            timings.warning("Some other warning of Tune's")
+        timings.warning(warn_if_slow.DEFAULT_MESSAGE.format(name="on_step_begin", duration=0.865))
+    finally:
+        timings.removeHandler(handler)
+    assert [r.getMessage()[:24] for r in kept] == ["Some other warning of Tu", "The `on_step_begin` oper"]
+
+
 def test_a_trials_exit_inside_a_weakref_callback_prints_no_traceback_and_other_faults_still_do():
     # Ray's SIGTERM handler raises SystemExit; landing while a weak reference's callback runs (as after a
     # comparison's cell), Python reports it as "Exception ignored" and runs on. In a trial only other faults are
