@@ -20,7 +20,7 @@ import ray
 from raysim.config import build_config
 from raysim.engine.callbacks import Checkpointing
 from raysim.engine.driver import make_simulation, stop
-from raysim.engine.ray_session import release_pool, reserve_pool
+from raysim.engine.ray_session import PoolReservation
 from raysim.testing.smoke import prepared
 from raysim.tracking.checkpoint import CLIENTS, Checkpoint
 
@@ -41,9 +41,9 @@ def measure(method: str, rounds: int, backbone: str) -> None:
         SETTINGS[method],
     ]
     config, initial, shards = prepared(build_config(method, layers))
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, PoolReservation(config) as reservation:
         start = Checkpoint("bench", 0, config.to_dict(), initial, {}, "")
-        pool, owned = reserve_pool(config, shards.info.num_classes)
+        pool = reservation.start(config, shards.info.num_classes)
         simulation = make_simulation(config, shards, start, pool, [Checkpointing(Path(tmp), "", {})])
         try:
             for round in range(1, rounds + 1):
@@ -57,7 +57,6 @@ def measure(method: str, rounds: int, backbone: str) -> None:
                 )
         finally:
             stop(simulation, graceful=True)
-            release_pool(pool, owned)
 
 
 def main() -> None:

@@ -13,6 +13,7 @@ import dataclasses
 import logging
 import tempfile
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -42,7 +43,7 @@ from raysim.engine.callbacks import (
 )
 from raysim.engine.executors import Pool
 from raysim.engine.precision import native_bf16_cpu
-from raysim.engine.ray_session import connect_ray_during, release_pool, reserve_pool
+from raysim.engine.ray_session import PoolReservation, connect_ray_during
 from raysim.engine.setup import initial_state, prepare_shards, resolved
 from raysim.engine.simulation import Simulation
 from raysim.ops.metrics import summarise
@@ -208,60 +209,71 @@ def run(
     if resume is not None:
         check_run(uri, resume.run_id)
     given, config = config, resolved(config)
-    config, initial, shards, tracker = connect_ray_during(config.resources, partial(_set_up, config, shards, uri))
-    if resume is None:
-        config = named(config)
-    pool, owned = reserve_pool(config, shards.info.num_classes) if config.resources.backend == "ray" else (None, False)
-    placed = shards
-    if pool is not None:
-        placed, shards = shared(shards)
-    status = "FAILED"
-    try:
+    with PoolReservation(config) if config.resources.backend == "ray" else nullcontext() as reservation:
+        set_up = partial(_set_up, config, shards, uri, reservation)
+        config, initial, shards, tracker = connect_ray_during(config.resources, set_up)
         if resume is None:
-            record = recorded(config, pool)
-            run_tags = {**provenance.run_tags(config, given), **(tags or {})}
-            dataset = provenance.dataset_input(config, shards)
-            run_id = tracker.start(
-                config.tracking.experiment, config.tracking.run_name, record.flat(), run_tags, dataset
-            )
-            start = ckpt.Checkpoint(run_id, 0, config.to_dict(), initial, {}, uri)
-            run_folder = config.checkpoint.root(uri) / run_id
-            _log_setup(tracker, record, shards)
-            tracker.log_metrics({TRAINABLE: float(sum(t.numel() for t in initial.params.values()))}, step=0)
-        else:
-            tracker.attach(resume.run_id)
-            run_id, start, run_folder = resume.run_id, resume, resume.folder.parent
-        with RoundProgress(
-            config.federation.rounds, describe(config, shards), enabled=show_progress, console=console, done=start.round
-        ) as progress:
-            built_in = [MLflowLogger(tracker), ProgressBar(progress), StopOnCtrlC(progress.note)]
-            outcome = drive(config, placed, start, pool, run_folder, [*built_in, *callbacks])
-        last = outcome.last
-        if outcome.interrupted:
-            status = "KILLED"
-            raise RunInterrupted(
-                f"stopped after round {last.round} of {config.federation.rounds}; checkpoint "
-                f"{last.folder}; resume with: {resume_command(config, run_id, run_folder)}"
-            )
-        summary = summarise(last.history)
-        _log_results(tracker, config, last, summary, shards)
-        print_summary(summary, run_id, config, console, last.history)
-        status = "FINISHED"
-        return RunResult(run_id, last.history, summary, last.client_acc, last.records)
-    except (KeyboardInterrupt, SystemExit):  # Ctrl-C; or Tune stopping a trial (its report exits the trial's thread)
-        status = "KILLED"
-        raise
-    finally:
-        tracker.end(status)
+            config = named(config)
+        pool = reservation.start(config, shards.info.num_classes) if reservation is not None else None
+        placed = shards
         if pool is not None:
-            release_pool(pool, owned)
+            placed, shards = shared(shards)
+        status = "FAILED"
+        try:
+            if resume is None:
+                record = recorded(config, pool)
+                run_tags = {**provenance.run_tags(config, given), **(tags or {})}
+                dataset = provenance.dataset_input(config, shards)
+                run_id = tracker.start(
+                    config.tracking.experiment, config.tracking.run_name, record.flat(), run_tags, dataset
+                )
+                start = ckpt.Checkpoint(run_id, 0, config.to_dict(), initial, {}, uri)
+                run_folder = config.checkpoint.root(uri) / run_id
+                _log_setup(tracker, record, shards)
+                tracker.log_metrics({TRAINABLE: float(sum(t.numel() for t in initial.params.values()))}, step=0)
+            else:
+                tracker.attach(resume.run_id)
+                run_id, start, run_folder = resume.run_id, resume, resume.folder.parent
+            with RoundProgress(
+                config.federation.rounds,
+                describe(config, shards),
+                enabled=show_progress,
+                console=console,
+                done=start.round,
+            ) as progress:
+                built_in = [MLflowLogger(tracker), ProgressBar(progress), StopOnCtrlC(progress.note)]
+                outcome = drive(config, placed, start, pool, run_folder, [*built_in, *callbacks])
+            last = outcome.last
+            if outcome.interrupted:
+                status = "KILLED"
+                raise RunInterrupted(
+                    f"stopped after round {last.round} of {config.federation.rounds}; checkpoint "
+                    f"{last.folder}; resume with: {resume_command(config, run_id, run_folder)}"
+                )
+            summary = summarise(last.history)
+            _log_results(tracker, config, last, summary, shards)
+            print_summary(summary, run_id, config, console, last.history)
+            status = "FINISHED"
+            return RunResult(run_id, last.history, summary, last.client_acc, last.records)
+        except (
+            KeyboardInterrupt,
+            SystemExit,
+        ):  # Ctrl-C; or Tune stopping a trial (its report exits the trial's thread)
+            status = "KILLED"
+            raise
+        finally:
+            tracker.end(status)
 
 
-def _set_up(config: Config, shards: ShardStore | None, uri: str) -> tuple[Config, GlobalState, ShardStore, Tracker]:
-    """While Ray starts (``connect_ray_during``): the run's data (unless given), its initial state, and then its
-    tracker on the store ``uri`` (checked by :func:`check_store`), which MLflow opens (0.5-1 s; 1-1.7 s to create a
-    new one) only once the data and the weights were found good."""
-    config, initial, shards = initial_state(config, shards if shards is not None else prepare_shards(config))
+def _set_up(
+    config: Config, shards: ShardStore | None, uri: str, reservation: PoolReservation | None
+) -> tuple[Config, GlobalState, ShardStore, Tracker]:
+    """While Ray starts (``connect_ray_during``): the run's data (unless given), its initial state (the cached
+    features in ``reservation``'s pool where clients train on GPUs), and then its tracker on the store ``uri``
+    (checked by :func:`check_store`), which MLflow opens (0.5-1 s; 1-1.7 s to create a new one) only once the data
+    and the weights were found good."""
+    shards = shards if shards is not None else prepare_shards(config)
+    config, initial, shards = initial_state(config, shards, reservation)
     return config, initial, shards, Tracker(uri)
 
 

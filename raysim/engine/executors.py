@@ -129,7 +129,7 @@ class RayExecutor:
         return ray.get([w.assigned_resources.remote() for w in self.workers])
 
     def shutdown(self) -> None:
-        pass  # the workers are the pool's: released with it (raysim.engine.ray_session.release_pool)
+        pass  # the workers are the pool's: released with it (raysim.engine.ray_session.PoolReservation)
 
 
 def start_server(config, num_classes: int, encoder: Tensors, pool: Pool | None):

@@ -164,15 +164,53 @@ def worker_bundle(resources) -> dict[str, float]:
     return bundle
 
 
-def reserve_pool(config, num_classes: int, settle_s: float = SETTLE_S) -> tuple[Pool, bool]:
-    """The run's worker pool, reserved and its workers starting (:func:`~raysim.engine.executors.start_workers`):
-    a Tune trial's own placement group (its bundle 0 is the trial), else a new group from :func:`reserve_workers`.
-    Returns the pool and whether this run owns the group."""
-    res, workers = config.resources, pool_size(config)
-    current = ray.util.get_current_placement_group()
-    if current is not None:
-        return start_workers(config, num_classes, Pool(workers, current, first_bundle=1)), False
-    return start_workers(config, num_classes, Pool(workers, reserve_workers(res, workers, settle_s))), True
+class PoolReservation:
+    """A run's worker pool, reserved once, on first use, and given back on exit (a context manager).
+
+    The reservation is a Tune trial's own placement group (its bundle 0 is the trial, the workers take the rest),
+    else a new group from :func:`reserve_workers`. It is made when the workers start (:meth:`start`), or before, by
+    the cached-feature pass that runs in one of its worker bundles while they are still free (:meth:`group`): the
+    pass then needs no reservation of its own, and the pool is sized before anything ran.
+    """
+
+    def __init__(self, config) -> None:
+        self._config = config
+        self._pool: Pool | None = None
+        self._owned = False
+
+    def group(self) -> PlacementGroup:
+        """The pool's placement group, reserving it now if nothing did yet."""
+        if self._pool is None:
+            res, workers = self._config.resources, pool_size(self._config)
+            current = ray.util.get_current_placement_group()
+            if current is not None:
+                self._pool = Pool(workers, current, first_bundle=1)
+            else:
+                self._pool, self._owned = Pool(workers, reserve_workers(res, workers)), True
+        return self._pool.placement_group
+
+    def start(self, config, num_classes: int) -> Pool:
+        """The pool with its workers starting (:func:`~raysim.engine.executors.start_workers`) for ``config`` (the
+        run's, as set up), on the reservation."""
+        self.group()
+        self._pool = start_workers(config, num_classes, self._pool)
+        return self._pool
+
+    def release(self) -> None:
+        """Stop the pool's workers and give back the placement group if the run reserved it."""
+        if self._pool is None:
+            return
+        for actor in self._pool.actors:
+            ray.kill(actor)
+        if self._owned:
+            remove_placement_group(self._pool.placement_group)
+        self._pool = None
+
+    def __enter__(self) -> PoolReservation:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
 
 
 def reserve_workers(resources, workers: int, settle_s: float = SETTLE_S) -> PlacementGroup:
@@ -199,26 +237,6 @@ def require_fit(resources, workers: int) -> None:
         raise ConfigError(f"{misfit(resources, workers)}; {remedy(workers)}")
 
 
-def give_back(group: PlacementGroup, bundle: dict[str, float], timeout_s: float = 5.0) -> None:
-    """Remove ``group`` (of ``bundle``-sized bundles) and wait until the cluster counts one bundle free again (Ray
-    frees a group's resources asynchronously, in about 0.1 s): a pool sized by the free resources right after
-    (:func:`pool_size`) counts them."""
-    held = ray.available_resources()
-    remove_placement_group(group)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        free = ray.available_resources()
-        if all(free.get(key, 0.0) >= held.get(key, 0.0) + value - 1e-9 for key, value in bundle.items()):
-            return
-        time.sleep(0.01)
-    log.warning(
-        "the cluster did not count %s free again within %g s of its release (other work took it?): a pool sized "
-        "by the free resources (--workers 0) may be smaller",
-        bundle,
-        timeout_s,
-    )
-
-
 def misfit(resources, workers: int) -> str:
     """What does not fit: the workers' reservation against the whole cluster's."""
     total = ray.cluster_resources()
@@ -242,11 +260,3 @@ def _ready(group, timeout_s: float) -> bool:
         return True
     except ray.exceptions.GetTimeoutError:
         return False
-
-
-def release_pool(pool: Pool, owned: bool) -> None:
-    """Stop the pool's workers and give back its placement group if the run owns it."""
-    for actor in pool.actors:
-        ray.kill(actor)
-    if owned:
-        remove_placement_group(pool.placement_group)

@@ -1,6 +1,6 @@
 """What a run needs before its first round: the data partitioned into client shards, and the initial global state
-(with the per-row values a method caches), built once on the driver (the cached values in a Ray task of their own
-where clients train on GPUs)."""
+(with the per-row values a method caches), built once on the driver (the cached values in a Ray task on a worker's
+reservation where clients train on GPUs)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from raysim.data.shards import ShardStore, build_shards
 from raysim.data.sources import cache_dir, load_dataset
 from raysim.engine.cohort import resolve_cohort
 from raysim.engine.precision import autocast, full_width, resolve
-from raysim.engine.ray_session import give_back, require_fit, reserve_workers, worker_bundle
+from raysim.engine.ray_session import PoolReservation
 from raysim.models.factory import build_model, pick_device
 from raysim.systems.profiles import draw_profiles
 
@@ -91,12 +91,14 @@ def _one_machine() -> bool:
     return len([n for n in ray.nodes() if n["Alive"]]) == 1
 
 
-def initial_state(config: Config, shards: ShardStore) -> tuple[Config, GlobalState, ShardStore]:
+def initial_state(
+    config: Config, shards: ShardStore, reservation: PoolReservation | None = None
+) -> tuple[Config, GlobalState, ShardStore]:
     """Build the model once on the driver: checks the weights file, yields the config with the method's options
     resolved on the backbone (:class:`~raysim.core.protocol.ResolvesOptions`), the initial global state, and the
     shards with the per-row values the method caches for the whole run (e.g. SGPT's frozen-backbone query),
-    computed once in one batched pass (:func:`cached_features`) so no client recomputes them. Checks the clients'
-    devices (a trace) too."""
+    computed once in one batched pass (:func:`cached_features`, in ``reservation``'s pool where the clients train
+    on GPUs) so no client recomputes them. Checks the clients' devices (a trace) too."""
     info = get_method(config.method)
     method = info.cls(config)
     if info.needs_client_types and shards.client_domain is None:
@@ -117,42 +119,29 @@ def initial_state(config: Config, shards: ShardStore) -> tuple[Config, GlobalSta
     )
     features = {}
     if isinstance(method, CachesRowFeatures) and method.caches_rows:
-        features = cached_features(config, method, model, shards)
+        features = cached_features(config, method, model, shards, reservation)
     return config, method.init_global(model, generator), dataclasses.replace(shards, features=features)
 
 
-def cached_features(config: Config, method: CachesRowFeatures, model, shards: ShardStore) -> dict[str, np.ndarray]:
+def cached_features(
+    config: Config, method: CachesRowFeatures, model, shards: ShardStore, reservation: PoolReservation | None
+) -> dict[str, np.ndarray]:
     """The values ``method`` caches for every row of ``shards``, in one batched pass. Where the clients train on
-    GPUs (the Ray backend with ``gpus_per_client``) the pass runs in :func:`features_task` with a client worker's
-    resources: on a GPU even where the driver's node has none (a cluster's head), and the CUDA context it needs ends
-    with the task's process instead of staying in the driver for the whole run (720 MiB of an H200 after SGPT's
-    pass, docs/architecture.md). Elsewhere it runs here, on this process's device."""
-    if config.resources.backend == "ray" and config.resources.gpus_per_client:
-        wait_for_ray()
-        return features_in_task(config, shards)
-    return features_here(method, model, shards.images, config.train.precision)
-
-
-def features_in_task(config: Config, shards: ShardStore) -> dict[str, np.ndarray]:
-    """:func:`features_task` on one worker's reservation: inside a Tune trial, in the trial's placement group (a
-    worker's bundle, free until the pool starts); elsewhere in a group of its own, reserved as the pool is and
-    given back after. A pool the cluster could never hold (``--workers``) is refused before the pass."""
+    GPUs (the Ray backend with ``gpus_per_client``, the run's ``reservation`` given) the pass runs in
+    :func:`features_task` in a worker bundle of the pool's placement group before the workers start: on a GPU even
+    where the driver's node has none (a cluster's head), and the CUDA context it needs ends with the task's process
+    instead of staying in the driver for the whole run (720 MiB of an H200 after SGPT's pass,
+    docs/architecture.md). A pool the cluster could never hold is refused before the pass. Elsewhere it runs here,
+    on this process's device."""
     res = config.resources
-    trial = ray.util.get_current_placement_group()
-    own = None
-    if trial is None:
-        require_fit(res, max(1, res.workers))
-        own = reserve_workers(res, 1)
-    task = FEATURES_TASK.options(
-        num_cpus=res.cpus_per_client,
-        num_gpus=res.gpus_per_client,
-        scheduling_strategy=PlacementGroupSchedulingStrategy(trial or own),  # any bundle that holds a worker
-    )
-    try:
+    if reservation is not None and res.backend == "ray" and res.gpus_per_client:
+        wait_for_ray()
+        pool = PlacementGroupSchedulingStrategy(reservation.group())  # reserved now: any bundle holds a worker
+        task = FEATURES_TASK.options(
+            num_cpus=res.cpus_per_client, num_gpus=res.gpus_per_client, scheduling_strategy=pool
+        )
         return ray.get(task.remote(config, shards.info.num_classes, shards))
-    finally:
-        if own is not None:
-            give_back(own, worker_bundle(res))
+    return features_here(method, model, shards.images, config.train.precision)
 
 
 def features_task(config: Config, num_classes: int, shards: ShardStore) -> dict[str, np.ndarray]:

@@ -8,12 +8,12 @@ so a test that loops over the registry runs every method without knowing any of 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 from raysim.config import build_config
 from raysim.core.registry import get_method
 from raysim.engine.driver import make_simulation, stop
-from raysim.engine.ray_session import release_pool, reserve_pool
+from raysim.engine.ray_session import PoolReservation
 from raysim.engine.setup import initial_state, prepare_shards, resolved
 from raysim.tracking.checkpoint import Checkpoint
 
@@ -47,28 +47,27 @@ def smoke_config(method: str, *layers: dict):
     return build_config(method, [TINY, *smoke_layers(method), *layers])
 
 
-def prepared(config, shards=None) -> tuple:
+def prepared(config, shards=None, reservation: PoolReservation | None = None) -> tuple:
     """(``config`` resolved as the driver resolves it (precision, threads, the method's options), the initial global
-    state, the shards with the method's cached features): what a run has before its first round."""
-    return initial_state(resolved(config), shards if shards is not None else prepare_shards(config))
+    state, the shards with the method's cached features): what a run has before its first round. Given the run's
+    pool ``reservation``, the cached features are computed in it where clients train on GPUs (as a run does)."""
+    shards = shards if shards is not None else prepare_shards(config)
+    return initial_state(resolved(config), shards, reservation)
 
 
 @contextmanager
 def open_simulation(config, shards=None) -> Iterator[tuple]:
     """(simulation, initial global state, shards) of a new run of ``config`` at round 0, untracked: in this process
     for the sequential backend, a Coordinator with a reserved pool for Ray; stopped and released on exit."""
-    config, initial, shards = prepared(config, shards)
-    start = Checkpoint("untracked", 0, config.to_dict(), initial, {}, "")
-    pool, owned = reserve_pool(config, shards.info.num_classes) if config.resources.backend == "ray" else (None, False)
-    try:
+    with PoolReservation(config) if config.resources.backend == "ray" else nullcontext() as reservation:
+        config, initial, shards = prepared(config, shards, reservation)
+        start = Checkpoint("untracked", 0, config.to_dict(), initial, {}, "")
+        pool = reservation.start(config, shards.info.num_classes) if reservation is not None else None
         simulation = make_simulation(config, shards, start, pool)
         try:
             yield simulation, initial, shards
         finally:
             stop(simulation, graceful=True)
-    finally:
-        if pool is not None:
-            release_pool(pool, owned)
 
 
 def run_rounds(config, shards=None) -> tuple[object, list, object]:

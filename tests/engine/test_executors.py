@@ -10,7 +10,7 @@ import torch
 from raysim.config import build_config
 from raysim.core.errors import ConfigError
 from raysim.engine.executors import RayExecutor, balance
-from raysim.engine.ray_session import release_pool, reserve_pool
+from raysim.engine.ray_session import PoolReservation
 from raysim.engine.setup import prepare_shards
 from raysim.testing.smoke import FAST, open_simulation, prepared, run_rounds
 
@@ -48,11 +48,9 @@ def test_ray_matches_sequential_for_any_pool_size(ray_session, sequential_run, w
 def test_workers_get_the_requested_fractional_resources_in_their_bundles(ray_session):
     config = config_for("ray", workers=2, cpus_per_client=0.5, gpus_per_client=0.5)
     config, _, shards = prepared(config)
-    pool, owned = reserve_pool(config, shards.info.num_classes)
-    try:
+    with PoolReservation(config) as reservation:
+        pool = reservation.start(config, shards.info.num_classes)
         assigned = RayExecutor(config, shards, ray.put(shards), pool).resources()
-    finally:
-        release_pool(pool, owned)
     assert len(assigned) == 2
     for resources in assigned:
         assert resources["CPU"] == pytest.approx(0.5)
@@ -77,7 +75,7 @@ def test_thousand_clients_run_on_a_pool_of_two(ray_session):
 
 def test_pool_that_does_not_fit_is_a_config_error(ray_session):
     with pytest.raises(ConfigError, match="3 workers .* do not fit the Ray cluster's 2 CPU"):
-        reserve_pool(config_for("ray", workers=3, cpus_per_client=1.0), num_classes=10)
+        PoolReservation(config_for("ray", workers=3, cpus_per_client=1.0)).group()
 
 
 def test_unseen_clients_never_train_and_are_reported(ray_session):

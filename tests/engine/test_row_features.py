@@ -9,6 +9,7 @@ import pytest
 from raysim.config import build_config
 from raysim.core.errors import ConfigError
 from raysim.engine import setup
+from raysim.engine.ray_session import PoolReservation
 from raysim.testing.smoke import prepared
 
 NANO = {
@@ -28,8 +29,12 @@ def refuse(*args, **kwargs):
 def test_with_clients_on_gpus_the_task_computes_what_the_driver_would(method, ray_session, monkeypatch):
     _, _, on_driver = prepared(build_config(method, [NANO]))
     monkeypatch.setattr(setup, "features_here", refuse)  # this process's; the task's process imports its own
-    _, _, in_task = prepared(build_config(method, [NANO, ON_GPUS]))
-    assert ray_session.available_resources()["GPU"] == 2  # its reservation given back before a pool is sized
+    config = build_config(method, [NANO, ON_GPUS])
+    with PoolReservation(config) as reservation:
+        _, _, in_task = prepared(config, reservation=reservation)
+        # the pass reserved the pool (2 workers x 0.5 GPU: the round's clients) and ran in it, its share given back
+        assert ray_session.available_resources().get("GPU", 0.0) == 1.0
+        assert ray_session.available_resources().get("CPU", 0.0) == 0.0
     assert on_driver.features.keys() == in_task.features.keys() == {"query"}
     assert len(in_task.features["query"]) == len(in_task.images)
     np.testing.assert_array_equal(in_task.features["query"], on_driver.features["query"])
@@ -49,9 +54,11 @@ def test_with_clients_on_gpus_the_task_computes_what_the_driver_would(method, ra
         ),
     ],
 )
-def test_a_pool_the_cluster_could_never_hold_is_refused_before_the_pass(resources, refused, ray_session):
-    with pytest.raises(ConfigError, match=refused):
-        prepared(build_config("sgpt", [NANO, {"resources": {"backend": "ray", **resources}}]))
+def test_a_pool_the_cluster_could_never_hold_is_refused_before_the_pass(resources, refused, ray_session, monkeypatch):
+    monkeypatch.setattr(setup, "FEATURES_TASK", None)  # the pass would fail otherwise
+    config = build_config("sgpt", [NANO, {"resources": {"backend": "ray", **resources}}])
+    with pytest.raises(ConfigError, match=refused), PoolReservation(config) as reservation:
+        prepared(config, reservation=reservation)
 
 
 def test_sgpt_with_shared_prompts_only_caches_nothing_and_runs_no_pass(monkeypatch):
@@ -71,7 +78,8 @@ def test_inside_a_trials_placement_group_the_task_fits_a_worker_bundle(ray_sessi
     ray_session.get(trial.ready())
 
     def trials_driver():  # nested, so it travels by value (the test module does not import in Ray's workers)
-        return prepared(config)[2].features["query"]
+        with PoolReservation(config) as reservation:
+            return prepared(config, reservation=reservation)[2].features["query"]
 
     try:
         in_trial = ray_session.remote(num_cpus=1)(trials_driver).options(
