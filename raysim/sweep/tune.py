@@ -415,6 +415,11 @@ def plan(
                 f"{Path(space.source).name}: space key {key!r} changes the clients' data, which all "
                 f"trials of a sweep share; fix it under 'fixed:' and sweep it with separate runs"
             )
+        if key.startswith("resources."):  # Tune reserves every trial alike, from the first trial's config
+            raise ConfigError(
+                f"{Path(space.source).name}: space key {key!r} changes what a trial reserves, which is the same for "
+                f"every trial of a sweep; set it under 'fixed:' or with its flag (e.g. --workers, --cpus-per-client)"
+            )
     probe = build_config(method, [*before, as_layer(space.fixed), *flag_layers])
     name = name or f"{method}-{time.strftime('%Y%m%d-%H%M%S')}"
     check_store(probe.tracking.resolved_uri)

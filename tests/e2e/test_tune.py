@@ -137,6 +137,10 @@ BAD = [
         ["--space", "SPACE:space:\n  data.alpha: {choice: [0.1, 1]}\n"],
         "space key 'data.alpha' changes the clients' data",
     ),
+    (
+        ["--space", "SPACE:space:\n  resources.cpus_per_client: {choice: [0.5, 1.0]}\n"],
+        "space key 'resources.cpus_per_client' changes what a trial reserves, which is the same for every trial",
+    ),
     (["--space", "/nope/space.yaml"], "search space file /nope/space.yaml does not exist"),
     (["--resume", "/nope/sweep"], "--resume '/nope/sweep' is not a raysim sweep folder"),
     (["--resume", "/nope/sweep", "--rounds", "3"], "--resume finishes the sweep as it was planned; drop --rounds"),
