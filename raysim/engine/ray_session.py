@@ -15,6 +15,7 @@ from typing import TypeVar
 
 import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from raysim.core.errors import ConfigError
 from raysim.core.ray_start import starting_ray
@@ -169,42 +170,57 @@ class PoolReservation:
 
     The reservation is a Tune trial's own placement group (its bundle 0 is the trial, the workers take the rest),
     else a new group from :func:`reserve_workers`. It is made when the workers start (:meth:`start`), or before, by
-    the cached-feature pass that runs in one of its worker bundles while they are still free (:meth:`group`): the
-    pass then needs no reservation of its own, and the pool is sized before anything ran.
+    the cached-feature pass, which runs in the first worker's bundle while it is still free (:meth:`first_worker`):
+    the pass then needs no reservation of its own, and the pool is sized before anything ran. The set-up thread may
+    reserve while the caller, stopped by Ctrl-C, releases: a group reserved after the release is given back at once.
     """
 
     def __init__(self, config) -> None:
         self._config = config
         self._pool: Pool | None = None
         self._owned = False
+        self._released = False
+        self._lock = threading.Lock()
 
-    def group(self) -> PlacementGroup:
-        """The pool's placement group, reserving it now if nothing did yet."""
-        if self._pool is None:
-            res, workers = self._config.resources, pool_size(self._config)
-            current = ray.util.get_current_placement_group()
-            if current is not None:
-                self._pool = Pool(workers, current, first_bundle=1)
-            else:
-                self._pool, self._owned = Pool(workers, reserve_workers(res, workers)), True
-        return self._pool.placement_group
+    def first_worker(self) -> PlacementGroupSchedulingStrategy:
+        """Where the pool's first worker runs (its bundle), reserving the pool now if nothing did yet."""
+        pool = self._reserved()
+        return PlacementGroupSchedulingStrategy(pool.placement_group, pool.first_bundle)
 
     def start(self, config, num_classes: int) -> Pool:
         """The pool with its workers starting (:func:`~raysim.engine.executors.start_workers`) for ``config`` (the
         run's, as set up), on the reservation."""
-        self.group()
-        self._pool = start_workers(config, num_classes, self._pool)
+        self._pool = start_workers(config, num_classes, self._reserved())
         return self._pool
+
+    def _reserved(self) -> Pool:
+        if self._pool is not None:
+            return self._pool
+        res, workers = self._config.resources, pool_size(self._config)
+        current = ray.util.get_current_placement_group()
+        pool, owned = (
+            (Pool(workers, current, first_bundle=1), False)
+            if current is not None
+            else (Pool(workers, reserve_workers(res, workers)), True)
+        )
+        with self._lock:
+            if not self._released:
+                self._pool, self._owned = pool, owned
+                return pool
+        if owned:
+            remove_placement_group(pool.placement_group)
+        raise RuntimeError("the run's worker pool was released (Ctrl-C) while its placement group was being reserved")
 
     def release(self) -> None:
         """Stop the pool's workers and give back the placement group if the run reserved it."""
-        if self._pool is None:
+        with self._lock:
+            pool, owned, self._pool, self._released = self._pool, self._owned, None, True
+        if pool is None:
             return
-        for actor in self._pool.actors:
+        for actor in pool.actors:
             ray.kill(actor)
-        if self._owned:
-            remove_placement_group(self._pool.placement_group)
-        self._pool = None
+        if owned:
+            remove_placement_group(pool.placement_group)
 
     def __enter__(self) -> PoolReservation:
         return self

@@ -10,7 +10,6 @@ import os
 import numpy as np
 import ray
 import torch
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from raysim.config import Config
 from raysim.core import seeding
@@ -127,18 +126,19 @@ def cached_features(
     config: Config, method: CachesRowFeatures, model, shards: ShardStore, reservation: PoolReservation | None
 ) -> dict[str, np.ndarray]:
     """The values ``method`` caches for every row of ``shards``, in one batched pass. Where the clients train on
-    GPUs (the Ray backend with ``gpus_per_client``, the run's ``reservation`` given) the pass runs in
-    :func:`features_task` in a worker bundle of the pool's placement group before the workers start: on a GPU even
-    where the driver's node has none (a cluster's head), and the CUDA context it needs ends with the task's process
-    instead of staying in the driver for the whole run (720 MiB of an H200 after SGPT's pass,
-    docs/architecture.md). A pool the cluster could never hold is refused before the pass. Elsewhere it runs here,
-    on this process's device."""
+    GPUs (the Ray backend with ``gpus_per_client``) the pass runs in :func:`features_task` in the first worker's
+    bundle of the run's ``reservation``, before the workers start: on a GPU even where the driver's node has none (a
+    cluster's head), and the CUDA context it needs ends with the task's process instead of staying in the driver
+    for the whole run (720 MiB of an H200 after SGPT's pass, docs/architecture.md). A pool the cluster could never
+    hold is refused before the pass. Elsewhere it runs here, on this process's device."""
     res = config.resources
-    if reservation is not None and res.backend == "ray" and res.gpus_per_client:
+    if res.backend == "ray" and res.gpus_per_client:
+        if reservation is None:
+            raise ValueError("the cached-feature pass of a run whose clients train on GPUs needs its PoolReservation")
         wait_for_ray()
-        pool = PlacementGroupSchedulingStrategy(reservation.group())  # reserved now: any bundle holds a worker
+        strategy = reservation.first_worker()  # the pool reserved now; its first worker starts here after the pass
         task = FEATURES_TASK.options(
-            num_cpus=res.cpus_per_client, num_gpus=res.gpus_per_client, scheduling_strategy=pool
+            num_cpus=res.cpus_per_client, num_gpus=res.gpus_per_client, scheduling_strategy=strategy
         )
         return ray.get(task.remote(config, shards.info.num_classes, shards))
     return features_here(method, model, shards.images, config.train.precision)

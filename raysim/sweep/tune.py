@@ -415,10 +415,11 @@ def plan(
                 f"{Path(space.source).name}: space key {key!r} changes the clients' data, which all "
                 f"trials of a sweep share; fix it under 'fixed:' and sweep it with separate runs"
             )
-        if key.startswith("resources."):  # Tune reserves every trial alike, from the first trial's config
+        if key.startswith("resources."):  # Tune reserves every trial alike, from the config before any sampling
             raise ConfigError(
-                f"{Path(space.source).name}: space key {key!r} changes what a trial reserves, which is the same for "
-                f"every trial of a sweep; set it under 'fixed:' or with its flag (e.g. --workers, --cpus-per-client)"
+                f"{Path(space.source).name}: space key {key!r} cannot be sampled: resources.* stay the same for every "
+                f"trial of a sweep (Tune reserves each trial's CPUs and GPUs before it samples); set it under "
+                f"'fixed:' or with its flag (e.g. --workers, --cpus-per-client)"
             )
     probe = build_config(method, [*before, as_layer(space.fixed), *flag_layers])
     name = name or f"{method}-{time.strftime('%Y%m%d-%H%M%S')}"

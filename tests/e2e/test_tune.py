@@ -139,7 +139,7 @@ BAD = [
     ),
     (
         ["--space", "SPACE:space:\n  resources.cpus_per_client: {choice: [0.5, 1.0]}\n"],
-        "space key 'resources.cpus_per_client' changes what a trial reserves, which is the same for every trial",
+        "space key 'resources.cpus_per_client' cannot be sampled: resources.* stay the same for every trial",
     ),
     (["--space", "/nope/space.yaml"], "search space file /nope/space.yaml does not exist"),
     (["--resume", "/nope/sweep"], "--resume '/nope/sweep' is not a raysim sweep folder"),

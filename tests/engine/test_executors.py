@@ -74,8 +74,12 @@ def test_thousand_clients_run_on_a_pool_of_two(ray_session):
 
 
 def test_pool_that_does_not_fit_is_a_config_error(ray_session):
-    with pytest.raises(ConfigError, match="3 workers .* do not fit the Ray cluster's 2 CPU"):
-        PoolReservation(config_for("ray", workers=3, cpus_per_client=1.0)).group()
+    config = config_for("ray", workers=3, cpus_per_client=1.0)
+    with (
+        pytest.raises(ConfigError, match="3 workers .* do not fit the Ray cluster's 2 CPU"),
+        PoolReservation(config) as pool,
+    ):
+        pool.first_worker()
 
 
 def test_unseen_clients_never_train_and_are_reported(ray_session):

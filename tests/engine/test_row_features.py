@@ -3,6 +3,8 @@ clients train on GPUs, in a one-off Ray task, so the driver keeps no CUDA contex
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -32,9 +34,16 @@ def test_with_clients_on_gpus_the_task_computes_what_the_driver_would(method, ra
     config = build_config(method, [NANO, ON_GPUS])
     with PoolReservation(config) as reservation:
         _, _, in_task = prepared(config, reservation=reservation)
-        # the pass reserved the pool (2 workers x 0.5 GPU: the round's clients) and ran in it, its share given back
-        assert ray_session.available_resources().get("GPU", 0.0) == 1.0
-        assert ray_session.available_resources().get("CPU", 0.0) == 0.0
+        # the pass reserved the pool (2 workers x 0.5 GPU: the round's clients) and ran in the first worker's bundle,
+        # given back to that worker once the task's process ends
+        group = reservation.first_worker().placement_group.id.hex()
+        free = ray_session.available_resources()
+        assert free.get("GPU", 0.0) == 1.0 and free.get("CPU", 0.0) == 0.0
+        assert free[f"GPU_group_1_{group}"] == 0.5  # the second worker's bundle: untouched
+        deadline = time.monotonic() + 30
+        while ray_session.available_resources().get(f"GPU_group_0_{group}", 0.0) < 0.5:
+            assert time.monotonic() < deadline, "the features' task held the first worker's bundle for 30 s"
+            time.sleep(0.05)
     assert on_driver.features.keys() == in_task.features.keys() == {"query"}
     assert len(in_task.features["query"]) == len(in_task.images)
     np.testing.assert_array_equal(in_task.features["query"], on_driver.features["query"])
@@ -55,7 +64,7 @@ def test_with_clients_on_gpus_the_task_computes_what_the_driver_would(method, ra
     ],
 )
 def test_a_pool_the_cluster_could_never_hold_is_refused_before_the_pass(resources, refused, ray_session, monkeypatch):
-    monkeypatch.setattr(setup, "FEATURES_TASK", None)  # the pass would fail otherwise
+    monkeypatch.setattr(setup, "FEATURES_TASK", None)  # reaching the pass fails the test at once
     config = build_config("sgpt", [NANO, {"resources": {"backend": "ray", **resources}}])
     with pytest.raises(ConfigError, match=refused), PoolReservation(config) as reservation:
         prepared(config, reservation=reservation)
