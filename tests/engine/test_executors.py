@@ -82,6 +82,15 @@ def test_pool_that_does_not_fit_is_a_config_error(ray_session):
         pool.first_worker()
 
 
+def test_a_pool_reserved_after_its_release_is_given_back_at_once(ray_session):
+    """Ctrl-C releases the reservation on the caller's thread while the set-up thread may still be reserving."""
+    reservation = PoolReservation(config_for("ray", workers=2, cpus_per_client=0.5))
+    reservation.release()
+    with pytest.raises(RuntimeError, match="released"):
+        reservation.first_worker()
+    assert [g["state"] for g in ray.util.placement_group_table().values()].count("CREATED") == 0
+
+
 def test_unseen_clients_never_train_and_are_reported(ray_session):
     config = build_config(
         "fedvpt",
