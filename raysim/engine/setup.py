@@ -1,6 +1,6 @@
 """What a run needs before its first round: the data partitioned into client shards, and the initial global state
-(with the per-row values a method caches), built once on the driver (the cached values in a Ray task on a worker's
-reservation where clients train on GPUs)."""
+(with the per-row values a method caches), built once on the driver (the cached values in a Ray task, in the first
+worker's bundle of the pool's reservation, where clients train on GPUs)."""
 
 from __future__ import annotations
 
