@@ -255,10 +255,8 @@ def run(
             print_summary(summary, run_id, config, console, last.history)
             status = "FINISHED"
             return RunResult(run_id, last.history, summary, last.client_acc, last.records)
-        except (
-            KeyboardInterrupt,
-            SystemExit,
-        ):  # Ctrl-C; or Tune stopping a trial (its report exits the trial's thread)
+        # Ctrl-C; or Tune stopping a trial (its report exits the trial's thread)
+        except (KeyboardInterrupt, SystemExit):
             status = "KILLED"
             raise
         finally:

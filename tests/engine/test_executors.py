@@ -77,9 +77,9 @@ def test_pool_that_does_not_fit_is_a_config_error(ray_session):
     config = config_for("ray", workers=3, cpus_per_client=1.0)
     with (
         pytest.raises(ConfigError, match="3 workers .* do not fit the Ray cluster's 2 CPU"),
-        PoolReservation(config) as pool,
+        PoolReservation(config) as reservation,
     ):
-        pool.first_worker()
+        reservation.first_worker()
 
 
 def test_a_pool_reserved_after_its_release_is_given_back_at_once(ray_session):
