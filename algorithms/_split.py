@@ -24,7 +24,6 @@ from torch import nn
 
 from raysim.core.messages import Tensors
 from raysim.core.protocol import ENCODER_PREFIX as PREFIX
-from raysim.models.factory import pick_device
 from raysim.ops.spsa import perturbed_forward, spsa_step
 
 KINDS = ("activations", "gradients", "spsa", "params")  # what crosses the cut, counted each way per client
@@ -45,6 +44,8 @@ class EncoderServer:
         torch's CPU threads in this process (as a client worker has, so the numbers match the sequential run)."""
         if threads:
             torch.set_num_threads(threads)
+        from raysim.models.factory import pick_device  # timm: in the server, not where methods are looked up
+
         self.device = device or pick_device()
         self.blocks = blocks.to(self.device).eval()
         self.blocks.requires_grad_(True)

@@ -29,9 +29,9 @@ from raysim.algorithms.fedavg import FedAvg
 from raysim.core import training
 from raysim.core.errors import ConfigError
 from raysim.core.messages import ClientUpdate
+from raysim.core.prompts import PromptSlot, PromptSpec, xavier_prompt
 from raysim.core.protocol import CachesRowFeatures, ModelParts
 from raysim.core.registry import register
-from raysim.models.prompted import PromptSlot, PromptSpec, xavier_prompt
 from raysim.ops import selection as sel
 
 

@@ -30,10 +30,10 @@ from raysim.algorithms.fedvpt import PromptOptions
 from raysim.core import training
 from raysim.core.errors import ConfigError
 from raysim.core.messages import ClientUpdate, GlobalState
+from raysim.core.prompts import PromptSlot, PromptSpec, xavier_prompt
 from raysim.core.protocol import ModelParts, Personalised
 from raysim.core.registry import register
 from raysim.core.seeding import Purpose, derive_seed
-from raysim.models.prompted import PromptSlot, PromptSpec, xavier_prompt
 from raysim.ops import mixture
 from raysim.ops.hypernet import uniform
 

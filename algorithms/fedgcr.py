@@ -36,10 +36,10 @@ from raysim.algorithms.fedavg import FedAvg
 from raysim.core import training
 from raysim.core.errors import ConfigError
 from raysim.core.messages import Broadcast, ClientUpdate, GlobalState
+from raysim.core.prompts import PromptSlot, PromptSpec
 from raysim.core.protocol import CachesRowFeatures, Diagnostics, ModelParts, SendsExtras
 from raysim.core.registry import register
 from raysim.core.seeding import Purpose, derive_seed
-from raysim.models.prompted import PromptSlot, PromptSpec
 from raysim.ops import contrastive, reweighting
 from raysim.ops.aggregate import weighted_mean
 

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 from raysim.algorithms.fedavg import FedAvg
 from raysim.core.errors import ConfigError
+from raysim.core.prompts import PromptSlot, PromptSpec
 from raysim.core.protocol import ModelParts
 from raysim.core.registry import register
-from raysim.models.prompted import PromptSlot, PromptSpec
 
 HEAD_POOLINGS = ("backbone", "cls", "cls+prompts")
 

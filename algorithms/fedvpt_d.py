@@ -3,9 +3,9 @@ tokens replacing the previous block's prompt outputs. Options are shared with ``
 
 from raysim.algorithms.fedavg import FedAvg
 from raysim.algorithms.fedvpt import PromptOptions
+from raysim.core.prompts import PromptSlot, PromptSpec
 from raysim.core.protocol import ModelParts
 from raysim.core.registry import register
-from raysim.models.prompted import PromptSlot, PromptSpec
 
 
 @register(

@@ -29,7 +29,6 @@ from raysim.core.errors import ConfigError
 from raysim.core.messages import ClientUpdate, GlobalState
 from raysim.core.protocol import ModelParts
 from raysim.core.registry import register
-from raysim.models.backbones import input_spec
 from raysim.ops.fourier import amplitude, normalise_amplitude
 from raysim.ops.sam import sam_step
 
@@ -57,6 +56,8 @@ class HarmoOptions(PromptOptions):
 )
 class HarmoFL(FedVPT):
     def parts(self, vit, generator) -> ModelParts:
+        from raysim.models.backbones import input_spec  # timm: where a model is built, not where methods are looked up
+
         side = input_spec(vit)[0]
         amp = torch.nn.Parameter(torch.zeros(vit.in_chans, side, side))  # communicated, never trained
         return ModelParts(super().parts(vit, generator).spec, {"amplitude": amp})

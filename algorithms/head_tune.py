@@ -1,9 +1,9 @@
 """Head-Tune: FedAvg on the linear classifier only, over a frozen backbone (the papers' linear-probe baseline)."""
 
 from raysim.algorithms.fedavg import FedAvg
+from raysim.core.prompts import PromptSpec
 from raysim.core.protocol import ModelParts
 from raysim.core.registry import register
-from raysim.models.prompted import PromptSpec
 
 
 @register(

@@ -30,9 +30,9 @@ from raysim.algorithms.fedvpt import FedVPT, PromptOptions
 from raysim.algorithms.pfedhn import server_part
 from raysim.core.errors import ConfigError
 from raysim.core.messages import Broadcast, ClientUpdate, GlobalState, Tensors
+from raysim.core.prompts import xavier_prompt
 from raysim.core.protocol import Personalised
 from raysim.core.registry import register
-from raysim.models.prompted import xavier_prompt
 from raysim.ops import hypernet as hn
 from raysim.ops.aggregate import weighted_mean
 

@@ -28,10 +28,10 @@ from raysim.algorithms.fedavg import FedAvg
 from raysim.core import training
 from raysim.core.errors import ConfigError
 from raysim.core.messages import Broadcast, ClientUpdate, GlobalState
+from raysim.core.prompts import PromptSlot, PromptSpec, xavier_prompt
 from raysim.core.protocol import CachesRowFeatures, CohortPhase, ModelParts, ResolvesOptions, SendsExtras
 from raysim.core.registry import register
 from raysim.core.seeding import Purpose, derive_seed
-from raysim.models.prompted import PromptSlot, PromptSpec, xavier_prompt
 from raysim.ops import selection as sel
 
 SHARED, GROUP = "prompts.shared", "extra.group_prompts"  # SHARED prefixes every shared-prompt tensor

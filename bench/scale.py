@@ -236,11 +236,11 @@ def plain_loop(data: str, clients: int, per_round: int) -> None:
     from PIL import Image
 
     from raysim.config import build_config
+    from raysim.core.preprocess import to_model_input
     from raysim.core.registry import get_method
     from raysim.core.seeding import Purpose, derive_seed
     from raysim.data.partition import PartitionParams, partition
     from raysim.models.factory import build_model
-    from raysim.models.preprocess import to_model_input
     from raysim.testing.reference import fedavg_rounds
 
     torch.set_num_threads(2)

@@ -31,9 +31,10 @@ import torch
 from raysim.core.messages import Broadcast, ClientUpdate, GlobalState, Tensors
 
 if TYPE_CHECKING:
+    from raysim.core.prompts import PromptSpec
     from raysim.core.registry import MethodInfo
     from raysim.data.shards import ClientData, ShardStore
-    from raysim.models.prompted import PromptedViT, PromptSpec
+    from raysim.models.prompted import PromptedViT
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ from functools import partial
 import numpy as np
 import torch
 
+from raysim.core.preprocess import to_model_input
 from raysim.data.shards import ClientData
-from raysim.models.preprocess import to_model_input
 
 EVAL_BATCH = 256
 

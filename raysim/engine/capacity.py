@@ -3,11 +3,15 @@ and the update it then sends (only those rows count and are averaged; the others
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from raysim.core.messages import Broadcast, ClientUpdate
-from raysim.models.prompted import PromptedViT
 from raysim.systems.tiers import ALL, trains_block
+
+if TYPE_CHECKING:
+    from raysim.models.prompted import PromptedViT
 
 
 def tier_rows(model: PromptedViT, tier: str) -> dict[str, torch.Tensor]:

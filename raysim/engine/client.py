@@ -18,9 +18,8 @@ from raysim.core.seeding import Purpose, derive_seed
 from raysim.core.training import EVAL_BATCH, correct_per_row
 from raysim.data.shards import ClientData, ShardStore
 from raysim.engine.capacity import sent_rows, tier_rows
-from raysim.engine.cohort import resolve_cohort, train_cohort
+from raysim.engine.cohort import cohort_training, train_cohort
 from raysim.engine.precision import autocast, full_width
-from raysim.models.factory import build_model, pick_device
 from raysim.systems.tiers import ALL
 
 # (client id, per-client instructions, client state[, work share[, capacity tier]]): a straggler's partial round has
@@ -57,22 +56,14 @@ def _to_cpu(tensors: Tensors | None) -> Tensors | None:
     return {k: full_width(v.detach().cpu()) for k, v in tensors.items()}
 
 
-def cohort_training(config) -> bool:
-    """Whether the run trains a worker's clients in cohorts: the method supports it and ``train.cohort`` resolves on."""
-    return resolve_cohort(config.train, config.resources) == "on" and get_method(config.method).cohort
-
-
-def cohorts_of(tasks: list, config) -> list[list]:
-    """The round's tasks in cohorts of ``train.cohort_size`` (in order; one client each when the run does not train
-    in cohorts): a function of the round alone, so every backend and pool size trains the same cohorts."""
-    size = config.train.cohort_size if cohort_training(config) else 1
-    return [tasks[i : i + size] for i in range(0, len(tasks), size)]
-
-
 class ClientRuntime:
     """Runs the client hooks of one method on a model built once."""
 
     def __init__(self, config, num_classes: int):
+        # the model code (timm, torchvision: about 110 MB and 2 s) is imported here, where a model is built, and not
+        # with this module, which every process that receives a worker's handle imports (the coordinator)
+        from raysim.models.factory import build_model, pick_device
+
         torch.set_num_threads(config.resources.torch_threads)
         self.config = config
         self.method = get_method(config.method).cls(config)

@@ -26,6 +26,7 @@ from torch.func import functional_call, grad, vmap
 
 from raysim.core.messages import Broadcast, ClientUpdate, Tensors
 from raysim.core.protocol import ClientContext, CohortPhase
+from raysim.core.registry import get_method
 from raysim.core.seeding import Purpose, derive_seed
 from raysim.core.training import batch_plan, model_inputs, within_work
 from raysim.data.shards import ClientData
@@ -38,6 +39,18 @@ def resolve_cohort(train, resources) -> str:
     if train.cohort != "auto":
         return train.cohort
     return "on" if resources.gpus_per_client > 0 else "off"
+
+
+def cohort_training(config) -> bool:
+    """Whether the run trains a worker's clients in cohorts: the method supports it and ``train.cohort`` resolves on."""
+    return resolve_cohort(config.train, config.resources) == "on" and get_method(config.method).cohort
+
+
+def cohorts_of(tasks: list, config) -> list[list]:
+    """The round's tasks in cohorts of ``train.cohort_size`` (in order; one client each when the run does not train
+    in cohorts): a function of the round alone, so every backend and pool size trains the same cohorts."""
+    size = config.train.cohort_size if cohort_training(config) else 1
+    return [tasks[i : i + size] for i in range(0, len(tasks), size)]
 
 
 class _Objective(torch.nn.Module):

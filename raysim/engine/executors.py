@@ -4,50 +4,28 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import ray
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from torch import nn
 
-from raysim.actors.client_worker import ClientWorker
 from raysim.actors.proxy import ActorProxy
 from raysim.core.messages import Broadcast, ClientUpdate, Tensors
 from raysim.core.registry import get_method
-from raysim.engine.client import ClientRuntime, cohorts_of
-from raysim.models.factory import build_model
+from raysim.engine.client import ClientRuntime
+from raysim.engine.cohort import cohorts_of
 
 
 @dataclass(frozen=True)
 class Pool:
     """The Ray worker pool: its size, its reservation (worker i takes bundle ``first_bundle + i`` of
     ``placement_group``: a run's own group, or a Tune trial's, whose bundle 0 is the trial itself) and its
-    ``ClientWorker`` actors once started (:func:`start_workers`)."""
+    ``ClientWorker`` actors once started (:func:`~raysim.engine.ray_session.start_workers`)."""
 
     workers: int
     placement_group: object
     first_bundle: int = 0
     actors: tuple = ()
-
-
-def start_workers(config, num_classes: int, pool: Pool) -> Pool:
-    """``pool`` with its ``ClientWorker`` actors created, not waited for: each builds its model while the driver
-    sets the run up and the coordinator starts, which then waits for them. They belong to the caller, not to a
-    coordinator, so one that dies and is replaced drives the same workers; Ray restarts a worker that dies
-    (``max_restarts=-1``) and re-runs its task."""
-    res = config.resources
-    actors = tuple(
-        ClientWorker.options(
-            num_cpus=res.cpus_per_client,
-            num_gpus=res.gpus_per_client,
-            max_restarts=-1,
-            max_task_retries=3,
-            scheduling_strategy=PlacementGroupSchedulingStrategy(pool.placement_group, pool.first_bundle + i),
-        ).remote(config, num_classes)
-        for i in range(pool.workers)
-    )
-    return dataclasses.replace(pool, actors=actors)
 
 
 def balance(items: list, costs: list[float], parts: int) -> list[list]:
@@ -87,10 +65,10 @@ class SequentialExecutor:
 class RayExecutor:
     """A pool of ``ClientWorker`` actors with fractional resources; virtual clients are multiplexed over it.
 
-    The workers are the pool's (:func:`start_workers`). Each round the broadcast is put in the object store once
-    and every worker gets one task with its share of the sampled clients' cohorts, balanced by rows, so per-round
-    overhead is one call per worker, not one per client. The shards travel by reference with each call, so a
-    worker Ray restarts after a crash needs nothing else.
+    The workers are the pool's (:func:`~raysim.engine.ray_session.start_workers`). Each round the broadcast is put
+    in the object store once and every worker gets one task with its share of the sampled clients' cohorts,
+    balanced by rows, so per-round overhead is one call per worker, not one per client. The shards travel by
+    reference with each call, so a worker Ray restarts after a crash needs nothing else.
     """
 
     def __init__(self, config, shards, shards_ref, pool: Pool, server=None):
@@ -135,6 +113,9 @@ class RayExecutor:
 def start_server(config, num_classes: int, encoder: Tensors, pool: Pool | None):
     """Split learning's server, holding the ``encoder.*`` weights: in this process for the sequential backend, else
     a Ray actor serving every worker at once (``resources.server_cpus``/``server_gpus``) behind a proxy."""
+    from raysim.models._compat import ShimFirst  # the model code (timm): only where a model is built
+    from raysim.models.factory import build_model
+
     method = get_method(config.method).cls(config)
     model = build_model(config, method, num_classes)
     blocks = model.offload(*method.server_segment(len(model.vit.blocks)), nn.Identity())
@@ -146,7 +127,7 @@ def start_server(config, num_classes: int, encoder: Tensors, pool: Pool | None):
         actor = ray.remote(server_class).options(
             num_cpus=res.server_cpus, num_gpus=res.server_gpus, max_concurrency=pool.workers + 2
         )
-        server = ActorProxy(actor.remote(blocks, None, res.torch_threads), "the split-learning server")
+        server = ActorProxy(actor.remote(ShimFirst(blocks), None, res.torch_threads), "the split-learning server")
     server.load(encoder)
     return server
 

@@ -4,6 +4,7 @@ group (as a Tune trial's pool is reserved), so the pool either fits as a whole o
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import socket
@@ -17,9 +18,10 @@ import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from raysim.actors.client_worker import ClientWorker
 from raysim.core.errors import ConfigError
 from raysim.core.ray_start import starting_ray
-from raysim.engine.executors import Pool, start_workers
+from raysim.engine.executors import Pool
 
 T = TypeVar("T")
 log = logging.getLogger("raysim")
@@ -165,6 +167,25 @@ def worker_bundle(resources) -> dict[str, float]:
     return bundle
 
 
+def start_workers(config, num_classes: int, pool: Pool) -> Pool:
+    """``pool`` with its ``ClientWorker`` actors created, not waited for: each builds its model while the driver
+    sets the run up and the coordinator starts, which then waits for them. They belong to the caller, not to a
+    coordinator, so one that dies and is replaced drives the same workers; Ray restarts a worker that dies
+    (``max_restarts=-1``) and re-runs its task."""
+    res = config.resources
+    actors = tuple(
+        ClientWorker.options(
+            num_cpus=res.cpus_per_client,
+            num_gpus=res.gpus_per_client,
+            max_restarts=-1,
+            max_task_retries=3,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(pool.placement_group, pool.first_bundle + i),
+        ).remote(config, num_classes)
+        for i in range(pool.workers)
+    )
+    return dataclasses.replace(pool, actors=actors)
+
+
 class PoolReservation:
     """A run's worker pool, reserved once, on first use, and given back on exit (a context manager).
 
@@ -188,7 +209,7 @@ class PoolReservation:
         return PlacementGroupSchedulingStrategy(pool.placement_group, pool.first_bundle)
 
     def start(self, config, num_classes: int) -> Pool:
-        """The pool with its workers starting (:func:`~raysim.engine.executors.start_workers`) for ``config`` (the
+        """The pool with its workers starting (:func:`start_workers`) for ``config`` (the
         run's, as set up), on the reservation."""
         self._pool = start_workers(config, num_classes, self._reserved())
         return self._pool

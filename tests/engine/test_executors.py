@@ -3,6 +3,8 @@ resources, many clients."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import ray
 import torch
@@ -43,6 +45,23 @@ def test_ray_matches_sequential_for_any_pool_size(ray_session, sequential_run, w
     for seq, par in zip(sequential_run, ray_run):
         for key in ACCURACY + ("bytes_up", "bytes_down"):
             assert par[key] == pytest.approx(seq[key], abs=1e-6), key
+
+
+MODEL_CODE = ("raysim.models", "timm", "torchvision", "torch._dynamo")
+
+
+@pytest.mark.parametrize("method", ["fedvpt", "sgpt"])
+def test_the_coordinator_never_imports_the_model_code(ray_session, method):
+    """The coordinator samples, aggregates and logs; the workers build the models. Without timm (and the torchvision
+    and torch._dynamo it imports) it starts about 2 s sooner on 2 cores and holds about 110 MB less."""
+    layers = [
+        {k: v for k, v in FAST.items() if k != "fedvpt"},
+        {"federation": {"rounds": 1}, "resources": {"backend": "ray", "workers": 1, "cpus_per_client": 0.5}},
+    ]
+    with open_simulation(build_config(method, layers)) as (coordinator, _, _):
+        coordinator.run_round(1)
+        probe = coordinator.handle.__ray_call__.remote(lambda _: [m for m in MODEL_CODE if m in sys.modules])
+        assert ray.get(probe) == []
 
 
 def test_workers_get_the_requested_fractional_resources_in_their_bundles(ray_session):

@@ -7,9 +7,9 @@ import torch
 from safetensors.torch import save_file
 
 from raysim.core.errors import ConfigError
+from raysim.core.preprocess import to_model_input
 from raysim.models import backbones
 from raysim.models.backbones import BACKBONES, DEFAULT_BACKBONE, build_backbone, input_spec
-from raysim.models.preprocess import to_model_input
 
 
 def one_line_error(call, match):
@@ -47,7 +47,8 @@ def test_seed_fixes_the_weights_without_touching_global_rng():
 
 
 def test_seeding_leaves_accelerator_rngs_alone(monkeypatch):
-    from raysim.models.prompted import PromptedViT, PromptSpec
+    from raysim.core.prompts import PromptSpec
+    from raysim.models.prompted import PromptedViT
 
     def reseed(seed):
         raise AssertionError("the global CUDA RNG was reseeded")

@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from raysim.core.errors import ConfigError
+from raysim.core.prompts import PromptSlot, PromptSpec
 from raysim.models.backbones import DEFAULT_BACKBONE, build_backbone
-from raysim.models.prompted import TIMM_INTERNALS, PromptedViT, PromptSlot, PromptSpec
+from raysim.models.prompted import TIMM_INTERNALS, PromptedViT
 
 CLASSES = 5
 
