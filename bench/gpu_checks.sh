@@ -2,7 +2,8 @@
 # Where raysim's processes land on a GPU, for a GPU machine (after `bash .gpu/install.sh`, ../shared/gpu/README.md;
 # about 8 minutes on one H100):
 #   features  sgpt, one worker holding the GPU: the driver ("python ... raysim") never appears on the GPU; the
-#             cached-feature pass's task (ray::features_task) appears, leaves, and the worker takes its place
+#             model's set-up task with its cached-feature pass (ray::model_setup_task) appears, leaves, and the
+#             worker takes its place
 #   cpu       fedvpt, 2 workers and no GPU reserved: no raysim process appears on the GPU (Ray 2.60 hides GPUs
 #             from zero-GPU workers only with RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO=1, which raysim sets)
 #   quarter   sgpt, 4 workers x 0.25 GPU: the task in the first worker's fractional bundle

@@ -1,6 +1,6 @@
 """What a run needs before its first round: the data partitioned into client shards, and the initial global state
-(with the per-row values a method caches), built once on the driver (the cached values in a Ray task, in the first
-worker's bundle of the pool's reservation, where clients train on GPUs)."""
+(with the per-row values a method caches), from one build of the model: in a Ray task in the first worker's bundle
+of the pool's reservation on the Ray backend, so the driver never imports the model code; here otherwise."""
 
 from __future__ import annotations
 
@@ -27,7 +27,6 @@ from raysim.data.sources import cache_dir, load_dataset
 from raysim.engine.cohort import resolve_cohort
 from raysim.engine.precision import autocast, full_width, resolve
 from raysim.engine.ray_session import PoolReservation
-from raysim.models.factory import build_model, pick_device
 from raysim.systems.profiles import draw_profiles
 
 THREADS_ENV = "RAYSIM_TORCH_THREADS"  # torch threads per client worker when resources.threads is 0 (a test matrix)
@@ -93,11 +92,16 @@ def _one_machine() -> bool:
 def initial_state(
     config: Config, shards: ShardStore, reservation: PoolReservation | None = None
 ) -> tuple[Config, GlobalState, ShardStore]:
-    """Build the model once on the driver: checks the weights file, yields the config with the method's options
-    resolved on the backbone (:class:`~raysim.core.protocol.ResolvesOptions`), the initial global state, and the
-    shards with the per-row values the method caches for the whole run (e.g. SGPT's frozen-backbone query),
-    computed once in one batched pass (:func:`cached_features`, in ``reservation``'s pool where the clients train
-    on GPUs) so no client recomputes them. Checks the clients' devices (a trace) too."""
+    """The config with the method's options resolved on the backbone (:class:`~raysim.core.protocol.ResolvesOptions`),
+    the initial global state, and the shards with the per-row values the method caches for the whole run (e.g.
+    SGPT's frozen-backbone query), from one build of the model (:func:`model_setup`, which checks the weights file).
+    Given the run's pool ``reservation`` (the Ray backend), that build runs in :func:`model_setup_task` in the first
+    worker's bundle, before the workers start: the driver never imports the model code (timm, torchvision: about
+    110 MB and 2 s), the cached-feature pass runs on a worker's device (a GPU even where the driver's node has none,
+    a cluster's head), and the CUDA context it needs ends with the task's process instead of staying in the driver
+    for the whole run (720 MiB of an H200 after SGPT's pass, docs/architecture.md). A pool the cluster could never
+    hold is refused before the build. Without a reservation the build runs here. Checks the clients' types and
+    devices (a trace) first."""
     info = get_method(config.method)
     method = info.cls(config)
     if info.needs_client_types and shards.client_domain is None:
@@ -110,56 +114,70 @@ def initial_state(
     # anything is written
     if config.clocked and draw_profiles(config.systems, shards.num_clients, config.federation.seed).tiered:
         require_tiers(config.method, f"the capacity tiers of {config.systems.trace or 'systems.tiers'}")
-    model = build_model(config, method, shards.info.num_classes)
+    images = shards.images if isinstance(method, CachesRowFeatures) and method.caches_rows else None
+    res = config.resources
+    if reservation is not None:
+        wait_for_ray()
+        strategy = reservation.first_worker()  # the pool reserved now; its first worker starts here after the task
+        task = MODEL_SETUP_TASK.options(
+            num_cpus=res.cpus_per_client, num_gpus=res.gpus_per_client, scheduling_strategy=strategy
+        )
+        options, initial, features = _unwrapped(task.remote(config, shards.info.num_classes, images))
+    elif res.backend == "ray" and res.gpus_per_client and images is not None:
+        raise ValueError("the cached-feature pass of a run whose clients train on GPUs needs its PoolReservation")
+    else:
+        options, initial, features = model_setup(config, shards.info.num_classes, images)
+    return dataclasses.replace(config, options=options), initial, dataclasses.replace(shards, features=features)
+
+
+def model_setup(
+    config: Config, num_classes: int, images: np.ndarray | None
+) -> tuple[object, GlobalState, dict[str, np.ndarray]]:
+    """Build the model once: the method's options resolved on it, its initial global state, and the values the method
+    caches for each row of ``images`` (None: it caches none), in one batched pass (:func:`features_here`)."""
+    from raysim.models.factory import build_model  # the model code: only in the process that builds the model
+
+    method = get_method(config.method).cls(config)
+    model = build_model(config, method, num_classes)
+    options = config.options
     if isinstance(method, ResolvesOptions):
-        config = dataclasses.replace(config, options=method.resolved_options(len(model.vit.blocks)))
+        options = method.resolved_options(len(model.vit.blocks))
     generator = torch.Generator().manual_seed(
         seeding.derive_seed(config.federation.seed, Purpose.INIT, Init.GLOBAL_STATE)
     )
-    features = {}
-    if isinstance(method, CachesRowFeatures) and method.caches_rows:
-        features = cached_features(config, method, model, shards, reservation)
-    return config, method.init_global(model, generator), dataclasses.replace(shards, features=features)
+    features = {} if images is None else features_here(method, model, images, config.train.precision)
+    return options, method.init_global(model, generator), features
 
 
-def cached_features(
-    config: Config, method: CachesRowFeatures, model, shards: ShardStore, reservation: PoolReservation | None
-) -> dict[str, np.ndarray]:
-    """The values ``method`` caches for every row of ``shards``, in one batched pass. Where the clients train on
-    GPUs (the Ray backend with ``gpus_per_client``) the pass runs in :func:`features_task` in the first worker's
-    bundle of the run's ``reservation``, before the workers start: on a GPU even where the driver's node has none (a
-    cluster's head), and the CUDA context it needs ends with the task's process instead of staying in the driver
-    for the whole run (720 MiB of an H200 after SGPT's pass, docs/architecture.md). A pool the cluster could never
-    hold is refused before the pass. Elsewhere it runs here, on this process's device."""
-    res = config.resources
-    if res.backend == "ray" and res.gpus_per_client:
-        if reservation is None:
-            raise ValueError("the cached-feature pass of a run whose clients train on GPUs needs its PoolReservation")
-        wait_for_ray()
-        strategy = reservation.first_worker()  # the pool reserved now; its first worker starts here after the pass
-        task = FEATURES_TASK.options(
-            num_cpus=res.cpus_per_client, num_gpus=res.gpus_per_client, scheduling_strategy=strategy
-        )
-        return ray.get(task.remote(config, shards.info.num_classes, shards))
-    return features_here(method, model, shards.images, config.train.precision)
-
-
-def features_task(config: Config, num_classes: int, shards: ShardStore) -> dict[str, np.ndarray]:
-    """:func:`features_here` in a Ray task, on the model built from ``config`` (the driver's, bit for bit), with a
-    client worker's torch threads."""
+def model_setup_task(
+    config: Config, num_classes: int, images: np.ndarray | None
+) -> tuple[object, GlobalState, dict[str, np.ndarray]]:
+    """:func:`model_setup` in a Ray task (the driver's numbers, bit for bit), with a client worker's torch threads."""
     torch.set_num_threads(config.resources.torch_threads)
-    method = get_method(config.method).cls(config)
-    return features_here(method, build_model(config, method, num_classes), shards.images, config.train.precision)
+    return model_setup(config, num_classes, images)
 
 
 # Its process exits after the task, and the CUDA context with it. Wrapped here, not decorated, so the function
 # travels by name and the task's process runs this module's code.
-FEATURES_TASK = ray.remote(max_calls=1)(features_task)
+MODEL_SETUP_TASK = ray.remote(max_calls=1)(model_setup_task)
+
+
+def _unwrapped(ref: ray.ObjectRef):
+    """``ref``'s value; a bad weights file's one-line :class:`ConfigError` is raised as itself, not in Ray's
+    traceback."""
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayTaskError as error:
+        if isinstance(error.cause, ConfigError):
+            raise error.cause from None
+        raise
 
 
 def features_here(method: CachesRowFeatures, model, images: np.ndarray, precision: str) -> dict[str, np.ndarray]:
     """:func:`row_features` on this process's device (the GPU where it has one), the model back on the CPU after
     and the GPU's cached blocks handed back. The model goes to the GPU for this pass alone."""
+    from raysim.models.factory import pick_device
+
     device = pick_device()
     with autocast(device, precision):
         features = row_features(method, model.to(device), images, device)

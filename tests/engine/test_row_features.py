@@ -1,5 +1,7 @@
-"""The per-row values a method caches for the run (SGPT's query): one batched pass on the driver, or, where the
-clients train on GPUs, in a one-off Ray task, so the driver keeps no CUDA context; no pass where nothing is cached."""
+"""The model's one build before the first round (the options resolved on it, the initial global state, the per-row
+values a method caches: SGPT's query): in the process itself (sequential), or on the Ray backend in a one-off task in
+the pool's first worker bundle, so the driver imports no model code and keeps no CUDA context; no pass where nothing
+is cached."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import time
 
 import numpy as np
 import pytest
+import torch
 
 from raysim.config import build_config
 from raysim.core.errors import ConfigError
@@ -24,13 +27,41 @@ ON_GPUS = {"resources": {"backend": "ray", "gpus_per_client": 0.5}}  # the sessi
 
 
 def refuse(*args, **kwargs):
-    raise AssertionError("the driver ran the cached-feature pass")
+    raise AssertionError("the driver built the model")
+
+
+@pytest.mark.parametrize("method", ["sgpt", "fedvpt"])
+def test_on_ray_the_task_builds_what_the_driver_would(method, ray_session, monkeypatch):
+    """CPU workers: the options, the initial global state and the cached features equal the sequential build's."""
+    here_config, here_initial, here = prepared(build_config(method, [NANO]))
+    monkeypatch.setattr(setup, "model_setup", refuse)  # this process's; the task's process imports its own
+    config = build_config(method, [NANO, {"resources": {"backend": "ray", "cpus_per_client": 0.5}}])
+    with PoolReservation(config) as reservation:
+        task_config, task_initial, in_task = prepared(config, reservation=reservation)
+    assert task_config.options == here_config.options
+    for part in ("params", "server"):
+        ours, theirs = getattr(here_initial, part), getattr(task_initial, part)
+        assert ours.keys() == theirs.keys()
+        assert all(torch.equal(ours[k], theirs[k]) for k in ours), part
+    assert here.features.keys() == in_task.features.keys() == ({"query"} if method == "sgpt" else set())
+    for name, values in here.features.items():
+        np.testing.assert_array_equal(in_task.features[name], values)
+
+
+def test_a_bad_weights_file_in_the_task_is_the_same_one_line_error(ray_session, tmp_path):
+    path = tmp_path / "weights.safetensors"
+    path.write_bytes(b"not safetensors")
+    config = build_config("fedvpt", [NANO, {"resources": {"backend": "ray"}, "model": {"weights": str(path)}}])
+    with pytest.raises(ConfigError) as refused, PoolReservation(config) as reservation:
+        prepared(config, reservation=reservation)
+    assert type(refused.value) is ConfigError and "\n" not in str(refused.value)
+    assert str(refused.value).startswith(f"weights file {path} is not a readable safetensors file")
 
 
 @pytest.mark.parametrize("method", ["sgpt", "fgpt"])
 def test_with_clients_on_gpus_the_task_computes_what_the_driver_would(method, ray_session, monkeypatch):
     _, _, on_driver = prepared(build_config(method, [NANO]))
-    monkeypatch.setattr(setup, "features_here", refuse)  # this process's; the task's process imports its own
+    monkeypatch.setattr(setup, "model_setup", refuse)  # this process's; the task's process imports its own
     config = build_config(method, [NANO, ON_GPUS])
     with PoolReservation(config) as reservation:
         _, _, in_task = prepared(config, reservation=reservation)
@@ -63,8 +94,8 @@ def test_with_clients_on_gpus_the_task_computes_what_the_driver_would(method, ra
         ),
     ],
 )
-def test_a_pool_the_cluster_could_never_hold_is_refused_before_the_pass(resources, refused, ray_session, monkeypatch):
-    monkeypatch.setattr(setup, "FEATURES_TASK", None)  # reaching the pass fails the test at once
+def test_a_pool_the_cluster_could_never_hold_is_refused_before_the_build(resources, refused, ray_session, monkeypatch):
+    monkeypatch.setattr(setup, "MODEL_SETUP_TASK", None)  # reaching the build fails the test at once
     config = build_config("sgpt", [NANO, {"resources": {"backend": "ray", **resources}}])
     with pytest.raises(ConfigError, match=refused), PoolReservation(config) as reservation:
         prepared(config, reservation=reservation)
