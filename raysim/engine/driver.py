@@ -266,8 +266,8 @@ def run(
 def _set_up(
     config: Config, shards: ShardStore | None, uri: str, reservation: PoolReservation | None
 ) -> tuple[Config, GlobalState, ShardStore, Tracker]:
-    """While Ray starts (``connect_ray_during``): the run's data (unless given), its initial state (the cached
-    features in ``reservation``'s pool where clients train on GPUs), and then its tracker on the store ``uri``
+    """While Ray starts (``connect_ray_during``): the run's data (unless given), its initial state (with the cached
+    features; built in ``reservation``'s pool on the Ray backend), and then its tracker on the store ``uri``
     (checked by :func:`check_store`), which MLflow opens (0.5-1 s; 1-1.7 s to create a new one) only once the data
     and the weights were found good."""
     shards = shards if shards is not None else prepare_shards(config)

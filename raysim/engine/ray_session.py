@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import ray
-from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
+from ray.util.placement_group import PlacementGroup, placement_group, placement_group_table, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from raysim.actors.client_worker import ClientWorker
@@ -190,9 +190,9 @@ class PoolReservation:
     """A run's worker pool, reserved once, on first use, and given back on exit (a context manager).
 
     The reservation is a Tune trial's own placement group (its bundle 0 is the trial, the workers take the rest),
-    else a new group from :func:`reserve_workers`. It is made when the workers start (:meth:`start`), or before, by
-    the cached-feature pass, which runs in the first worker's bundle while it is still free (:meth:`first_worker`):
-    the pass then needs no reservation of its own, and the pool is sized before anything ran. The set-up thread may
+    else a new group from :func:`reserve_workers`. It is made by the model's set-up task, which runs in the first
+    worker's bundle while it is still free (:meth:`first_worker`), or else when the workers start (:meth:`start`):
+    the task then needs no reservation of its own, and the pool is sized before anything ran. The set-up thread may
     reserve while the caller, stopped by Ctrl-C, releases: a group reserved after the release is given back at once.
     """
 
@@ -207,6 +207,14 @@ class PoolReservation:
         """Where the pool's first worker runs (its bundle), reserving the pool now if nothing did yet."""
         pool = self._reserved()
         return PlacementGroupSchedulingStrategy(pool.placement_group, pool.first_bundle)
+
+    def cpus_beside_first_worker(self) -> float:
+        """The CPUs the pool holds on its first worker's node (that worker's among them), reserving it now if nothing
+        did yet."""
+        pool = self._reserved()
+        nodes = placement_group_table(pool.placement_group)["bundles_to_node_id"]
+        workers = range(pool.first_bundle, pool.first_bundle + pool.workers)
+        return sum(nodes[i] == nodes[pool.first_bundle] for i in workers) * self._config.resources.cpus_per_client
 
     def start(self, config, num_classes: int) -> Pool:
         """The pool with its workers starting (:func:`start_workers`) for ``config`` (the

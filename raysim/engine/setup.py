@@ -114,27 +114,29 @@ def initial_state(
     # anything is written
     if config.clocked and draw_profiles(config.systems, shards.num_clients, config.federation.seed).tiered:
         require_tiers(config.method, f"the capacity tiers of {config.systems.trace or 'systems.tiers'}")
-    images = shards.images if isinstance(method, CachesRowFeatures) and method.caches_rows else None
+    rows = shards if isinstance(method, CachesRowFeatures) and method.caches_rows else None
     res = config.resources
     if reservation is not None:
         wait_for_ray()
         strategy = reservation.first_worker()  # the pool reserved now; its first worker starts here after the task
+        threads = max(res.torch_threads, int(reservation.cpus_beside_first_worker()))
         task = MODEL_SETUP_TASK.options(
             num_cpus=res.cpus_per_client, num_gpus=res.gpus_per_client, scheduling_strategy=strategy
         )
-        options, initial, features = _unwrapped(task.remote(config, shards.info.num_classes, images))
-    elif res.backend == "ray" and res.gpus_per_client and images is not None:
+        options, initial, features = _unwrapped(task.remote(config, shards.info.num_classes, rows, threads))
+    elif res.backend == "ray" and res.gpus_per_client and rows is not None:
         raise ValueError("the cached-feature pass of a run whose clients train on GPUs needs its PoolReservation")
     else:
-        options, initial, features = model_setup(config, shards.info.num_classes, images)
+        options, initial, features = model_setup(config, shards.info.num_classes, rows)
     return dataclasses.replace(config, options=options), initial, dataclasses.replace(shards, features=features)
 
 
 def model_setup(
-    config: Config, num_classes: int, images: np.ndarray | None
+    config: Config, num_classes: int, rows: ShardStore | None
 ) -> tuple[object, GlobalState, dict[str, np.ndarray]]:
     """Build the model once: the method's options resolved on it, its initial global state, and the values the method
-    caches for each row of ``images`` (None: it caches none), in one batched pass (:func:`features_here`)."""
+    caches for each of ``rows``' images (None: it caches none), in one batched pass (:func:`features_here`). The
+    shards, not their image block, travel to a task: a block in a file pickles as its path."""
     from raysim.models.factory import build_model  # the model code: only in the process that builds the model
 
     method = get_method(config.method).cls(config)
@@ -145,21 +147,22 @@ def model_setup(
     generator = torch.Generator().manual_seed(
         seeding.derive_seed(config.federation.seed, Purpose.INIT, Init.GLOBAL_STATE)
     )
-    features = {} if images is None else features_here(method, model, images, config.train.precision)
+    features = {} if rows is None else features_here(method, model, rows.images, config.train.precision)
     return options, method.init_global(model, generator), features
 
 
 def model_setup_task(
-    config: Config, num_classes: int, images: np.ndarray | None
+    config: Config, num_classes: int, rows: ShardStore | None, threads: int
 ) -> tuple[object, GlobalState, dict[str, np.ndarray]]:
-    """:func:`model_setup` in a Ray task (the driver's numbers, bit for bit), with a client worker's torch threads."""
-    torch.set_num_threads(config.resources.torch_threads)
-    return model_setup(config, num_classes, images)
+    """:func:`model_setup` in a Ray task (the numbers of a build in the driver, bit for bit), with ``threads`` torch
+    threads: the CPUs the pool holds on this node, idle until its workers start after the task."""
+    torch.set_num_threads(threads)
+    return model_setup(config, num_classes, rows)
 
 
-# Its process exits after the task, and the CUDA context with it. Wrapped here, not decorated, so the function
-# travels by name and the task's process runs this module's code.
-MODEL_SETUP_TASK = ray.remote(max_calls=1)(model_setup_task)
+# Its process exits after the task, and the CUDA context with it; a failed build is reported, not retried. Wrapped
+# here, not decorated, so the function travels by name and the task's process runs this module's code.
+MODEL_SETUP_TASK = ray.remote(max_calls=1, max_retries=0)(model_setup_task)
 
 
 def _unwrapped(ref: ray.ObjectRef):

@@ -65,7 +65,7 @@ def test_with_clients_on_gpus_the_task_computes_what_the_driver_would(method, ra
     config = build_config(method, [NANO, ON_GPUS])
     with PoolReservation(config) as reservation:
         _, _, in_task = prepared(config, reservation=reservation)
-        # the pass reserved the pool (2 workers x 0.5 GPU: the round's clients) and ran in the first worker's bundle,
+        # the task reserved the pool (2 workers x 0.5 GPU: the round's clients) and ran in the first worker's bundle,
         # given back to that worker once the task's process ends
         group = reservation.first_worker().placement_group.id.hex()
         free = ray_session.available_resources()
@@ -73,7 +73,7 @@ def test_with_clients_on_gpus_the_task_computes_what_the_driver_would(method, ra
         assert free[f"GPU_group_1_{group}"] == 0.5  # the second worker's bundle: untouched
         deadline = time.monotonic() + 30
         while ray_session.available_resources().get(f"GPU_group_0_{group}", 0.0) < 0.5:
-            assert time.monotonic() < deadline, "the features' task held the first worker's bundle for 30 s"
+            assert time.monotonic() < deadline, "the model's set-up task held the first worker's bundle for 30 s"
             time.sleep(0.05)
     assert on_driver.features.keys() == in_task.features.keys() == {"query"}
     assert len(in_task.features["query"]) == len(in_task.images)
