@@ -8,11 +8,9 @@ from dataclasses import dataclass
 
 from raysim.algorithms.fedavg import FedAvg
 from raysim.core.errors import ConfigError
-from raysim.core.prompts import PromptSlot, PromptSpec
+from raysim.core.prompts import POOLINGS, PromptSlot, PromptSpec
 from raysim.core.protocol import ModelParts
 from raysim.core.registry import register
-
-HEAD_POOLINGS = ("backbone", "cls", "cls+prompts")
 
 
 @dataclass(frozen=True)
@@ -25,8 +23,8 @@ class PromptOptions:
     def __post_init__(self):
         if self.prompt_length < 1:
             raise ConfigError(f"prompt_length={self.prompt_length} must be at least 1")
-        if self.head_pooling not in HEAD_POOLINGS:
-            raise ConfigError(f"head_pooling={self.head_pooling!r} is not one of {', '.join(HEAD_POOLINGS)}")
+        if self.head_pooling not in POOLINGS:
+            raise ConfigError(f"head_pooling={self.head_pooling!r} is not one of {', '.join(POOLINGS)}")
 
 
 @register(
