@@ -44,7 +44,7 @@ from raysim.engine.setup import prepare_shards
 from raysim.sweep import tune as sweeping
 from raysim.sweep.space import as_layer, default_space_file
 from raysim.sweep.trial_progress import CellProgress, RoundsToTune
-from raysim.sweep.tune_console import fit, quiet_trial_exit
+from raysim.sweep.tune_console import fit, quiet_trial_exit, stopped_at
 from raysim.tracking import provenance
 from raysim.tracking.comparison import CELL, NAME, TUNED, TUNING, VARIANT, cell_label, write_comparison
 from raysim.tracking.mlflow import COMPARE, KIND, Tracker, check_store, end_running
@@ -334,7 +334,7 @@ def execute(comparison: Comparison) -> tuple[str, list[Path]]:
     tuned = tuned_values(comparison)
     tracker = open_run(comparison)
     end_stopped_cells(comparison, tracker.run_id)  # a killed comparison's cells: RUNNING in MLflow beside their reruns
-    status = "FAILED"
+    status, stopped = "FAILED", None
     try:
         done = finished_cells(comparison, tuned)
         todo = [(m, s) for s in comparison.seeds for m in comparison.methods if (m, s) not in done]
@@ -351,21 +351,22 @@ def execute(comparison: Comparison) -> tuple[str, list[Path]]:
             tracker.log_artifact(path)
         status = "FINISHED"
         return table, paths
-    except KeyboardInterrupt:
-        status = "KILLED"
+    except KeyboardInterrupt as stop:
+        status, stopped = "KILLED", stopped_at(stop)
         done, total = len(finished_cells(comparison, tuned)), len(comparison.methods) * len(comparison.seeds)
         raise RunInterrupted(
             f"stopped comparison {comparison.name} with {done} of {total} cells done; run the same command to resume"
         ) from None
     finally:
-        end_stopped_cells(comparison, tracker.run_id)
+        end_stopped_cells(comparison, tracker.run_id, stopped)
         tracker.end(status)
 
 
-def end_stopped_cells(comparison: Comparison, own_run: str) -> None:
+def end_stopped_cells(comparison: Comparison, own_run: str, stopped: float | None = None) -> None:
     """Mark KILLED the cells a stopped Tune left RUNNING (their trial was killed before its run could end), or a
-    comparison whose process was killed (before a resumed one runs them again)."""
-    end_running(comparison.uri, comparison.name, NAME, comparison.name, own_run)
+    comparison whose process was killed (before a resumed one runs them again); and those that failed on their way
+    out after the stop at ``stopped`` (:class:`~raysim.sweep.tune_console.TuneStopped`)."""
+    end_running(comparison.uri, comparison.name, NAME, comparison.name, own_run, failed_since=stopped)
 
 
 def _run_cells(comparison: Comparison, tuned: dict, todo: list[tuple[str, int]], parent: str) -> None:

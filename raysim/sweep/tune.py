@@ -37,7 +37,7 @@ from raysim.ops.metrics import SUMMARY_WINDOW, reported_metrics
 from raysim.sweep.sole_runner import sole_runner
 from raysim.sweep.space import SearchSpace, as_layer, default_space_file, load_space
 from raysim.sweep.trial_progress import RoundsToTune, SweepProgress
-from raysim.sweep.tune_console import fit, quiet_trial_exit
+from raysim.sweep.tune_console import fit, quiet_trial_exit, stopped_at
 from raysim.tracking import checkpoint as ckpt
 from raysim.tracking import provenance
 from raysim.tracking.mlflow import KIND, SWEEP, Tracker, check_store, end_running
@@ -260,10 +260,11 @@ def execute(sweep: Sweep, folder: Path, resume_path: str | None = None) -> dict[
         best = finish(sweep, run_sweep(sweep, resume_path), folder)
         status = "FINISHED"
         return best
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         status = "KILLED"
         config = sweep.trial_config({})  # the trials' runs end KILLED (a resumed trial's run is RUNNING again)
-        end_running(config.tracking.resolved_uri, config.tracking.experiment, SWEEP_TAG, sweep.name)
+        uri, experiment = config.tracking.resolved_uri, config.tracking.experiment
+        end_running(uri, experiment, SWEEP_TAG, sweep.name, failed_since=stopped_at(stop))
         raise RunInterrupted(f"stopped sweep {sweep.name}; resume with: raysim tune --resume {folder}") from None
     finally:
         end_parent(sweep, status, folder, best)

@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
@@ -23,12 +24,16 @@ class _TunesStopLines(logging.Filter):
 
     def __init__(self):
         super().__init__()
-        self.stopping = False
+        self.stopped_at: float | None = None  # when Tune's handler fired (it logs the line from the signal handler)
+
+    @property
+    def stopping(self) -> bool:
+        return self.stopped_at is not None
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
         if message.startswith("Stop signal received"):
-            self.stopping = True
+            self.stopped_at = time.time()
             return False
         return "Tuner.restore" not in message and not (self.stopping and message.startswith("Trials did not complete"))
 
@@ -53,13 +58,27 @@ SILENT = {
 }
 
 
+class TuneStopped(KeyboardInterrupt):
+    """Ctrl-C stopped a fit; ``at``: when (epoch seconds). A trial the stop cuts short can fail on its way out (a
+    run of the suite saw one end FAILED): a run that ended FAILED after ``at`` was stopped, not failed."""
+
+    def __init__(self, at: float):
+        super().__init__()
+        self.at = at
+
+
+def stopped_at(stop: KeyboardInterrupt) -> float | None:
+    """When a fit's Ctrl-C came (:class:`TuneStopped`); None for a plain ``KeyboardInterrupt`` (a second Ctrl-C)."""
+    return stop.at if isinstance(stop, TuneStopped) else None
+
+
 @contextmanager
 def tune_silent():
     """Tune without its own console output (:data:`SILENT`) and its Ctrl-C lines, for a ``fit`` whose command draws
     its own progress and says how to resume (``raysim tune --resume``, the comparison's own command; Tune's
     ``Tuner.restore`` is neither) and its timing of its own loop (:class:`_TunesSlowSteps`); Tune's other warnings
     stay (a trial the cluster cannot host, a trial's error).
-    The environment is restored after."""
+    The environment is restored after. Yields the filter of Tune's stop lines, which notes when Ctrl-C came."""
     before = {name: os.environ.get(name) for name in SILENT}
     os.environ.update(SILENT)
     tunes, stop_lines = logging.getLogger("ray.tune.tune"), _TunesStopLines()
@@ -67,7 +86,7 @@ def tune_silent():
     tunes.addFilter(stop_lines)
     timings.addFilter(slow_steps)
     try:
-        yield
+        yield stop_lines
     finally:
         tunes.removeFilter(stop_lines)
         timings.removeFilter(slow_steps)
@@ -79,7 +98,7 @@ def tune_silent():
 
 
 def fit(tuner: tune.Tuner) -> tune.ResultGrid:
-    """``tuner.fit()`` under :func:`tune_silent`, where Ctrl-C raises ``KeyboardInterrupt`` once Tune has stopped.
+    """``tuner.fit()`` under :func:`tune_silent`, where Ctrl-C raises :class:`TuneStopped` once Tune has stopped.
 
     Tune's Ctrl-C handler ends the fit after saving the experiment's state with each trial's latest checkpoint (a
     resumed sweep continues its trials from them), then returns the trials so far as if the sweep were done. When it
@@ -95,13 +114,13 @@ def fit(tuner: tune.Tuner) -> tune.ResultGrid:
 
     signal.signal(signal.SIGINT, sentinel)
     try:
-        with tune_silent():
+        with tune_silent() as stop_lines:
             results = tuner.fit()
     finally:
         stopped = signal.getsignal(signal.SIGINT) is sentinel
         signal.signal(signal.SIGINT, handler)
     if stopped:
-        raise KeyboardInterrupt
+        raise TuneStopped(stop_lines.stopped_at or time.time())
     return results
 
 

@@ -106,17 +106,22 @@ def check_run(uri: str, run_id: str) -> None:
         raise ConfigError(f"MLflow run {run_id} of the checkpoint is not in the store {uri}") from None
 
 
-def end_running(uri: str, experiment: str, tag: str, value: str, own_run: str | None = None) -> None:
+def end_running(
+    uri: str, experiment: str, tag: str, value: str, own_run: str | None = None, failed_since: float | None = None
+) -> None:
     """Mark KILLED the runs of ``experiment`` still RUNNING with tag ``tag`` = ``value`` (a stopped sweep's trials, a
-    stopped comparison's cells: their processes were killed before their runs could end), all but ``own_run``."""
+    stopped comparison's cells: their processes were killed before their runs could end), all but ``own_run``; and
+    those that ended FAILED at or after ``failed_since`` (epoch seconds: the stop, which they did not outlive)."""
     client = MlflowClient(uri)
     found = client.get_experiment_by_name(experiment)
     if found is None:
         return
-    query = f"attributes.status = 'RUNNING' and tags.`{tag}` = '{value}'"
+    query = f"tags.`{tag}` = '{value}'"
     for run in client.search_runs([found.experiment_id], filter_string=query):
-        if run.info.run_id != own_run:
-            client.set_terminated(run.info.run_id, status="KILLED")
+        info = run.info
+        stopped = failed_since is not None and info.status == "FAILED" and info.end_time >= failed_since * 1000
+        if info.run_id != own_run and (info.status == "RUNNING" or stopped):
+            client.set_terminated(info.run_id, status="KILLED")
 
 
 def _artifact_root(uri: str) -> str | None:

@@ -11,12 +11,13 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 from ray import tune
 from rich.console import Console
 
 from raysim.sweep.trial_progress import CellProgress, SweepProgress
-from raysim.sweep.tune_console import SILENT, fit, tune_silent
+from raysim.sweep.tune_console import SILENT, TuneStopped, fit, stopped_at, tune_silent
 from raysim.testing.console import own_lines
 
 
@@ -106,6 +107,21 @@ def test_tunes_restore_hint_is_dropped_and_its_other_warnings_kept():
     finally:
         tunes.removeHandler(handler)
     assert [r.getMessage()[:17] for r in kept] == ["No trial is runni", "Resume experiment"]
+
+
+def test_the_moment_of_tunes_stop_is_noted_and_travels_with_the_stop():
+    """Tune's Ctrl-C handler logs its "Stop signal received" line as it fires: that is the moment a trial whose run
+    then fails on its way out was stopped (:func:`end_running`'s ``failed_since``)."""
+    tunes = logging.getLogger("ray.tune.tune")
+    with tune_silent() as stop_lines:
+        assert stop_lines.stopped_at is None
+        tunes.info("Trials did not complete: [t1]")  # not after a stop: no stop noted
+        assert stop_lines.stopped_at is None
+        before = time.time()
+        tunes.warning("Stop signal received (e.g. via SIGINT/Ctrl+C), ending Ray Tune run. ...")
+        assert before <= stop_lines.stopped_at <= time.time()
+    assert stopped_at(TuneStopped(1234.5)) == 1234.5 and isinstance(TuneStopped(0.0), KeyboardInterrupt)
+    assert stopped_at(KeyboardInterrupt()) is None  # a second Ctrl-C: no moment, only RUNNING runs end KILLED
 
 
 def test_tunes_timing_of_its_own_loop_is_dropped_and_its_other_warnings_kept():
