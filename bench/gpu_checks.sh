@@ -2,11 +2,11 @@
 # Where raysim's processes land on a GPU, for a GPU machine (after `bash .gpu/install.sh`, ../shared/gpu/README.md;
 # about 8 minutes on one H100):
 #   features  sgpt, one worker holding the GPU: the driver ("python ... raysim") never appears on the GPU; the
-#             model's set-up task with its cached-feature pass (ray::model_setup_task) appears, leaves, and the
-#             worker takes its place
+#             worker (ray::ClientWorker) appears once, running the cached-feature pass (ClientWorker.model_setup)
+#             before round 1, and no other raysim process
 #   cpu       fedvpt, 2 workers and no GPU reserved: no raysim process appears on the GPU (Ray 2.60 hides GPUs
 #             from zero-GPU workers only with RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO=1, which raysim sets)
-#   quarter   sgpt, 4 workers x 0.25 GPU: the task in the first worker's fractional bundle
+#   quarter   sgpt, 4 workers x 0.25 GPU: the first worker's feature pass in its fractional bundle
 #   cohorts   bench/cohort.py on the GPU: cohorts of 10 against one client at a time
 # Each run's log and its GPU processes, sampled every 0.5 s (t_s,pid,used_mib,command), go to $OUT; the summary
 # lists the processes seen on the GPU per run.

@@ -151,7 +151,7 @@ def test_the_worker_and_coordinator_import_no_tracking_clustering_or_model_libra
 
 
 def test_the_driver_of_a_ray_run_imports_no_model_code():
-    """A Ray run's model is built in a one-off task (``engine.setup.model_setup_task``), so its driver, like a sweep's
+    """A Ray run's model is built by its first worker (``ClientWorker.model_setup``), so its driver, like a sweep's
     or a comparison's, never imports timm with torchvision and torch._dynamo (110 MB of PSS, 2 s)."""
     code = "import raysim.engine.driver, raysim.engine.setup, raysim.sweep.tune, raysim.sweep.compare"
     assert heavy_imports(code, ("timm", "torchvision", "torch._dynamo", "raysim.models")) == "[]"

@@ -190,10 +190,10 @@ class PoolReservation:
     """A run's worker pool, reserved once, on first use, and given back on exit (a context manager).
 
     The reservation is a Tune trial's own placement group (its bundle 0 is the trial, the workers take the rest),
-    else a new group from :func:`reserve_workers`. It is made by the model's set-up task, which runs in the first
-    worker's bundle while it is still free (:meth:`first_worker`), or else when the workers start (:meth:`start`):
-    the task then needs no reservation of its own, and the pool is sized before anything ran. The set-up thread may
-    reserve while the caller, stopped by Ctrl-C, releases: a group reserved after the release is given back at once.
+    else a new group from :func:`reserve_workers`. The workers start once, on the first :meth:`start` (the model's
+    set-up, whose build the first of them runs), and the pool is sized before anything ran. The set-up thread may
+    reserve or start while the caller, stopped by Ctrl-C, releases: what comes after the release is given back at
+    once.
     """
 
     def __init__(self, config) -> None:
@@ -202,11 +202,6 @@ class PoolReservation:
         self._owned = False
         self._released = False
         self._lock = threading.Lock()
-
-    def first_worker(self) -> PlacementGroupSchedulingStrategy:
-        """Where the pool's first worker runs (its bundle), reserving the pool now if nothing did yet."""
-        pool = self._reserved()
-        return PlacementGroupSchedulingStrategy(pool.placement_group, pool.first_bundle)
 
     def cpus_beside_first_worker(self) -> float:
         """The CPUs the pool holds on its first worker's node (that worker's among them), reserving it now if nothing
@@ -217,10 +212,19 @@ class PoolReservation:
         return sum(nodes[i] == nodes[pool.first_bundle] for i in workers) * self._config.resources.cpus_per_client
 
     def start(self, config, num_classes: int) -> Pool:
-        """The pool with its workers starting (:func:`start_workers`) for ``config`` (the
-        run's, as set up), on the reservation."""
-        self._pool = start_workers(config, num_classes, self._reserved())
-        return self._pool
+        """The pool with its workers started (:func:`start_workers`) for ``config``, on the reservation (made now if
+        nothing made it): by the first call; a later one returns the same pool."""
+        pool = self._reserved()
+        if pool.actors:
+            return pool
+        started = start_workers(config, num_classes, pool)
+        with self._lock:
+            if not self._released:
+                self._pool = started
+                return started
+        for actor in started.actors:
+            ray.kill(actor)
+        raise RuntimeError("the run's worker pool was released (Ctrl-C) while its workers were starting")
 
     def _reserved(self) -> Pool:
         if self._pool is not None:

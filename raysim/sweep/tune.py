@@ -96,8 +96,8 @@ def check_objective(method: str, metric: str, mode: str, scheduler: str) -> None
 
 
 def bundles(config: Config) -> list[dict[str, float]]:
-    """The trial's placement group: its own driver (1 CPU: data, MLflow) and one bundle per worker (the model's
-    set-up task takes the first before the pool starts: :func:`raysim.engine.setup.initial_state`)."""
+    """The trial's placement group: its own driver (1 CPU: data, MLflow) and one bundle per worker (the first worker
+    also builds the model's initial state: :func:`raysim.engine.setup.initial_state`)."""
     res = config.resources
     if res.backend == "sequential":
         return [{"CPU": 1.0}]

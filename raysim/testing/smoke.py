@@ -50,8 +50,8 @@ def smoke_config(method: str, *layers: dict):
 def prepared(config, shards=None, reservation: PoolReservation | None = None) -> tuple:
     """(``config`` resolved as the driver resolves it (precision, threads, the method's options), the initial global
     state, the shards with the method's cached features): what a run has before its first round. Given the run's
-    pool ``reservation``, the model is built in a task there (as on the driver of a Ray run); needed where clients
-    train on GPUs on Ray and a feature pass runs."""
+    pool ``reservation``, its workers start and the first builds the model (as on the driver of a Ray run); needed
+    where clients train on GPUs on Ray and a feature pass runs."""
     shards = shards if shards is not None else prepare_shards(config)
     return initial_state(resolved(config), shards, reservation)
 

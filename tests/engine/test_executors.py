@@ -98,15 +98,16 @@ def test_pool_that_does_not_fit_is_a_config_error(ray_session):
         pytest.raises(ConfigError, match="3 workers .* do not fit the Ray cluster's 2 CPU"),
         PoolReservation(config) as reservation,
     ):
-        reservation.first_worker()
+        reservation.start(config, 10)
 
 
 def test_a_pool_reserved_after_its_release_is_given_back_at_once(ray_session):
     """Ctrl-C releases the reservation on the caller's thread while the set-up thread may still be reserving."""
-    reservation = PoolReservation(config_for("ray", workers=2, cpus_per_client=0.5))
+    config = config_for("ray", workers=2, cpus_per_client=0.5)
+    reservation = PoolReservation(config)
     reservation.release()
     with pytest.raises(RuntimeError, match="released"):
-        reservation.first_worker()
+        reservation.start(config, 10)
     assert [g["state"] for g in ray.util.placement_group_table().values()].count("CREATED") == 0
 
 

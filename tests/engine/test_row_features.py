@@ -1,11 +1,8 @@
 """The model's one build before the first round (the options resolved on it, the initial global state, the per-row
-values a method caches: SGPT's query): in the process itself (sequential), or on the Ray backend in a one-off task in
-the pool's first worker bundle, so the driver imports no model code and keeps no CUDA context; no pass where nothing
-is cached."""
+values a method caches: SGPT's query): in the process itself (sequential), or on the Ray backend by the pool's first
+worker, so the driver imports no model code and keeps no CUDA context; no pass where nothing is cached."""
 
 from __future__ import annotations
-
-import time
 
 import numpy as np
 import pytest
@@ -13,6 +10,8 @@ import torch
 
 from raysim.config import build_config
 from raysim.core.errors import ConfigError
+from raysim.engine import model_setup as building
+from raysim.engine import ray_session as ray_session_module
 from raysim.engine import setup
 from raysim.engine.ray_session import PoolReservation
 from raysim.testing.smoke import prepared
@@ -31,24 +30,24 @@ def refuse(*args, **kwargs):
 
 
 @pytest.mark.parametrize("method", ["sgpt", "fedvpt"])
-def test_on_ray_the_task_builds_what_the_driver_would(method, ray_session, monkeypatch):
+def test_on_ray_the_first_worker_builds_what_the_driver_would(method, ray_session, monkeypatch):
     """CPU workers: the options, the initial global state and the cached features equal the sequential build's."""
     here_config, here_initial, here = prepared(build_config(method, [NANO]))
-    monkeypatch.setattr(setup, "model_setup", refuse)  # this process's; the task's process imports its own
+    monkeypatch.setattr(setup, "model_setup", refuse)  # this process's; the worker's process imports its own
     config = build_config(method, [NANO, {"resources": {"backend": "ray", "cpus_per_client": 0.5}}])
     with PoolReservation(config) as reservation:
-        task_config, task_initial, in_task = prepared(config, reservation=reservation)
-    assert task_config.options == here_config.options
+        worker_config, worker_initial, in_worker = prepared(config, reservation=reservation)
+    assert worker_config.options == here_config.options
     for part in ("params", "server"):
-        ours, theirs = getattr(here_initial, part), getattr(task_initial, part)
+        ours, theirs = getattr(here_initial, part), getattr(worker_initial, part)
         assert ours.keys() == theirs.keys()
         assert all(torch.equal(ours[k], theirs[k]) for k in ours), part
-    assert here.features.keys() == in_task.features.keys() == ({"query"} if method == "sgpt" else set())
+    assert here.features.keys() == in_worker.features.keys() == ({"query"} if method == "sgpt" else set())
     for name, values in here.features.items():
-        np.testing.assert_array_equal(in_task.features[name], values)
+        np.testing.assert_array_equal(in_worker.features[name], values)
 
 
-def test_a_bad_weights_file_in_the_task_is_the_same_one_line_error(ray_session, tmp_path):
+def test_a_bad_weights_file_is_the_same_one_line_error_from_the_first_worker(ray_session, tmp_path):
     path = tmp_path / "weights.safetensors"
     path.write_bytes(b"not safetensors")
     config = build_config("fedvpt", [NANO, {"resources": {"backend": "ray"}, "model": {"weights": str(path)}}])
@@ -59,25 +58,21 @@ def test_a_bad_weights_file_in_the_task_is_the_same_one_line_error(ray_session, 
 
 
 @pytest.mark.parametrize("method", ["sgpt", "fgpt"])
-def test_with_clients_on_gpus_the_task_computes_what_the_driver_would(method, ray_session, monkeypatch):
+def test_with_clients_on_gpus_the_first_worker_computes_what_the_driver_would(method, ray_session, monkeypatch):
     _, _, on_driver = prepared(build_config(method, [NANO]))
-    monkeypatch.setattr(setup, "model_setup", refuse)  # this process's; the task's process imports its own
+    monkeypatch.setattr(setup, "model_setup", refuse)  # this process's; the worker's process imports its own
     config = build_config(method, [NANO, ON_GPUS])
     with PoolReservation(config) as reservation:
-        _, _, in_task = prepared(config, reservation=reservation)
-        # the task reserved the pool (2 workers x 0.5 GPU: the round's clients) and ran in the first worker's bundle,
-        # given back to that worker once the task's process ends
-        group = reservation.first_worker().placement_group.id.hex()
+        _, _, in_worker = prepared(config, reservation=reservation)
+        # the set-up reserved the pool (2 workers x 0.5 GPU: the round's clients) and started its workers, the first
+        # of which built the model: nothing else holds a GPU or a CPU
+        group = reservation.start(config, 10).placement_group.id.hex()  # the pool started, as it is
         free = ray_session.available_resources()
         assert free.get("GPU", 0.0) == 1.0 and free.get("CPU", 0.0) == 0.0
-        assert free[f"GPU_group_1_{group}"] == 0.5  # the second worker's bundle: untouched
-        deadline = time.monotonic() + 30
-        while ray_session.available_resources().get(f"GPU_group_0_{group}", 0.0) < 0.5:
-            assert time.monotonic() < deadline, "the model's set-up task held the first worker's bundle for 30 s"
-            time.sleep(0.05)
-    assert on_driver.features.keys() == in_task.features.keys() == {"query"}
-    assert len(in_task.features["query"]) == len(in_task.images)
-    np.testing.assert_array_equal(in_task.features["query"], on_driver.features["query"])
+        assert free.get(f"GPU_group_0_{group}", 0.0) == free.get(f"GPU_group_1_{group}", 0.0) == 0.0
+    assert on_driver.features.keys() == in_worker.features.keys() == {"query"}
+    assert len(in_worker.features["query"]) == len(in_worker.images)
+    np.testing.assert_array_equal(in_worker.features["query"], on_driver.features["query"])
 
 
 @pytest.mark.parametrize(
@@ -95,19 +90,19 @@ def test_with_clients_on_gpus_the_task_computes_what_the_driver_would(method, ra
     ],
 )
 def test_a_pool_the_cluster_could_never_hold_is_refused_before_the_build(resources, refused, ray_session, monkeypatch):
-    monkeypatch.setattr(setup, "MODEL_SETUP_TASK", None)  # reaching the build fails the test at once
+    monkeypatch.setattr(ray_session_module, "start_workers", refuse)  # reaching the workers fails the test at once
     config = build_config("sgpt", [NANO, {"resources": {"backend": "ray", **resources}}])
     with pytest.raises(ConfigError, match=refused), PoolReservation(config) as reservation:
         prepared(config, reservation=reservation)
 
 
 def test_sgpt_with_shared_prompts_only_caches_nothing_and_runs_no_pass(monkeypatch):
-    monkeypatch.setattr(setup, "features_here", refuse)
+    monkeypatch.setattr(building, "features_here", refuse)
     _, _, shards = prepared(build_config("sgpt", [NANO, {"sgpt": {"prompts": "shared"}}]))
     assert shards.features == {}
 
 
-def test_inside_a_trials_placement_group_the_task_fits_a_worker_bundle(ray_session):
+def test_inside_a_trials_placement_group_the_first_worker_builds_in_its_bundle(ray_session):
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 

@@ -1,0 +1,64 @@
+"""The model's one build before round 1 (:func:`model_setup`): the method's options resolved on it, the initial
+global state and the values the method caches per row (SGPT's frozen-backbone query). On the Ray backend the pool's
+first worker runs it (``ClientWorker.model_setup``), so no other process imports the model code."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from raysim.config import Config
+from raysim.core import seeding
+from raysim.core.messages import GlobalState
+from raysim.core.protocol import CachesRowFeatures, ResolvesOptions
+from raysim.core.registry import get_method
+from raysim.core.seeding import Init, Purpose
+from raysim.core.training import EVAL_BATCH, model_inputs
+from raysim.data.npy_file import read_through
+from raysim.data.shards import ShardStore
+from raysim.engine.precision import autocast, full_width
+
+
+def model_setup(
+    config: Config, num_classes: int, rows: ShardStore | None
+) -> tuple[object, GlobalState, dict[str, np.ndarray]]:
+    """Build the model once: the method's options resolved on it, its initial global state, and the values the method
+    caches for each of ``rows``' images (None: it caches none), in one batched pass (:func:`features_here`). The
+    shards, not their image block, travel to a worker: a block in a file pickles as its path."""
+    from raysim.models.factory import build_model  # the model code: only in the process that builds the model
+
+    method = get_method(config.method).cls(config)
+    model = build_model(config, method, num_classes)
+    options = config.options
+    if isinstance(method, ResolvesOptions):
+        options = method.resolved_options(len(model.vit.blocks))
+    generator = torch.Generator().manual_seed(
+        seeding.derive_seed(config.federation.seed, Purpose.INIT, Init.GLOBAL_STATE)
+    )
+    features = {} if rows is None else features_here(method, model, rows.images, config.train.precision)
+    return options, method.init_global(model, generator), features
+
+
+def features_here(method: CachesRowFeatures, model, images: np.ndarray, precision: str) -> dict[str, np.ndarray]:
+    """:func:`row_features` on this process's device (the GPU where it has one), the model back on the CPU after
+    and the GPU's cached blocks handed back. The model goes to the GPU for this pass alone."""
+    from raysim.models.factory import pick_device
+
+    device = pick_device()
+    with autocast(device, precision):
+        features = row_features(method, model.to(device), images, device)
+    model.cpu()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return features
+
+
+@torch.no_grad()
+def row_features(method: CachesRowFeatures, model, images: np.ndarray, device: torch.device) -> dict[str, np.ndarray]:
+    """``method.row_features`` over every row of ``images`` (batched)."""
+    out: dict[str, list[np.ndarray]] = {}
+    for batch in read_through(images, EVAL_BATCH):  # a mapped block's pages are not kept by the driver
+        computed = method.row_features(model, model_inputs(model, batch, device))
+        for name, values in computed.items():
+            out.setdefault(name, []).append(full_width(values).cpu().numpy())
+    return {name: np.concatenate(parts) for name, parts in out.items()}
