@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import threading
 import time
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -30,6 +31,24 @@ KINDS = ("activations", "gradients", "spsa", "params")  # what crosses the cut, 
 HEAD_AND_TAIL = ("patch_embed", "norm_pre", "norm", "fc_norm", "head")  # the client's modules outside the blocks
 
 
+@dataclass(frozen=True)
+class ServerSegment:
+    """The encoder blocks the server owns, as a recipe (the run's config and its number of classes): built where the
+    server runs, so the process that starts the server (the coordinator) imports no model code (timm)."""
+
+    config: object
+    num_classes: int
+
+    def build(self) -> nn.ModuleList:
+        """The model built as every client builds it, and the server's blocks cut out of it."""
+        from raysim.core.registry import get_method
+        from raysim.models.factory import build_model
+
+        method = get_method(self.config.method).cls(self.config)
+        model = build_model(self.config, method, self.num_classes)
+        return model.offload(*method.server_segment(len(model.vit.blocks)), nn.Identity())
+
+
 class EncoderServer:
     """The server side of split learning: owns the encoder blocks and serves forward, backward and SPSA requests.
 
@@ -39,13 +58,18 @@ class EncoderServer:
     order, so the update does not depend on which client arrived first.
     """
 
-    def __init__(self, blocks: nn.ModuleList, device: torch.device | None = None, threads: int | None = None):
-        """``blocks``: the encoder; ``device``: default the GPU this process was given, else the CPU; ``threads``:
-        torch's CPU threads in this process (as a client worker has, so the numbers match the sequential run)."""
+    def __init__(
+        self, blocks: nn.ModuleList | ServerSegment, device: torch.device | None = None, threads: int | None = None
+    ):
+        """``blocks``: the encoder, or the recipe it is built here from; ``device``: default the GPU this process was
+        given, else the CPU; ``threads``: torch's CPU threads in this process (as a client worker has, so the numbers
+        match the sequential run)."""
         if threads:
             torch.set_num_threads(threads)
         from raysim.models.factory import pick_device  # timm: in the server, not where methods are looked up
 
+        if isinstance(blocks, ServerSegment):
+            blocks = blocks.build()
         self.device = device or pick_device()
         self.blocks = blocks.to(self.device).eval()
         self.blocks.requires_grad_(True)

@@ -7,7 +7,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import ray
-from torch import nn
 
 from raysim.actors.proxy import ActorProxy
 from raysim.core.messages import Broadcast, ClientUpdate, Tensors
@@ -112,22 +111,20 @@ class RayExecutor:
 
 def start_server(config, num_classes: int, encoder: Tensors, pool: Pool | None):
     """Split learning's server, holding the ``encoder.*`` weights: in this process for the sequential backend, else
-    a Ray actor serving every worker at once (``resources.server_cpus``/``server_gpus``) behind a proxy."""
-    from raysim.models._compat import ShimFirst  # the model code (timm): only where a model is built
-    from raysim.models.factory import build_model
+    a Ray actor serving every worker at once (``resources.server_cpus``/``server_gpus``) behind a proxy. The server
+    builds its blocks (:class:`~raysim.algorithms._split.ServerSegment`): the model code stays out of this process."""
+    from raysim.algorithms._split import ServerSegment
 
-    method = get_method(config.method).cls(config)
-    model = build_model(config, method, num_classes)
-    blocks = model.offload(*method.server_segment(len(model.vit.blocks)), nn.Identity())
-    server_class = method.server_class
+    segment = ServerSegment(config, num_classes)
+    server_class = get_method(config.method).cls(config).server_class
     if pool is None:
-        server = server_class(blocks)
+        server = server_class(segment)
     else:
         res = config.resources
         actor = ray.remote(server_class).options(
             num_cpus=res.server_cpus, num_gpus=res.server_gpus, max_concurrency=pool.workers + 2
         )
-        server = ActorProxy(actor.remote(ShimFirst(blocks), None, res.torch_threads), "the split-learning server")
+        server = ActorProxy(actor.remote(segment, None, res.torch_threads), "the split-learning server")
     server.load(encoder)
     return server
 

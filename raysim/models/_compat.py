@@ -14,7 +14,6 @@ Each process applies it on its own, so Ray workers are covered as soon as they i
 
 from __future__ import annotations
 
-import pickle
 import sys
 
 _SCHEMAS = {
@@ -49,19 +48,3 @@ def ensure_torchvision() -> None:
     for schema in _SCHEMAS.values():
         _shim_library.define(schema)
     import torchvision  # noqa: F401
-
-
-class ShimFirst:
-    """``obj`` pickled so that unpickling imports this package, and so applies the shim, before ``obj``'s own classes:
-    a Ray actor that receives timm modules as an argument (the split-learning server) has imported nothing of
-    raysim's models when Ray unpickles them. It unpickles as ``obj`` itself."""
-
-    def __init__(self, obj):
-        self.obj = obj
-
-    def __reduce__(self):
-        return _unpickled, (pickle.dumps(self.obj),)
-
-
-def _unpickled(data: bytes):
-    return pickle.loads(data)

@@ -14,7 +14,7 @@ from raysim.core.errors import ConfigError
 from raysim.engine.executors import RayExecutor, balance
 from raysim.engine.ray_session import PoolReservation
 from raysim.engine.setup import prepare_shards
-from raysim.testing.smoke import FAST, open_simulation, prepared, run_rounds
+from raysim.testing.smoke import FAST, open_simulation, prepared, run_rounds, smoke_layers
 
 
 def config_for(backend, workers=0, **resources):
@@ -50,12 +50,14 @@ def test_ray_matches_sequential_for_any_pool_size(ray_session, sequential_run, w
 MODEL_CODE = ("raysim.models", "timm", "torchvision", "torch._dynamo")
 
 
-@pytest.mark.parametrize("method", ["fedvpt", "sgpt"])
+@pytest.mark.parametrize("method", ["fedvpt", "sgpt", "fedv"])
 def test_the_coordinator_never_imports_the_model_code(ray_session, method):
-    """The coordinator samples, aggregates and logs; the workers build the models. Without timm (and the torchvision
-    and torch._dynamo it imports) it starts about 2 s sooner on 2 cores and holds about 110 MB less."""
+    """The coordinator samples, aggregates and logs; the workers build the models (split learning's server its
+    blocks). Without timm (and the torchvision and torch._dynamo it imports) it starts about 2 s sooner on 2 cores
+    and holds about 110 MB less."""
     layers = [
         {k: v for k, v in FAST.items() if k != "fedvpt"},
+        *smoke_layers(method),
         {"federation": {"rounds": 1}, "resources": {"backend": "ray", "workers": 1, "cpus_per_client": 0.5}},
     ]
     with open_simulation(build_config(method, layers)) as (coordinator, _, _):
