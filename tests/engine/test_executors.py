@@ -47,6 +47,20 @@ def test_ray_matches_sequential_for_any_pool_size(ray_session, sequential_run, w
             assert par[key] == pytest.approx(seq[key], abs=1e-6), key
 
 
+def test_workers_that_compute_with_the_options_placeholders_give_the_sequential_numbers(ray_session):
+    """A Ray run's workers start before the first of them resolves the method's options on the backbone (SGPT's
+    prompt and query blocks from its depth), so they compute with the placeholders: the same numbers
+    (:class:`~raysim.core.protocol.ResolvesOptions`)."""
+    small = {"federation": {"clients": 10, "participation": 0.3, "rounds": 2}}
+    layers = [{k: v for k, v in FAST.items() if k != "fedvpt"}, *smoke_layers("sgpt"), small]
+    given = build_config("sgpt", [*layers, {"resources": {"backend": "sequential"}}])
+    assert prepared(given)[0].options != given.options  # placeholders to resolve
+    on_ray = build_config("sgpt", [*layers, {"resources": {"backend": "ray", "workers": 1, "cpus_per_client": 0.5}}])
+    for seq, par in zip(metrics_of(given), metrics_of(on_ray), strict=True):
+        for key in ACCURACY:
+            assert par[key] == pytest.approx(seq[key], abs=1e-6), key
+
+
 MODEL_CODE = ("raysim.models", "timm", "torchvision", "torch._dynamo")
 
 
