@@ -29,8 +29,9 @@ class ClientWorker(ClientRuntime):
 
     def model_setup(self, rows, threads: int):
         """:func:`~raysim.engine.model_setup.model_setup` for this worker's config (the numbers of a build in the
-        driver, bit for bit), with ``threads`` torch threads (the CPUs the pool holds on this node, idle until round
-        1), its own after."""
+        driver, bit for bit), with ``threads`` torch threads (the CPUs the pool holds on this node: the other workers
+        there build their models meanwhile, then wait for round 1), its own after."""
+        self.ready()
         config, num_classes = self._setup_args
         torch.set_num_threads(threads)
         try:

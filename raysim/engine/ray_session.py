@@ -229,6 +229,8 @@ class PoolReservation:
     def _reserved(self) -> Pool:
         if self._pool is not None:
             return self._pool
+        if self._released:
+            raise RuntimeError("the run's worker pool was released (Ctrl-C) before it was reserved")
         res, workers = self._config.resources, pool_size(self._config)
         current = ray.util.get_current_placement_group()
         pool, owned = (

@@ -94,12 +94,13 @@ def initial_state(
     the initial global state, and the shards with the per-row values the method caches for the whole run (e.g.
     SGPT's frozen-backbone query), from one build of the model (:func:`~raysim.engine.model_setup.model_setup`,
     which checks the weights file). Given the run's pool ``reservation`` (the Ray backend), the pool's workers start
-    here and the first one runs that build (with the CPUs the pool holds on its node, idle until round 1), while the
-    others build their models: the driver never imports the model code (timm, torchvision: about 110 MB and 2 s),
-    no process starts for the build alone, and the cached-feature pass runs on a worker's device (a GPU even where
-    the driver's node has none, a cluster's head) in a CUDA context the worker needs anyway. The workers take
-    ``config`` as given: its options resolve to values the method computes with exactly as with the placeholders.
-    A pool the cluster could never hold is refused before the build. Without a reservation the build runs here.
+    here and the first one runs that build (with the CPUs the pool holds on its node), while the others build their
+    models, which are awaited (a build refused on one node only is reported here too, before the run exists). So
+    the driver never imports the model code (timm, torchvision: about 110 MB and 2 s), no process starts for the
+    build alone, and the cached-feature pass runs on a worker's device (a GPU even where the driver's node has none,
+    a cluster's head) in a CUDA context the worker needs anyway. The workers take ``config`` as given: its options
+    resolve to values the method computes with exactly as with the placeholders. A pool the cluster could never
+    hold is refused before the build. Without a reservation the build runs here.
     Checks the clients' types and devices (a trace) first."""
     info = get_method(config.method)
     method = info.cls(config)
@@ -117,9 +118,10 @@ def initial_state(
     res = config.resources
     if reservation is not None:
         wait_for_ray()
-        first = reservation.start(config, shards.info.num_classes).actors[0]  # every worker builds its model now
+        workers = reservation.start(config, shards.info.num_classes).actors  # each builds its model now
         threads = max(res.torch_threads, int(reservation.cpus_beside_first_worker()))
-        options, initial, features = _unwrapped(first.model_setup.remote(rows, threads))
+        options, initial, features = _unwrapped(workers[0].model_setup.remote(rows, threads))
+        _unwrapped([worker.ready.remote() for worker in workers])  # a build refused on another node, before the run
     elif res.backend == "ray" and res.gpus_per_client and rows is not None:
         raise ValueError("the cached-feature pass of a run whose clients train on GPUs needs its PoolReservation")
     else:
@@ -127,9 +129,9 @@ def initial_state(
     return dataclasses.replace(config, options=options), initial, dataclasses.replace(shards, features=features)
 
 
-def _unwrapped(ref: ray.ObjectRef):
-    """``ref``'s value; a bad weights file's one-line :class:`ConfigError` is raised as itself, not in Ray's
-    traceback."""
+def _unwrapped(ref: ray.ObjectRef | list[ray.ObjectRef]):
+    """``ref``'s value (or the values of a list); a bad weights file's one-line :class:`ConfigError` is raised as
+    itself, not in Ray's traceback."""
     try:
         return ray.get(ref)
     except ray.exceptions.RayTaskError as error:

@@ -63,12 +63,13 @@ class TuneStopped(KeyboardInterrupt):
     run of the suite saw one end FAILED): a run that ended FAILED after ``at`` was stopped, not failed."""
 
     def __init__(self, at: float):
-        super().__init__()
+        super().__init__(at)
         self.at = at
 
 
 def stopped_at(stop: KeyboardInterrupt) -> float | None:
-    """When a fit's Ctrl-C came (:class:`TuneStopped`); None for a plain ``KeyboardInterrupt`` (a second Ctrl-C)."""
+    """When a fit's Ctrl-C came (:class:`TuneStopped`); None for a plain ``KeyboardInterrupt`` (one outside a fit, or
+    a Ctrl-C before Tune's handler noted any)."""
     return stop.at if isinstance(stop, TuneStopped) else None
 
 
@@ -113,9 +114,14 @@ def fit(tuner: tune.Tuner) -> tune.ResultGrid:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGINT, sentinel)
+    stop_lines = None
     try:
         with tune_silent() as stop_lines:
             results = tuner.fit()
+    except KeyboardInterrupt:  # a second Ctrl-C (the sentinel): the first one's moment still counts
+        if stop_lines is not None and stop_lines.stopped_at is not None:
+            raise TuneStopped(stop_lines.stopped_at) from None
+        raise
     finally:
         stopped = signal.getsignal(signal.SIGINT) is sentinel
         signal.signal(signal.SIGINT, handler)

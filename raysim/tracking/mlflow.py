@@ -116,12 +116,25 @@ def end_running(
     found = client.get_experiment_by_name(experiment)
     if found is None:
         return
-    query = f"tags.`{tag}` = '{value}'"
-    for run in client.search_runs([found.experiment_id], filter_string=query):
-        info = run.info
-        stopped = failed_since is not None and info.status == "FAILED" and info.end_time >= failed_since * 1000
-        if info.run_id != own_run and (info.status == "RUNNING" or stopped):
-            client.set_terminated(info.run_id, status="KILLED")
+    queries = [f"attributes.status = 'RUNNING' and tags.`{tag}` = '{value}'"]
+    if failed_since is not None:
+        since = int(failed_since * 1000)
+        queries.append(f"attributes.status = 'FAILED' and attributes.end_time >= {since} and tags.`{tag}` = '{value}'")
+    for query in queries:
+        for run_id in _run_ids(client, found.experiment_id, query):
+            if run_id != own_run:
+                client.set_terminated(run_id, status="KILLED")
+
+
+def _run_ids(client: MlflowClient, experiment_id: str, query: str) -> list[str]:
+    """Every run ``query`` finds, page by page (a search returns at most 1,000)."""
+    ids, token = [], None
+    while True:
+        page = client.search_runs([experiment_id], filter_string=query, page_token=token)
+        ids += [run.info.run_id for run in page]
+        token = page.token
+        if not token:
+            return ids
 
 
 def _artifact_root(uri: str) -> str | None:

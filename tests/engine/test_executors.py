@@ -47,15 +47,17 @@ def test_ray_matches_sequential_for_any_pool_size(ray_session, sequential_run, w
             assert par[key] == pytest.approx(seq[key], abs=1e-6), key
 
 
-def test_workers_that_compute_with_the_options_placeholders_give_the_sequential_numbers(ray_session):
-    """A Ray run's workers start before the first of them resolves the method's options on the backbone (SGPT's
-    prompt and query blocks from its depth), so they compute with the placeholders: the same numbers
-    (:class:`~raysim.core.protocol.ResolvesOptions`)."""
+@pytest.mark.parametrize("method", ["sgpt", "fgpt"])
+def test_workers_that_compute_with_the_options_placeholders_give_the_sequential_numbers(ray_session, method):
+    """A Ray run's workers start before the first of them resolves the method's options on the backbone (SGPT's and
+    FGPT's prompt and query blocks from its depth), so they compute with the placeholders: the same numbers
+    (:class:`~raysim.core.protocol.ResolvesOptions`; q-FFL's and pFedHN's resolved values act on the coordinator
+    only)."""
     small = {"federation": {"clients": 10, "participation": 0.3, "rounds": 2}}
-    layers = [{k: v for k, v in FAST.items() if k != "fedvpt"}, *smoke_layers("sgpt"), small]
-    given = build_config("sgpt", [*layers, {"resources": {"backend": "sequential"}}])
+    layers = [{k: v for k, v in FAST.items() if k != "fedvpt"}, *smoke_layers(method), small]
+    given = build_config(method, [*layers, {"resources": {"backend": "sequential"}}])
     assert prepared(given)[0].options != given.options  # placeholders to resolve
-    on_ray = build_config("sgpt", [*layers, {"resources": {"backend": "ray", "workers": 1, "cpus_per_client": 0.5}}])
+    on_ray = build_config(method, [*layers, {"resources": {"backend": "ray", "workers": 1, "cpus_per_client": 0.5}}])
     for seq, par in zip(metrics_of(given), metrics_of(on_ray), strict=True):
         for key in ACCURACY:
             assert par[key] == pytest.approx(seq[key], abs=1e-6), key
@@ -125,6 +127,27 @@ def test_a_pool_reserved_after_its_release_is_given_back_at_once(ray_session):
     with pytest.raises(RuntimeError, match="released"):
         reservation.start(config, 10)
     assert [g["state"] for g in ray.util.placement_group_table().values()].count("CREATED") == 0
+
+
+def test_workers_started_after_the_release_are_stopped(ray_session, monkeypatch):
+    """Ctrl-C releases the reservation on the caller's thread while the set-up thread may be starting the workers:
+    those it started after the release are stopped, and the start says why."""
+    from raysim.engine import ray_session as ray_session_module
+
+    config = config_for("ray", workers=1, cpus_per_client=0.5)
+    reservation, started = PoolReservation(config), []
+    start_workers = ray_session_module.start_workers
+
+    def released_meanwhile(*args):
+        started.append(start_workers(*args))
+        reservation.release()  # finds no started pool: the group goes, the workers stay for start to stop
+        return started[0]
+
+    monkeypatch.setattr(ray_session_module, "start_workers", released_meanwhile)
+    with pytest.raises(RuntimeError, match="released .* while its workers were starting"):
+        reservation.start(config, 10)
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(started[0].actors[0].ready.remote(), timeout=60)
 
 
 def test_unseen_clients_never_train_and_are_reported(ray_session):

@@ -64,12 +64,11 @@ def test_with_clients_on_gpus_the_first_worker_computes_what_the_driver_would(me
     config = build_config(method, [NANO, ON_GPUS])
     with PoolReservation(config) as reservation:
         _, _, in_worker = prepared(config, reservation=reservation)
-        # the set-up reserved the pool (2 workers x 0.5 GPU: the round's clients) and started its workers, the first
-        # of which built the model: nothing else holds a GPU or a CPU
-        group = reservation.start(config, 10).placement_group.id.hex()  # the pool started, as it is
-        free = ray_session.available_resources()
-        assert free.get("GPU", 0.0) == 1.0 and free.get("CPU", 0.0) == 0.0
-        assert free.get(f"GPU_group_0_{group}", 0.0) == free.get(f"GPU_group_1_{group}", 0.0) == 0.0
+        # the set-up reserved the pool (2 workers x 0.5 GPU: the round's clients) and started its workers in it, the
+        # first of which built the model
+        workers = reservation.start(config, 10).actors  # the pool the set-up started, as it is
+        assigned = ray_session.get([worker.assigned_resources.remote() for worker in workers])
+        assert [(r["GPU"], r["CPU"]) for r in assigned] == [(0.5, 1.0), (0.5, 1.0)]
     assert on_driver.features.keys() == in_worker.features.keys() == {"query"}
     assert len(in_worker.features["query"]) == len(in_worker.images)
     np.testing.assert_array_equal(in_worker.features["query"], on_driver.features["query"])

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from ray import tune
 from rich.console import Console
 
@@ -122,6 +123,33 @@ def test_the_moment_of_tunes_stop_is_noted_and_travels_with_the_stop():
         assert before <= stop_lines.stopped_at <= time.time()
     assert stopped_at(TuneStopped(1234.5)) == 1234.5 and isinstance(TuneStopped(0.0), KeyboardInterrupt)
     assert stopped_at(KeyboardInterrupt()) is None  # a second Ctrl-C: no moment, only RUNNING runs end KILLED
+
+
+def test_a_fit_stopped_by_ctrl_c_raises_the_moment_tunes_handler_fired():
+    """:func:`fit` on a tuner that, as Tune does, installs its own Ctrl-C handler, which logs its stop line and puts
+    back the handler it found: Ctrl-C during the fit raises :class:`TuneStopped` at the moment the handler fired, and
+    the handler from before the fit is back."""
+    before = signal.getsignal(signal.SIGINT)
+
+    class StoppedTuner:
+        def fit(self):
+            found = signal.getsignal(signal.SIGINT)
+
+            def tunes_handler(signum, frame):
+                logging.getLogger("ray.tune.tune").warning("Stop signal received (e.g. via SIGINT/Ctrl+C), ending")
+                self.fired = time.time()
+                signal.signal(signal.SIGINT, found)
+
+            signal.signal(signal.SIGINT, tunes_handler)
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.2)  # the handler runs here, on this (the main) thread
+            return "results"
+
+    tuner = StoppedTuner()
+    with pytest.raises(TuneStopped) as stopped:
+        fit(tuner)
+    assert 0 <= tuner.fired - stopped.value.at < 0.1
+    assert signal.getsignal(signal.SIGINT) is before
 
 
 def test_tunes_timing_of_its_own_loop_is_dropped_and_its_other_warnings_kept():
