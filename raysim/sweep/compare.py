@@ -47,7 +47,7 @@ from raysim.sweep.trial_progress import CellProgress, RoundsToTune
 from raysim.sweep.tune_console import fit, quiet_trial_exit, stopped_at
 from raysim.tracking import provenance
 from raysim.tracking.comparison import CELL, NAME, TUNED, TUNING, VARIANT, cell_label, write_comparison
-from raysim.tracking.mlflow import COMPARE, KIND, Tracker, check_store, end_running
+from raysim.tracking.mlflow import COMPARE, KIND, Tracker, check_store, end_running, every_run
 
 HASH = "raysim.config_hash"
 TUNED_FILE = "tuned.json"
@@ -282,7 +282,7 @@ def finished_cells(comparison: Comparison, tuned: dict) -> set[tuple[str, int]]:
         return set()
     query = f"attributes.status = 'FINISHED' and tags.`{NAME}` = '{comparison.name}'"
     done = set()
-    for found in client.search_runs([experiment.experiment_id], filter_string=query):
+    for found in every_run(client, experiment.experiment_id, query):
         label, seed = found.data.tags.get(VARIANT, found.data.tags["method"]), int(found.data.tags["seed"])
         if label not in tuned:
             continue

@@ -121,20 +121,20 @@ def end_running(
         since = int(failed_since * 1000)
         queries.append(f"attributes.status = 'FAILED' and attributes.end_time >= {since} and tags.`{tag}` = '{value}'")
     for query in queries:
-        for run_id in _run_ids(client, found.experiment_id, query):
-            if run_id != own_run:
-                client.set_terminated(run_id, status="KILLED")
+        for run in every_run(client, found.experiment_id, query):
+            if run.info.run_id != own_run:
+                client.set_terminated(run.info.run_id, status="KILLED")
 
 
-def _run_ids(client: MlflowClient, experiment_id: str, query: str) -> list[str]:
-    """Every run ``query`` finds, page by page (a search returns at most 1,000)."""
-    ids, token = [], None
+def every_run(client: MlflowClient, experiment_id: str, query: str, page_size: int = 1000) -> list:
+    """Every run of the experiment that ``query`` finds, page by page (one search returns at most 1,000)."""
+    runs, token = [], None
     while True:
-        page = client.search_runs([experiment_id], filter_string=query, page_token=token)
-        ids += [run.info.run_id for run in page]
+        page = client.search_runs([experiment_id], filter_string=query, max_results=page_size, page_token=token)
+        runs += page
         token = page.token
         if not token:
-            return ids
+            return runs
 
 
 def _artifact_root(uri: str) -> str | None:

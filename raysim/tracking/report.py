@@ -17,7 +17,7 @@ import numpy as np
 from mlflow.tracking import MlflowClient
 
 from raysim.core.errors import ConfigError
-from raysim.tracking.mlflow import COMPARE, KIND, SWEEP, summary_key
+from raysim.tracking.mlflow import COMPARE, KIND, SWEEP, every_run, summary_key
 from raysim.tracking.plots import plot_compared_curves, plot_global_vs_worst
 
 COLUMNS = (
@@ -48,7 +48,7 @@ def collect(uri: str, experiment: str, parent_run_id: str | None = None) -> list
     query = "attributes.status = 'FINISHED'"
     if parent_run_id:
         query += f" and tags.`mlflow.parentRunId` = '{parent_run_id}'"
-    found_runs = client.search_runs([found.experiment_id], filter_string=query)
+    found_runs = every_run(client, found.experiment_id, query)
     runs = [r for r in found_runs if r.data.tags.get(KIND) not in (SWEEP, COMPARE)]
     out = []
     for run in runs:

@@ -1,11 +1,12 @@
 """Ending what a stopped sweep or comparison left behind (:func:`end_running`): its runs still RUNNING, and those
-that failed on their way out after the stop, end KILLED; a run that failed before the stop stays FAILED."""
+that failed on their way out after the stop, end KILLED; a run that failed before the stop stays FAILED. Searches
+follow every page (:func:`every_run`)."""
 
 from __future__ import annotations
 
 from mlflow.tracking import MlflowClient
 
-from raysim.tracking.mlflow import end_running
+from raysim.tracking.mlflow import end_running, every_run
 
 STOP_MS = 1_800_000_000_000  # the stop's moment (epoch ms)
 
@@ -57,3 +58,13 @@ def test_without_a_stop_moment_only_running_runs_end_killed(tracking_uri):
 def test_an_experiment_not_in_the_store_leaves_nothing_to_end(tracking_uri):
     end_running(tracking_uri, "never-created", "raysim.sweep", "s", failed_since=0.0)
     assert MlflowClient(tracking_uri).get_experiment_by_name("never-created") is None
+
+
+def test_every_run_follows_the_pages_of_a_search(tracking_uri):
+    """A search returns one page (at most 1,000 runs); the runs past it are found too, each once."""
+    client = MlflowClient(tracking_uri)
+    experiment = client.create_experiment("sweep")
+    ids = {client.create_run(experiment, tags={"raysim.sweep": "s"}).info.run_id for _ in range(5)}
+    client.create_run(experiment, tags={"raysim.sweep": "t"})
+    found = [run.info.run_id for run in every_run(client, experiment, "tags.`raysim.sweep` = 's'", page_size=2)]
+    assert len(found) == 5 and set(found) == ids
