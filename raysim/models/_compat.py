@@ -40,8 +40,10 @@ def ensure_torchvision() -> None:
     except RuntimeError as error:
         if "torchvision::" not in str(error):
             raise
-    for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
-        del sys.modules[name]
+    # a snapshot (copied in one C call): another thread may import meanwhile (the set-up thread builds the model
+    # while Ray starts on the main one)
+    for name in [m for m in list(sys.modules) if m == "torchvision" or m.startswith("torchvision.")]:
+        sys.modules.pop(name, None)
     import torch
 
     _shim_library = torch.library.Library("torchvision", "FRAGMENT")
