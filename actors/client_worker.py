@@ -30,13 +30,17 @@ class ClientWorker(ClientRuntime):
     def model_setup(self, rows, threads: int):
         """:func:`~raysim.engine.model_setup.model_setup` for this worker's config (the numbers of a build in the
         driver, bit for bit), with ``threads`` torch threads (the CPUs the pool holds on this node: the other workers
-        there build their models meanwhile, then wait for round 1), its own after."""
+        there build their models meanwhile, then wait for round 1), its own after. It runs on this worker's model, not
+        a second build (one model on the device, even during the pass), unless the model is split: a split method's
+        set-up needs the server's blocks, which this model gave up."""
         self.ready()
         config, num_classes = self._setup_args
         torch.set_num_threads(threads)
+        own = self.model.cpu() if self.remote is None else None
         try:
-            return model_setup(config, num_classes, rows)
+            return model_setup(config, num_classes, rows, own)
         finally:
+            self.model.to(self.device)
             torch.set_num_threads(config.resources.torch_threads)
 
     def assigned_resources(self) -> dict:

@@ -20,15 +20,18 @@ from raysim.engine.precision import autocast, full_width
 
 
 def model_setup(
-    config: Config, num_classes: int, rows: ShardStore | None
+    config: Config, num_classes: int, rows: ShardStore | None, model=None
 ) -> tuple[object, GlobalState, dict[str, np.ndarray]]:
     """Build the model once: the method's options resolved on it, its initial global state, and the values the method
     caches for each of ``rows``' images (None: it caches none), in one batched pass (:func:`features_here`). The
-    shards, not their image block, travel to a worker: a block in a file pickles as its path."""
-    from raysim.models.factory import build_model  # the model code: only in the process that builds the model
-
+    shards, not their image block, travel to a worker: a block in a file pickles as its path. ``model``: one already
+    built from ``config``, whole and untrained, on the CPU (the first worker's own), used instead of a new build; it
+    is left on the CPU."""
     method = get_method(config.method).cls(config)
-    model = build_model(config, method, num_classes)
+    if model is None:
+        from raysim.models.factory import build_model  # the model code: only in the process that builds the model
+
+        model = build_model(config, method, num_classes)
     options = config.options
     if isinstance(method, ResolvesOptions):
         options = method.resolved_options(len(model.vit.blocks))

@@ -47,6 +47,37 @@ def test_on_ray_the_first_worker_builds_what_the_driver_would(method, ray_sessio
         np.testing.assert_array_equal(in_worker.features[name], values)
 
 
+def count_builds(ray, worker) -> None:
+    """From now on, the worker's process counts the models it builds (``builds`` on the worker)."""
+
+    def install(runtime):
+        from raysim.models import factory
+
+        build, runtime.builds = factory.build_model, 0
+
+        def counted(*args, **kwargs):
+            runtime.builds += 1
+            return build(*args, **kwargs)
+
+        factory.build_model = counted
+
+    ray.get(worker.__ray_call__.remote(install))
+
+
+@pytest.mark.parametrize("method, builds", [("sgpt", 0), ("fedv", 1)])
+def test_the_first_worker_sets_up_on_its_own_model_unless_it_is_split(method, builds, ray_session):
+    """No second model in the first worker (a second copy of ViT-B on a shared GPU), but for split learning, whose
+    worker gave the server's blocks up; the worker's model is back on its device and trains after."""
+    config = build_config(method, [NANO, {"resources": {"backend": "ray", "cpus_per_client": 0.5}}])
+    with PoolReservation(config) as reservation:
+        first = reservation.start(setup.resolved(config), 10).actors[0]  # the set-up's pool, started before it
+        count_builds(ray_session, first)
+        prepared(config, reservation=reservation)
+        assert ray_session.get(first.__ray_call__.remote(lambda runtime: runtime.builds)) == builds
+        where = first.__ray_call__.remote(lambda runtime: {p.device.type for p in runtime.model.parameters()})
+        assert ray_session.get(where) == {"cpu"}
+
+
 def test_a_bad_weights_file_is_the_same_one_line_error_from_the_first_worker(ray_session, tmp_path):
     path = tmp_path / "weights.safetensors"
     path.write_bytes(b"not safetensors")
