@@ -17,8 +17,8 @@ import ray
 
 from raysim.config import DataConfig
 from raysim.data.sources import load_dataset
+from raysim.engine.pretrain import linear_probe
 from raysim.models.backbones import DEFAULT_BACKBONE, build_backbone
-from raysim.models.pretrain import linear_probe
 
 
 def main() -> None:

@@ -46,8 +46,8 @@ def measure() -> None:
     import torch
 
     from raysim.config import build_config
+    from raysim.core.precision import autocast
     from raysim.core.registry import get_method
-    from raysim.engine.precision import autocast
     from raysim.models.factory import build_model
 
     torch.set_num_threads(1)
@@ -175,8 +175,8 @@ def _verdict(mean: float, half: float) -> str:
 def accuracy(argv: list[str]) -> None:
     """fp32 against bf16 autocast, per setting and method, paired over seeds; one markdown row each as it finishes."""
     from raysim.core.errors import ConfigError
+    from raysim.core.precision import native_bf16_cpu
     from raysim.core.registry import METHODS, get_method
-    from raysim.engine.precision import native_bf16_cpu
     from raysim.tracking.comparison import interval, paired
     from raysim.tracking.provenance import cpu_model
 
@@ -228,7 +228,7 @@ def main() -> None:
     if "--accuracy" in sys.argv:
         accuracy(sys.argv[1:])
         return
-    from raysim.engine.precision import native_bf16_cpu
+    from raysim.core.precision import native_bf16_cpu
 
     print(f"this CPU: native bf16 {'yes' if native_bf16_cpu() else 'no'}")
     for label, extra in (("as this machine runs", {}), ("oneDNN limited to AVX2 (no native bf16)", AVX2)):

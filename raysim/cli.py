@@ -324,8 +324,8 @@ def pretrain(out, **recipe_fields):
     """Pretrain the offline backbone on glyphs of scripts no benchmark uses (the shipped weights' recipe)."""
     from rich.console import Console
 
-    from raysim.engine.precision import native_bf16_cpu
-    from raysim.models.pretrain import pretrain as run_pretrain
+    from raysim.core.precision import native_bf16_cpu
+    from raysim.engine.pretrain import pretrain as run_pretrain
 
     recipe = PretrainRecipe(**recipe_fields)
     command = recipe.command(out)

@@ -91,6 +91,42 @@ def within(module: str, prefixes) -> bool:
     return any(module == p or module.startswith(p + ".") for p in prefixes)
 
 
+# docs/architecture.md's layers, lowest first: a module imports only from its own layer and those before it
+LAYERS = (
+    (  # nothing of raysim's but each other: every layer may use them
+        "raysim.core.errors",
+        "raysim.core.seeding",
+        "raysim.core.prompts",
+        "raysim.core.preprocess",
+        "raysim.core.named",
+        "raysim.core.precision",
+        "raysim.core.ray_start",
+    ),
+    ("raysim.ops",),
+    ("raysim.systems",),
+    ("raysim.data",),
+    ("raysim.models",),
+    ("raysim.core",),  # the protocol, messages, training loops, the methods' registry
+    ("raysim.config",),
+    ("raysim.tracking",),
+    ("raysim.algorithms",),
+    ("raysim.engine", "raysim.actors"),
+    ("raysim.testing",),
+    ("raysim.sweep",),
+    ("raysim.cli", "raysim"),
+)
+
+
+def layer_of(module: str) -> int:
+    """The index in :data:`LAYERS` of the longest prefix that names ``module``."""
+    return max((len(p), index) for index, prefixes in enumerate(LAYERS) for p in prefixes if within(module, [p]))[1]
+
+
+def test_each_layer_imports_only_its_own_and_those_before_it():
+    offenders = {name: sorted(t for t in targets if layer_of(t) > layer_of(name)) for name, targets in GRAPH.items()}
+    assert not {name: above for name, above in offenders.items() if above}
+
+
 def third_party(path: Path) -> set[str]:
     out = set()
     for node in ast.walk(ast.parse(path.read_text())):

@@ -21,7 +21,7 @@ from raysim.systems.distributions import parse_distribution
 from raysim.systems.tiers import parse_tiers
 
 DEFAULT_TRACKING_DIR = "raysim-runs"
-PRECISIONS = ("auto", "fp32", "bf16")  # client compute; auto is resolved by the driver (raysim.engine.precision)
+PRECISIONS = ("auto", "fp32", "bf16")  # client compute; auto is resolved by the driver (raysim.core.precision)
 BAD_UPDATE_POLICIES = ("reject", "fail")
 STRAGGLER_POLICIES = ("drop", "wait", "partial")
 

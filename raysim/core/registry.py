@@ -1,56 +1,15 @@
-"""Registries by name (timm's pattern): methods, data sources, partitioners and backbones all use :class:`Registry`.
-
-A registry may name the module whose import fills it (``load=``): the first lookup imports it, so listing the
-methods needs no import of them beforehand and no module imports ``raysim.algorithms`` by name.
-"""
+"""The methods by name (:data:`METHODS`, a :class:`~raysim.core.named.Registry` filled by importing
+``raysim.algorithms`` on the first lookup), what is known of each (:class:`MethodInfo`) and :func:`register`."""
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any
 
-from raysim.core.errors import ConfigError, unknown_name
-
-T = TypeVar("T")
+from raysim.core.errors import ConfigError
+from raysim.core.named import Registry
 
 FAMILIES = ("global", "personalised", "fairness", "domain", "split", "group prompts")
-
-
-class Registry(Generic[T]):
-    """Named entries of one kind; unknown names raise a one-line error listing the valid ones."""
-
-    def __init__(self, kind: str, load: str | None = None):
-        self.kind, self._load, self._entries = kind, load, {}
-
-    def add(self, name: str, entry: T) -> T:
-        if name in self._entries:
-            raise ValueError(f"{self.kind} {name!r} is registered twice")
-        self._entries[name] = entry
-        return entry
-
-    def _loaded(self) -> dict[str, T]:
-        if self._load is not None:
-            importlib.import_module(self._load)
-        return self._entries
-
-    def get(self, name: str) -> T:
-        entries = self._loaded()
-        if name not in entries:
-            raise unknown_name(self.kind, name, entries)
-        return entries[name]
-
-    __getitem__ = get
-
-    def __contains__(self, name: str) -> bool:
-        return name in self._loaded()
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(sorted(self._loaded()))
-
-    def items(self) -> list[tuple[str, T]]:
-        return sorted(self._loaded().items())
 
 
 @dataclass(frozen=True)

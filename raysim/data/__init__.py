@@ -1,6 +1,7 @@
 """Data sources, partitioners and client shards. Importing the package registers every source by name.
 
-Imports: core only (and the libraries that read and render data).
+Imports: the base of core (errors, the name registry, Ray's start), ops and systems (and the libraries that read
+and render data).
 """
 
 from raysim.data.glyphs import GLYPH_SOURCES

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from raysim.core.errors import ConfigError
-from raysim.core.registry import Registry
+from raysim.core.named import Registry
 
 _MAX_REDRAWS = 100
 

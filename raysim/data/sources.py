@@ -26,8 +26,8 @@ import numpy as np
 import pyarrow as pa
 
 from raysim.core.errors import ConfigError
+from raysim.core.named import Registry
 from raysim.core.ray_start import wait_for_ray
-from raysim.core.registry import Registry
 from raysim.data import decode_cache
 from raysim.data.npy_file import write_npy
 from raysim.data.shards import DatasetInfo

@@ -1,5 +1,7 @@
 """The engine: the round loop (:mod:`.simulation`), where client work runs (:mod:`.executors`, :mod:`.client`),
-precision, round callbacks, Ray sessions and pools, and the driver (:mod:`.driver`, whose ``run`` is the entry point).
+round callbacks, Ray sessions and pools, the driver (:mod:`.driver`, whose ``run`` is the entry point), and the
+offline backbone's pretraining (:mod:`.pretrain`).
 
-Imports: everything below it (core, ops, data, models, config, tracking) and ``raysim.actors``.
+Imports: everything below it (core, ops, systems, data, models, config, tracking, the methods) and
+``raysim.actors``.
 """

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from raysim.core.messages import Broadcast, ClientUpdate, Tensors
+from raysim.core.precision import autocast, full_width
 from raysim.core.protocol import ClientContext, Personalised, SplitLearning
 from raysim.core.registry import get_method
 from raysim.core.seeding import Purpose, derive_seed
@@ -19,7 +20,6 @@ from raysim.core.training import EVAL_BATCH, correct_per_row
 from raysim.data.shards import ClientData, ShardStore
 from raysim.engine.capacity import sent_rows, tier_rows
 from raysim.engine.cohort import cohort_training, train_cohort
-from raysim.engine.precision import autocast, full_width
 from raysim.systems.tiers import ALL
 
 # (client id, per-client instructions, client state[, work share[, capacity tier]]): a straggler's partial round has

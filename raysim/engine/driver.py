@@ -28,6 +28,7 @@ from raysim.actors.proxy import ActorProxy
 from raysim.config import Config, dump_yaml
 from raysim.core.errors import RunInterrupted, SimulationLost
 from raysim.core.messages import GlobalState
+from raysim.core.precision import native_bf16_cpu
 from raysim.core.protocol import Diagnostics
 from raysim.core.registry import get_method
 from raysim.data.partition_plot import partition_summary, plot_partition
@@ -42,7 +43,6 @@ from raysim.engine.callbacks import (
     StopOnCtrlC,
 )
 from raysim.engine.executors import Pool
-from raysim.engine.precision import native_bf16_cpu
 from raysim.engine.ray_session import PoolReservation, connect_ray_during
 from raysim.engine.setup import initial_state, prepare_shards, resolved
 from raysim.engine.simulation import Simulation

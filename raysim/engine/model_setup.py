@@ -10,13 +10,13 @@ import torch
 from raysim.config import Config
 from raysim.core import seeding
 from raysim.core.messages import GlobalState
+from raysim.core.precision import autocast, full_width
 from raysim.core.protocol import CachesRowFeatures, ResolvesOptions
 from raysim.core.registry import get_method
 from raysim.core.seeding import Init, Purpose
 from raysim.core.training import EVAL_BATCH, model_inputs
 from raysim.data.npy_file import read_through
 from raysim.data.shards import ShardStore
-from raysim.engine.precision import autocast, full_width
 
 
 def model_setup(

@@ -14,6 +14,7 @@ from raysim.config import Config
 from raysim.core import seeding
 from raysim.core.errors import ConfigError
 from raysim.core.messages import GlobalState
+from raysim.core.precision import resolve
 from raysim.core.protocol import CachesRowFeatures
 from raysim.core.ray_start import wait_for_ray
 from raysim.core.registry import get_method, require_tiers
@@ -23,7 +24,6 @@ from raysim.data.shards import ShardStore, build_shards
 from raysim.data.sources import cache_dir, load_dataset
 from raysim.engine.cohort import resolve_cohort
 from raysim.engine.model_setup import model_setup
-from raysim.engine.precision import resolve
 from raysim.engine.ray_session import PoolReservation
 from raysim.systems.profiles import draw_profiles
 
@@ -32,7 +32,7 @@ THREADS_ENV = "RAYSIM_TORCH_THREADS"  # torch threads per client worker when res
 
 def resolved(config: Config) -> Config:
     """``config`` with what depends on the machine made concrete, once, on the driver, before the run starts (and
-    recorded with it): ``train.precision=auto`` (:func:`raysim.engine.precision.resolve`), ``train.cohort=auto``
+    recorded with it): ``train.precision=auto`` (:func:`raysim.core.precision.resolve`), ``train.cohort=auto``
     (:func:`raysim.engine.cohort.resolve_cohort`) and ``resources.threads=0`` (``$RAYSIM_TORCH_THREADS``, else the
     worker's CPUs, at least 1). Every worker then computes alike."""
     info = get_method(config.method)

@@ -18,7 +18,7 @@ from timm.models import build_model_with_cfg, generate_default_cfgs, get_pretrai
 from timm.models.vision_transformer import VisionTransformer
 
 from raysim.core.errors import ConfigError, unknown_name
-from raysim.core.registry import Registry
+from raysim.core.named import Registry
 
 # timm's register_model appends each registered name to __all__ (creating it if absent), so declare it.
 __all__ = [

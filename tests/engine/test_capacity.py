@@ -9,9 +9,9 @@ import torch
 
 from raysim.config import build_config
 from raysim.core.messages import Broadcast
+from raysim.core.precision import autocast
 from raysim.engine.capacity import tier_rows
 from raysim.engine.client import ClientRuntime
-from raysim.engine.precision import autocast
 from raysim.ops.aggregate import tensor_bytes
 from raysim.ops.metrics import TIMING_KEYS
 from raysim.testing.smoke import FAST, prepared, run_rounds

@@ -9,8 +9,8 @@ import torch
 from raysim.config import build_config
 from raysim.core.errors import ConfigError
 from raysim.core.messages import Broadcast
+from raysim.core.precision import AUTO_ENV, autocast, resolve
 from raysim.engine.client import ClientRuntime
-from raysim.engine.precision import AUTO_ENV, autocast, resolve
 from raysim.engine.setup import THREADS_ENV, resolved
 from raysim.testing.smoke import prepared
 

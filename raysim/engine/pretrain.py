@@ -25,9 +25,9 @@ from safetensors.torch import save_file
 
 from raysim.config.pretrain_recipe import PretrainRecipe
 from raysim.core.errors import ConfigError
+from raysim.core.precision import autocast
 from raysim.core.preprocess import to_model_input
 from raysim.data.glyphs import pretrain_corpus, renderer
-from raysim.engine.precision import autocast
 from raysim.models.backbones import build_backbone, input_spec
 
 HELD_OUT = 0.05

@@ -12,9 +12,9 @@ import torch
 
 from raysim.cli import main
 from raysim.core.errors import ConfigError
+from raysim.engine.pretrain import PretrainRecipe, pretrain, sha256_of
 from raysim.models import backbones
 from raysim.models.backbones import DEFAULT_BACKBONE, NANO_BACKBONE, build_backbone
-from raysim.models.pretrain import PretrainRecipe, pretrain, sha256_of
 
 TINY = PretrainRecipe(backbone=NANO_BACKBONE, per_class=3, epochs=1, batch_size=64, threads=1)
 
