@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import ray
 
+from raysim.actors.refusal import RefusesInOneLine
 from raysim.engine.simulation import Simulation
 
 
 @ray.remote(num_cpus=0)
-class Coordinator(Simulation):
-    """The Simulation under its role's name (``ray::Coordinator`` in the process list)."""
+class Coordinator(RefusesInOneLine, Simulation):
+    """The Simulation under its role's name (``ray::Coordinator`` in the process list); a ``ConfigError`` of its start
+    (split learning's server, building its blocks on another node) is raised by ``ready()``."""

@@ -1,13 +1,13 @@
 """The one proxy: calls an actor's methods and waits for them, so a handle reads like the object it stands for;
 a lost actor surfaces as :class:`~raysim.core.errors.SimulationLost`, which the driver answers by restarting the
-rounds from the last checkpoint."""
+rounds from the last checkpoint, and a :class:`~raysim.core.errors.ConfigError` the actor raised as itself."""
 
 from __future__ import annotations
 
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
-from raysim.core.errors import SimulationLost
+from raysim.core.errors import ConfigError, SimulationLost
 
 
 class ActorProxy:
@@ -27,6 +27,8 @@ class ActorProxy:
         except RayActorError as error:
             raise SimulationLost(f"{self.what} died ({type(error).__name__})") from None
         except RayTaskError as error:
+            if isinstance(error.cause, ConfigError):  # bad input seen by the actor: its one line, not Ray's traceback
+                raise error.cause from None
             if isinstance(error.cause, (RayActorError, SimulationLost)):
                 raise SimulationLost(
                     f"{self.what} lost a worker or service beyond Ray's retries ({type(error.cause).__name__})"

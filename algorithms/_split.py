@@ -61,18 +61,17 @@ class EncoderServer:
     def __init__(
         self, blocks: nn.ModuleList | ServerSegment, device: torch.device | None = None, threads: int | None = None
     ):
-        """``blocks``: the encoder, or the recipe it is built here from; ``device``: default the GPU this process was
-        given, else the CPU; ``threads``: torch's CPU threads in this process (as a client worker has, so the numbers
-        match the sequential run)."""
+        """``blocks``: the encoder, or the recipe it is built from by the first :meth:`load`; ``device``: default the
+        GPU this process was given, else the CPU; ``threads``: torch's CPU threads in this process (as a client
+        worker has, so the numbers match the sequential run)."""
         if threads:
             torch.set_num_threads(threads)
         from raysim.models.factory import pick_device  # timm: in the server, not where methods are looked up
 
-        if isinstance(blocks, ServerSegment):
-            blocks = blocks.build()
         self.device = device or pick_device()
-        self.blocks = blocks.to(self.device).eval()
-        self.blocks.requires_grad_(True)
+        self._segment, self.blocks = (blocks, None) if isinstance(blocks, ServerSegment) else (None, None)
+        if self._segment is None:
+            self._place(blocks)
         self._graphs: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
         self._kept: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._lock = threading.Lock()
@@ -172,8 +171,16 @@ class EncoderServer:
         """The encoder's weights as ``encoder.<block>.<name>`` (CPU copies, for checkpoints and the final state)."""
         return {PREFIX + name: p.detach().cpu().clone() for name, p in self.blocks.named_parameters()}
 
+    def _place(self, blocks: nn.ModuleList) -> None:
+        self.blocks = blocks.to(self.device).eval()
+        self.blocks.requires_grad_(True)
+
     def load(self, state: Tensors) -> None:
-        """Copy ``encoder.*`` tensors (as from :meth:`state`) into the encoder."""
+        """Copy ``encoder.*`` tensors (as from :meth:`state`) into the encoder; the first load of a server started from
+        its recipe builds the blocks, so a model the server's node cannot build (a weights file missing there) is
+        this call's :class:`~raysim.core.errors.ConfigError`, one line, not the death of the server's actor."""
+        if self.blocks is None:
+            self._place(self._segment.build())
         with torch.no_grad():
             for name, param in self.blocks.named_parameters():
                 param.copy_(state[PREFIX + name])

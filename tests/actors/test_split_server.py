@@ -1,15 +1,21 @@
-"""Split learning's server as a Ray actor: the in-process server's answers, and several clients' requests served
-at once."""
+"""Split learning's server as a Ray actor: the in-process server's answers, several clients' requests served at
+once, and a model its node cannot build refused in one line."""
 
 from __future__ import annotations
 
+import dataclasses
+
+import pytest
 import ray
 import torch
 
 from raysim.config import build_config
+from raysim.core.errors import ConfigError
 from raysim.core.protocol import split_encoder
+from raysim.engine.driver import make_simulation
 from raysim.engine.executors import Pool, start_server
 from raysim.testing.smoke import prepared
+from raysim.tracking.checkpoint import Checkpoint
 
 TINY = {
     "federation": {"clients": 4, "rounds": 1, "seed": 3},
@@ -35,3 +41,18 @@ def test_actor_answers_as_the_in_process_server_and_serves_clients_concurrently(
     compute_s, peak = remote.end_round()
     assert peak >= 2 and compute_s > 0
     ray.kill(remote.handle)
+
+
+def test_a_model_the_servers_node_cannot_build_is_one_line_through_the_coordinator(ray_session, tmp_path):
+    """The server builds its blocks where Ray places it. A weights file it cannot read there (on a cluster: a file
+    missing on that node only, after the first worker's set-up read it on its own) reaches the driver as the one-line
+    ConfigError of the coordinator's start, not as the server's and then the coordinator's deaths."""
+    config, initial, shards = prepared(build_config("fedv", [TINY]))
+    bad = tmp_path / "weights.safetensors"
+    bad.write_bytes(b"not safetensors")
+    there = dataclasses.replace(config, model=dataclasses.replace(config.model, weights=str(bad)))
+    start = Checkpoint("untracked", 0, there.to_dict(), initial, {}, "")
+    with pytest.raises(ConfigError) as refused:
+        make_simulation(there, shards, start, Pool(2, None))
+    assert type(refused.value) is ConfigError and "\n" not in str(refused.value)
+    assert str(refused.value).startswith(f"weights file {bad} is not a readable safetensors file")
