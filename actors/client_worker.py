@@ -7,16 +7,25 @@ from __future__ import annotations
 import ray
 import torch
 
-from raysim.actors.refusal import RefusesInOneLine
+from raysim.core.errors import ConfigError
 from raysim.engine.client import ClientRuntime
 from raysim.engine.model_setup import model_setup
 
 
 @ray.remote
-class ClientWorker(RefusesInOneLine, ClientRuntime):
+class ClientWorker(ClientRuntime):
     def __init__(self, config, num_classes: int):
-        self._setup_args = (config, num_classes)
-        super().__init__(config, num_classes)  # a ConfigError is kept for ready() and model_setup
+        self._setup_args, self._refused = (config, num_classes), None
+        try:
+            super().__init__(config, num_classes)
+        except ConfigError as error:  # bad input (a weights file, a prompt option): the first worker's model_setup
+            self._refused = error  # says it in one line; raised here, Ray would print the actor's creation traceback
+
+    def ready(self) -> bool:
+        """Returns once the model is built; raises what refused the build."""
+        if self._refused is not None:
+            raise self._refused
+        return True
 
     def model_setup(self, rows, threads: int):
         """:func:`~raysim.engine.model_setup.model_setup` for this worker's config (the numbers of a build in the

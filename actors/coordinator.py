@@ -5,11 +5,19 @@ from __future__ import annotations
 
 import ray
 
-from raysim.actors.refusal import RefusesInOneLine
 from raysim.engine.simulation import Simulation
 
 
 @ray.remote(num_cpus=0)
-class Coordinator(RefusesInOneLine, Simulation):
-    """The Simulation under its role's name (``ray::Coordinator`` in the process list); a ``ConfigError`` of its start
-    (split learning's server, building its blocks on another node) is raised by ``ready()``."""
+class Coordinator(Simulation):
+    """The Simulation under its role's name (``ray::Coordinator`` in the process list). Its process starts before the
+    run's state exists (:func:`~raysim.engine.driver.start_coordinator`), so it imports torch and the engine while the
+    pool's first worker builds the model; :meth:`begin` makes it the run's Simulation."""
+
+    def __init__(self):  # the Simulation's arguments come with begin
+        pass
+
+    def begin(self, *args) -> None:
+        """``Simulation(*args)`` here: the round loop's state and the executor (with split learning's server). A
+        ``ConfigError`` of that start reaches the driver as itself, in one line (``ActorProxy``)."""
+        Simulation.__init__(self, *args)

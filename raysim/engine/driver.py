@@ -30,6 +30,7 @@ from raysim.core.errors import RunInterrupted, SimulationLost
 from raysim.core.messages import GlobalState
 from raysim.core.precision import native_bf16_cpu
 from raysim.core.protocol import Diagnostics
+from raysim.core.ray_start import wait_for_ray
 from raysim.core.registry import get_method
 from raysim.data.partition_plot import partition_summary, plot_partition
 from raysim.data.shards import ShardStore
@@ -69,25 +70,32 @@ class RunResult:
     records: list[dict] = field(default_factory=list)
 
 
+def start_coordinator():
+    """A Coordinator actor on this node (checkpoints it writes land where the driver reads them), before the run has
+    its state: its process imports torch and the engine meanwhile (while the pool's first worker builds the model,
+    in a run's set-up), and :func:`make_simulation` gives it the run."""
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    return Coordinator.options(scheduling_strategy=here).remote()
+
+
 def make_simulation(
     config: Config,
     shards: ShardStore | ray.ObjectRef,
     start: ckpt.Checkpoint,
     pool: Pool | None = None,
     callbacks: list[Callback] = (),
+    coordinator=None,
 ):
-    """A Simulation in this process (sequential backend, ``pool`` None) or a Coordinator actor on this node behind
-    a proxy (Ray): checkpoints it writes land where the driver reads them. ``shards``: the store, or (Ray) the
-    object :func:`shared` put it in."""
+    """A Simulation in this process (sequential backend, ``pool`` None) or, behind a proxy, in a Coordinator actor
+    on this node (Ray): ``coordinator``, one :func:`start_coordinator` started earlier, else a new one. ``shards``:
+    the store, or (Ray) the object :func:`shared` put it in."""
     callbacks = [MethodDiagnostics(), CommunicationTotals(), *callbacks]
     if pool is None:
         return Simulation(config, shards, start, None, callbacks)
     placed = shards if isinstance(shards, ray.ObjectRef) else ray.put(shards)
-    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-    actor = Coordinator.options(scheduling_strategy=here).remote(config, [placed], start, pool, callbacks)
-    coordinator = ActorProxy(actor, "the coordinator")
-    coordinator.ready()  # start-up (the pool's models) happens here, not in round 1
-    return coordinator
+    simulation = ActorProxy(coordinator or start_coordinator(), "the coordinator")
+    simulation.begin(config, [placed], start, pool, callbacks)  # start-up happens here, not in round 1
+    return simulation
 
 
 def stop(simulation, graceful: bool) -> None:
@@ -126,18 +134,19 @@ def drive(
     pool: Pool | None,
     run_folder: Path,
     callbacks: list[Callback],
+    coordinator=None,
 ) -> Outcome:
     """Rounds ``start.round + 1 .. config.federation.rounds`` with the driver's ``callbacks``; the simulation writes
-    checkpoints every ``checkpoint.every`` rounds, after the last and when a callback stops the run early."""
+    checkpoints every ``checkpoint.every`` rounds, after the last and when a callback stops the run early.
+    ``coordinator``: the one :func:`start_coordinator` started for the first simulation (a recovery starts anew)."""
     rounds = config.federation.rounds
     last_folder, last_round, failures, graceful = None, start.round, 0, False
 
-    def simulate(point: ckpt.Checkpoint):
-        return make_simulation(
-            config, shards, point, pool, [Checkpointing(run_folder, start.tracking_uri, point.client_files)]
-        )
+    def simulate(point: ckpt.Checkpoint, coordinator=None):
+        checkpointing = Checkpointing(run_folder, start.tracking_uri, point.client_files)
+        return make_simulation(config, shards, point, pool, [checkpointing], coordinator)
 
-    simulation = simulate(start)
+    simulation = simulate(start, coordinator)
     for callback in callbacks:
         callback.on_start(simulation)
     round, stopped = start.round + 1, False
@@ -211,7 +220,7 @@ def run(
     given, config = config, resolved(config)
     with PoolReservation(config) if config.resources.backend == "ray" else nullcontext() as reservation:
         set_up = partial(_set_up, config, shards, uri, reservation)
-        config, initial, shards, tracker = connect_ray_during(config.resources, set_up)
+        config, initial, shards, tracker, coordinator = connect_ray_during(config.resources, set_up)
         if resume is None:
             config = named(config)
         pool = reservation.start(config, shards.info.num_classes) if reservation is not None else None
@@ -242,7 +251,7 @@ def run(
                 done=start.round,
             ) as progress:
                 built_in = [MLflowLogger(tracker), ProgressBar(progress), StopOnCtrlC(progress.note)]
-                outcome = drive(config, placed, start, pool, run_folder, [*built_in, *callbacks])
+                outcome = drive(config, placed, start, pool, run_folder, [*built_in, *callbacks], coordinator)
             last = outcome.last
             if outcome.interrupted:
                 status = "KILLED"
@@ -265,14 +274,19 @@ def run(
 
 def _set_up(
     config: Config, shards: ShardStore | None, uri: str, reservation: PoolReservation | None
-) -> tuple[Config, GlobalState, ShardStore, Tracker]:
+) -> tuple[Config, GlobalState, ShardStore, Tracker, object]:
     """While Ray starts (``connect_ray_during``): the run's data (unless given), its initial state (with the cached
-    features; built in ``reservation``'s pool on the Ray backend), and then its tracker on the store ``uri``
-    (checked by :func:`check_store`), which MLflow opens (0.5-1 s; 1-1.7 s to create a new one) only once the data
-    and the weights were found good."""
+    features; built in ``reservation``'s pool on the Ray backend, while the coordinator's process starts), and then
+    its tracker on the store ``uri`` (checked by :func:`check_store`), which MLflow opens (0.5-1 s; 1-1.7 s to create
+    a new one) only once the data and the weights were found good. The coordinator is None on the sequential
+    backend; dropped on an error, Ray ends it."""
     shards = shards if shards is not None else prepare_shards(config)
+    coordinator = None
+    if reservation is not None:
+        wait_for_ray()
+        coordinator = start_coordinator()
     config, initial, shards = initial_state(config, shards, reservation)
-    return config, initial, shards, Tracker(uri)
+    return config, initial, shards, Tracker(uri), coordinator
 
 
 def named(config: Config) -> Config:

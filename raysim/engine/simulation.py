@@ -164,10 +164,6 @@ class Simulation:
         for callback in self.callbacks:
             callback.on_start(self)
 
-    def ready(self) -> bool:
-        """Returns once the pool is up (each worker has built its model)."""
-        return True
-
     @property
     def server(self):
         """Split learning's server (the service or a handle on it), or None."""
