@@ -269,6 +269,7 @@ def run(
             status = "KILLED"
             raise
         finally:
+            end_coordinator(coordinator)  # stopped with its rounds; here if they never began
             tracker.end(status)
 
 
@@ -279,14 +280,24 @@ def _set_up(
     features; built in ``reservation``'s pool on the Ray backend, while the coordinator's process starts), and then
     its tracker on the store ``uri`` (checked by :func:`check_store`), which MLflow opens (0.5-1 s; 1-1.7 s to create
     a new one) only once the data and the weights were found good. The coordinator is None on the sequential
-    backend; dropped on an error, Ray ends it."""
+    backend, and ended when the set-up fails."""
     shards = shards if shards is not None else prepare_shards(config)
     coordinator = None
     if reservation is not None:
         wait_for_ray()
         coordinator = start_coordinator()
-    config, initial, shards = initial_state(config, shards, reservation)
-    return config, initial, shards, Tracker(uri), coordinator
+    try:
+        config, initial, shards = initial_state(config, shards, reservation)
+        return config, initial, shards, Tracker(uri), coordinator
+    except BaseException:
+        end_coordinator(coordinator)
+        raise
+
+
+def end_coordinator(coordinator) -> None:
+    """Kill ``coordinator`` (an actor handle, or None); a coordinator already ended is left as it is."""
+    if coordinator is not None:
+        ray.kill(coordinator)
 
 
 def named(config: Config) -> Config:

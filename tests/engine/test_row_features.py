@@ -4,16 +4,19 @@ worker, so the driver imports no model code and keeps no CUDA context; no pass w
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 import torch
 
 from raysim.config import build_config
 from raysim.core.errors import ConfigError
+from raysim.engine import driver, setup
 from raysim.engine import model_setup as building
 from raysim.engine import ray_session as ray_session_module
-from raysim.engine import setup
 from raysim.engine.ray_session import PoolReservation
+from raysim.testing import chaos
 from raysim.testing.smoke import prepared
 
 NANO = {
@@ -86,6 +89,23 @@ def test_a_bad_weights_file_is_the_same_one_line_error_from_the_first_worker(ray
         prepared(config, reservation=reservation)
     assert type(refused.value) is ConfigError and "\n" not in str(refused.value)
     assert str(refused.value).startswith(f"weights file {path} is not a readable safetensors file")
+
+
+def test_a_run_refused_in_its_set_up_leaves_no_coordinator(ray_session, tmp_path):
+    """The coordinator's process starts while the first worker builds; a build that refuses the input ends it too
+    (held by the error's traceback, it would otherwise live as long as the error)."""
+    path = tmp_path / "weights.safetensors"
+    path.write_bytes(b"not safetensors")
+    store = {"tracking": {"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"}}
+    config = build_config("fedvpt", [NANO, store, {"resources": {"backend": "ray"}, "model": {"weights": str(path)}}])
+    before = set(chaos.actor_pids("Coordinator"))
+    with pytest.raises(ConfigError, match="is not a readable safetensors file"):
+        driver.run(config, show_progress=False)
+    deadline = time.monotonic() + 30
+    while set(chaos.actor_pids("Coordinator")) - before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not set(chaos.actor_pids("Coordinator")) - before
+    assert not (tmp_path / "mlflow.db").exists()
 
 
 @pytest.mark.parametrize("method", ["sgpt", "fgpt"])
