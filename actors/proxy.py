@@ -10,6 +10,17 @@ from ray.exceptions import RayActorError, RayTaskError
 from raysim.core.errors import ConfigError, SimulationLost
 
 
+def unwrapped(ref: ray.ObjectRef | list[ray.ObjectRef]):
+    """``ray.get(ref)`` (a list: its values); a :class:`~raysim.core.errors.ConfigError` the task raised (bad input
+    seen where it runs: a weights file, a prompt option) is raised as itself, one line, not in Ray's traceback."""
+    try:
+        return ray.get(ref)
+    except RayTaskError as error:
+        if isinstance(error.cause, ConfigError):
+            raise error.cause from None
+        raise
+
+
 class ActorProxy:
     """Every public method of the actor, as a blocking call."""
 
@@ -23,12 +34,10 @@ class ActorProxy:
 
     def call(self, name: str, *args):
         try:
-            return ray.get(getattr(self.handle, name).remote(*args))
+            return unwrapped(getattr(self.handle, name).remote(*args))
         except RayActorError as error:
             raise SimulationLost(f"{self.what} died ({type(error).__name__})") from None
         except RayTaskError as error:
-            if isinstance(error.cause, ConfigError):  # bad input seen by the actor: its one line, not Ray's traceback
-                raise error.cause from None
             if isinstance(error.cause, (RayActorError, SimulationLost)):
                 raise SimulationLost(
                     f"{self.what} lost a worker or service beyond Ray's retries ({type(error.cause).__name__})"

@@ -69,7 +69,8 @@ class EncoderServer:
         from raysim.models.factory import pick_device  # timm: in the server, not where methods are looked up
 
         self.device = device or pick_device()
-        self._segment, self.blocks = (blocks, None) if isinstance(blocks, ServerSegment) else (None, None)
+        self._segment = blocks if isinstance(blocks, ServerSegment) else None
+        self.blocks = None
         if self._segment is None:
             self._place(blocks)
         self._graphs: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}

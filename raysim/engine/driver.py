@@ -107,7 +107,7 @@ def stop(simulation, graceful: bool) -> None:
         if graceful:
             simulation.shutdown()
     finally:
-        ray.kill(simulation.handle)
+        end_coordinator(simulation.handle)
 
 
 @dataclass

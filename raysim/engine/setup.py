@@ -10,6 +10,7 @@ import os
 import numpy as np
 import ray
 
+from raysim.actors.proxy import unwrapped
 from raysim.config import Config
 from raysim.core import seeding
 from raysim.core.errors import ConfigError
@@ -120,21 +121,10 @@ def initial_state(
         wait_for_ray()
         workers = reservation.start(config, shards.info.num_classes).actors  # each builds its model now
         threads = max(res.torch_threads, int(reservation.cpus_beside_first_worker()))
-        options, initial, features = _unwrapped(workers[0].model_setup.remote(rows, threads))
-        _unwrapped([worker.ready.remote() for worker in workers])  # a build refused on another node, before the run
+        options, initial, features = unwrapped(workers[0].model_setup.remote(rows, threads))
+        unwrapped([worker.ready.remote() for worker in workers])  # a build refused on another node, before the run
     elif res.backend == "ray" and res.gpus_per_client and rows is not None:
         raise ValueError("the cached-feature pass of a run whose clients train on GPUs needs its PoolReservation")
     else:
         options, initial, features = model_setup(config, shards.info.num_classes, rows)
     return dataclasses.replace(config, options=options), initial, dataclasses.replace(shards, features=features)
-
-
-def _unwrapped(ref: ray.ObjectRef | list[ray.ObjectRef]):
-    """``ref``'s value (or the values of a list); a bad weights file's one-line :class:`ConfigError` is raised as
-    itself, not in Ray's traceback."""
-    try:
-        return ray.get(ref)
-    except ray.exceptions.RayTaskError as error:
-        if isinstance(error.cause, ConfigError):
-            raise error.cause from None
-        raise
