@@ -19,7 +19,6 @@ from raysim.testing import chaos
 BASE = {
     "federation": {"clients": 8, "rounds": 4, "participation": 1.0, "seed": 5, "eval_every": 1},
     "data": {"dataset": "synthetic", "partition": "dirichlet"},
-    "train": {"local_epochs": 2},
     "model": {"backbone": "raysim_vit_nano_p4_16", "pretrained": False},
     "resources": {"workers": 2, "cpus_per_client": 0.5},
 }
