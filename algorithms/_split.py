@@ -176,12 +176,17 @@ class EncoderServer:
         self.blocks = blocks.to(self.device).eval()
         self.blocks.requires_grad_(True)
 
-    def load(self, state: Tensors) -> None:
-        """Copy ``encoder.*`` tensors (as from :meth:`state`) into the encoder; the first load of a server started from
-        its recipe builds the blocks, so a model the server's node cannot build (a weights file missing there) is
-        this call's :class:`~raysim.core.errors.ConfigError`, one line, not the death of the server's actor."""
+    def build(self) -> None:
+        """Build the blocks of a server started from their recipe (once): a model the server's node cannot build (a
+        weights file missing there) is this call's :class:`~raysim.core.errors.ConfigError`, one line, not the death
+        of the server's actor."""
         if self.blocks is None:
             self._place(self._segment.build())
+
+    def load(self, state: Tensors) -> None:
+        """Copy ``encoder.*`` tensors (as from :meth:`state`) into the encoder (built first if :meth:`build` was not
+        called)."""
+        self.build()
         with torch.no_grad():
             for name, param in self.blocks.named_parameters():
                 param.copy_(state[PREFIX + name])

@@ -149,10 +149,10 @@ def split_encoder(server_state: Tensors) -> tuple[Tensors, Tensors]:
 class SplitLearning:
     """The model is cut: the server runs blocks ``server_segment`` as a service the engine starts (FedV/FedVZ).
 
-    The engine starts ``server_class(segment)`` in this process (sequential backend) or as a Ray actor, where it
-    takes the blocks out of the model every worker builds (``algorithms._split.ServerSegment``), and loads them
-    with the ``encoder.*`` tensors of the global state's ``server`` part; the method gets a handle with the same
-    interface either way.
+    The engine starts ``server_class(segment)`` in this process (sequential backend) or as a Ray actor (during the
+    run's set-up, before the run exists), which ``build()``s its blocks out of the model every worker builds
+    (``algorithms._split.ServerSegment``) and ``load()``s them with the ``encoder.*`` tensors of the global state's
+    ``server`` part; the method gets a handle with the same interface either way.
     """
 
     server_class: ClassVar[type]

@@ -24,7 +24,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from safetensors.torch import save_file
 
 from raysim.actors.coordinator import Coordinator
-from raysim.actors.proxy import ActorProxy
+from raysim.actors.proxy import ActorProxy, unwrapped
 from raysim.config import Config, dump_yaml
 from raysim.core.errors import RunInterrupted, SimulationLost
 from raysim.core.messages import GlobalState
@@ -279,8 +279,9 @@ def _set_up(
     """While Ray starts (``connect_ray_during``): the run's data (unless given), its initial state (with the cached
     features; built in ``reservation``'s pool on the Ray backend, while the coordinator's process starts), and then
     its tracker on the store ``uri`` (checked by :func:`check_store`), which MLflow opens (0.5-1 s; 1-1.7 s to create
-    a new one) only once the data and the weights were found good. The coordinator is None on the sequential
-    backend, and ended when the set-up fails."""
+    a new one) only once the data and the weights were found good (split learning's server, which the coordinator
+    starts, built its blocks too). The coordinator is None on the sequential backend, and ended when the set-up
+    fails."""
     shards = shards if shards is not None else prepare_shards(config)
     coordinator = None
     if reservation is not None:
@@ -288,6 +289,9 @@ def _set_up(
         coordinator = start_coordinator()
     try:
         config, initial, shards = initial_state(config, shards, reservation)
+        if coordinator is not None and get_method(config.method).split_learning:
+            pool = reservation.start(config, shards.info.num_classes)  # the pool the set-up started
+            unwrapped(coordinator.start_server.remote(config, shards.info.num_classes, pool))
         return config, initial, shards, Tracker(uri), coordinator
     except BaseException:
         end_coordinator(coordinator)

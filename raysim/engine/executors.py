@@ -109,10 +109,10 @@ class RayExecutor:
         pass  # the workers are the pool's: released with it (raysim.engine.ray_session.PoolReservation)
 
 
-def start_server(config, num_classes: int, encoder: Tensors, pool: Pool | None):
-    """Split learning's server, holding the ``encoder.*`` weights: in this process for the sequential backend, else
-    a Ray actor serving every worker at once (``resources.server_cpus``/``server_gpus``) behind a proxy. The server
-    builds its blocks (:class:`~raysim.algorithms._split.ServerSegment`): the model code stays out of this process."""
+def start_server(config, num_classes: int, pool: Pool | None):
+    """Split learning's server, its blocks built (:class:`~raysim.algorithms._split.ServerSegment`: the model code
+    stays out of this process) but not yet loaded: in this process for the sequential backend, else a Ray actor
+    serving every worker at once (``resources.server_cpus``/``server_gpus``) behind a proxy."""
     from raysim.algorithms._split import ServerSegment
 
     segment = ServerSegment(config, num_classes)
@@ -125,14 +125,17 @@ def start_server(config, num_classes: int, encoder: Tensors, pool: Pool | None):
             num_cpus=res.server_cpus, num_gpus=res.server_gpus, max_concurrency=pool.workers + 2
         )
         server = ActorProxy(actor.remote(segment, None, res.torch_threads), "the split-learning server")
-    server.load(encoder)
+    server.build()
     return server
 
 
-def start_executor(config, shards, shards_ref, pool: Pool | None, encoder: Tensors):
-    """The executor for ``config``'s backend, with split learning's server when the method asks for one."""
-    is_split = get_method(config.method).split_learning
-    server = start_server(config, shards.info.num_classes, encoder, pool) if is_split else None
+def start_executor(config, shards, shards_ref, pool: Pool | None, encoder: Tensors, server=None):
+    """The executor for ``config``'s backend, with split learning's server when the method asks for one: ``server``,
+    one :func:`start_server` started (the coordinator's, from the run's set-up), else a new one; loaded with
+    ``encoder``."""
+    if get_method(config.method).split_learning:
+        server = server or start_server(config, shards.info.num_classes, pool)
+        server.load(encoder)
     if pool is None:
         return SequentialExecutor(config, shards, server)
     return RayExecutor(config, shards, shards_ref, pool, server)

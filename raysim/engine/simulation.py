@@ -132,7 +132,15 @@ def evaluated_clients(fed, seen: list[int], unseen: list[int]) -> tuple[list[int
 class Simulation:
     """The coordinator: global state, client states, client sampling, the round loop, and the state's callbacks."""
 
-    def __init__(self, config, shards, start: Checkpoint, pool: Pool | None = None, callbacks: list[Callback] = ()):
+    def __init__(
+        self,
+        config,
+        shards,
+        start: Checkpoint,
+        pool: Pool | None = None,
+        callbacks: list[Callback] = (),
+        server=None,
+    ):
         """
         Args:
             shards: the :class:`~raysim.data.shards.ShardStore`, or ``[ObjectRef]`` of it for the Ray backend (boxed,
@@ -140,6 +148,8 @@ class Simulation:
             start: where the run stands: round 0 for a new run, a checkpoint's round to resume or recover.
             pool: the Ray worker pool and its reservation; None runs every client in this process.
             callbacks: run around each round, here, with this simulation (checkpoints, diagnostics).
+            server: split learning's server, already started (:func:`~raysim.engine.executors.start_server`; the
+                coordinator's, from the run's set-up); None starts one here when the method is split.
         """
         self.config = config
         self.method = get_method(config.method).cls(config)
@@ -147,7 +157,7 @@ class Simulation:
         self.shards = ray.get(shards_ref) if shards_ref is not None else shards
         encoder, server_state = split_encoder(start.state.server)
         self.state = GlobalState(start.state.params, server_state)
-        self.executor = start_executor(config, self.shards, shards_ref, pool, encoder)
+        self.executor = start_executor(config, self.shards, shards_ref, pool, encoder, server)
         self.updates: list[ClientUpdate] = []  # the last round's screened updates, for the callbacks here
         self.clients = ClientStates(start.client_states)
         self.run_id, self.round = start.run_id, start.round

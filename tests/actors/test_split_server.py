@@ -9,11 +9,15 @@ import pytest
 import ray
 import torch
 
+from raysim.actors.proxy import unwrapped
 from raysim.config import build_config
 from raysim.core.errors import ConfigError
 from raysim.core.protocol import split_encoder
-from raysim.engine.driver import make_simulation
+from raysim.engine import driver
+from raysim.engine.driver import end_coordinator, start_coordinator
 from raysim.engine.executors import Pool, start_server
+from raysim.engine.ray_session import PoolReservation
+from raysim.engine.setup import resolved
 from raysim.testing.smoke import prepared
 from raysim.tracking.checkpoint import Checkpoint
 
@@ -28,8 +32,10 @@ def test_actor_answers_as_the_in_process_server_and_serves_clients_concurrently(
     config = build_config("fedvz", [TINY])
     config, initial, shards = prepared(config)
     encoder, _ = split_encoder(initial.server)
-    local = start_server(config, shards.info.num_classes, encoder, None)
-    remote = start_server(config, shards.info.num_classes, encoder, Pool(2, None))
+    local = start_server(config, shards.info.num_classes, None)
+    remote = start_server(config, shards.info.num_classes, Pool(2, None))
+    local.load(encoder)
+    remote.load(encoder)
     h = torch.randn(512, 17, 64, generator=torch.Generator().manual_seed(0))
     assert torch.equal(remote.forward(None, h)[0], local.forward(None, h)[0])
     assert all(torch.equal(a, b) for a, b in zip(remote.perturbed(h, 5, 1e-3)[:2], local.perturbed(h, 5, 1e-3)[:2]))
@@ -44,15 +50,39 @@ def test_actor_answers_as_the_in_process_server_and_serves_clients_concurrently(
 
 
 def test_a_model_the_servers_node_cannot_build_is_one_line_through_the_coordinator(ray_session, tmp_path):
-    """The server builds its blocks where Ray places it. A weights file it cannot read there (on a cluster: a file
-    missing on that node only, after the first worker's set-up read it on its own) reaches the driver as the one-line
-    ConfigError of the coordinator's start, not as the server's and then the coordinator's deaths."""
-    config, initial, shards = prepared(build_config("fedv", [TINY]))
+    """The server builds its blocks where Ray places it, started by the coordinator in the run's set-up. A weights
+    file it cannot read there (on a cluster: a file missing on that node only, after the first worker's set-up read
+    it on its own) reaches the driver as the one-line ConfigError of that start, not as the server's and then the
+    coordinator's deaths."""
+    config, _, shards = prepared(build_config("fedv", [TINY]))
     bad = tmp_path / "weights.safetensors"
     bad.write_bytes(b"not safetensors")
     there = dataclasses.replace(config, model=dataclasses.replace(config.model, weights=str(bad)))
-    start = Checkpoint("untracked", 0, there.to_dict(), initial, {}, "")
+    coordinator = start_coordinator()
     with pytest.raises(ConfigError) as refused:
-        make_simulation(there, shards, start, Pool(2, None))
+        unwrapped(coordinator.start_server.remote(there, shards.info.num_classes, Pool(2, None)))
+    end_coordinator(coordinator)
     assert type(refused.value) is ConfigError and "\n" not in str(refused.value)
     assert str(refused.value).startswith(f"weights file {bad} is not a readable safetensors file")
+
+
+def test_the_set_up_builds_the_server_before_the_run_exists_and_the_run_uses_it(ray_session, tmp_path):
+    """On Ray the coordinator starts split learning's server in the run's set-up, before the store and the run, so a
+    model the server cannot build refuses the input with nothing written (above); the rounds use that server."""
+    store = {"tracking": {"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"}}
+    pool = {"resources": {"backend": "ray", "workers": 1, "cpus_per_client": 0.5}}
+    config = resolved(build_config("fedv", [TINY, store, pool]))
+    with PoolReservation(config) as reservation:
+        config, initial, shards, _, coordinator = driver._set_up(
+            config, None, config.tracking.resolved_uri, reservation
+        )
+        try:
+            early = ray.get(coordinator.__ray_call__.remote(lambda actor: actor._early_server.handle))
+            start = Checkpoint("untracked", 0, config.to_dict(), initial, {}, "")
+            pool = reservation.start(config, shards.info.num_classes)
+            simulation = driver.make_simulation(config, shards, start, pool, coordinator=coordinator)
+            used = ray.get(coordinator.__ray_call__.remote(lambda actor: actor.server.handle))
+            assert used == early  # the same actor: no second server
+            simulation.run_round(1)
+        finally:
+            end_coordinator(coordinator)
