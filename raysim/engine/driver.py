@@ -50,7 +50,7 @@ from raysim.engine.simulation import Simulation
 from raysim.ops.metrics import summarise
 from raysim.tracking import checkpoint as ckpt
 from raysim.tracking import provenance
-from raysim.tracking.mlflow import TRAINABLE, Tracker, check_run, check_store, summary_metrics
+from raysim.tracking.mlflow import TRAINABLE, Tracker, check_run, check_store, import_store, summary_metrics
 from raysim.tracking.plots import plot_accuracy_curves, plot_client_accuracy, plot_type_accuracy, type_accuracy_table
 from raysim.tracking.progress import RoundProgress, print_summary
 
@@ -220,7 +220,9 @@ def run(
     given, config = config, resolved(config)
     with PoolReservation(config) if config.resources.backend == "ray" else nullcontext() as reservation:
         set_up = partial(_set_up, config, shards, uri, reservation)
-        config, initial, shards, tracker, coordinator = connect_ray_during(config.resources, set_up)
+        config, initial, shards, tracker, coordinator = connect_ray_during(
+            config.resources, set_up, meanwhile=partial(import_store, uri)
+        )
         if resume is None:
             config = named(config)
         pool = reservation.start(config, shards.info.num_classes) if reservation is not None else None

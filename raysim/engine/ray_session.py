@@ -98,10 +98,12 @@ def sources(package: Path) -> dict[str, bytes]:
     return found
 
 
-def connect_ray_during(resources, work: Callable[[], T]) -> T:
+def connect_ray_during(resources, work: Callable[[], T], meanwhile: Callable[[], None] | None = None) -> T:
     """:func:`connect_ray` on this thread while ``work`` (reading the data, building the initial state) runs on
     another; ``work``'s result, or its error once Ray is up. What in ``work`` needs Ray waits for it
     (:func:`raysim.core.ray_start.wait_for_ray`: Ray Data generating or decoding a data set, the one-machine check).
+    ``meanwhile`` runs on this thread once Ray is up, if ``work`` is still running (what ``work`` will need next and
+    that has no effect outside the process, such as an import).
 
     A local Ray takes about 3 s to start, the driver waiting for its daemons: the data and the initial state are
     ready in that time (1.7 s less start-up in ``bench/scale.py`` at 100 x 200 with a cold decode cache). Ray stays
@@ -120,6 +122,8 @@ def connect_ray_during(resources, work: Callable[[], T]) -> T:
     with starting_ray(thread):
         thread.start()
         connect_ray(resources)
+    if meanwhile is not None and thread.is_alive():
+        meanwhile()
     thread.join()
     if "error" in outcome:
         raise outcome["error"]

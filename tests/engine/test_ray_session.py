@@ -37,6 +37,23 @@ def test_the_setup_runs_on_another_thread_and_its_error_surfaces_on_the_callers(
         connect_ray_during(resources, bad)
 
 
+def test_meanwhile_runs_on_the_callers_thread_while_the_setup_still_runs(ray_session):
+    """What the run opens after its set-up (the store's modules) is imported on the caller's thread once Ray is up,
+    while the set-up waits for the model's build."""
+    resources = build_config("fedvpt", [FAST]).resources
+    waited, ran = threading.Event(), []
+
+    def work():
+        return waited.wait(timeout=30)  # the set-up ends only after meanwhile ran
+
+    def meanwhile():
+        ran.append(threading.current_thread())
+        waited.set()
+
+    assert connect_ray_during(resources, work, meanwhile) is True
+    assert ran == [threading.current_thread()]
+
+
 STARTS_RAY = """
 import time
 import ray
