@@ -59,9 +59,11 @@ def test_a_model_the_servers_node_cannot_build_is_one_line_through_the_coordinat
     bad.write_bytes(b"not safetensors")
     there = dataclasses.replace(config, model=dataclasses.replace(config.model, weights=str(bad)))
     coordinator = start_coordinator()
-    with pytest.raises(ConfigError) as refused:
-        unwrapped(coordinator.start_server.remote(there, shards.info.num_classes, Pool(2, None)))
-    end_coordinator(coordinator)
+    try:
+        with pytest.raises(ConfigError) as refused:
+            unwrapped(coordinator.start_server.remote(there, shards.info.num_classes, Pool(2, None)))
+    finally:
+        end_coordinator(coordinator)
     assert type(refused.value) is ConfigError and "\n" not in str(refused.value)
     assert str(refused.value).startswith(f"weights file {bad} is not a readable safetensors file")
 
