@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ray
 
-from raysim.engine.executors import Pool, start_server
+from raysim.engine import executors
 from raysim.engine.simulation import Simulation
 
 
@@ -18,11 +18,11 @@ class Coordinator(Simulation):
     def __init__(self):  # the Simulation's arguments come with begin
         self._early_server = None
 
-    def start_server(self, config, num_classes: int, pool: Pool) -> None:
+    def start_server(self, config, num_classes: int, pool: executors.Pool) -> None:
         """Split learning's server, started and built in the run's set-up (before the run exists), so that a model
         the server's node cannot build (a weights file missing there) refuses the input before anything is written;
         :meth:`begin` gives it to the Simulation. Its ``ConfigError`` reaches the driver as itself."""
-        self._early_server = start_server(config, num_classes, pool)
+        self._early_server = executors.start_server(config, num_classes, pool)
 
     def begin(self, *args) -> None:
         """``Simulation(*args)`` here: the round loop's state and the executor (with split learning's server, the one
