@@ -8,6 +8,7 @@ from __future__ import annotations
 import signal
 import sys
 from dataclasses import fields
+from functools import partial
 
 import click
 
@@ -125,6 +126,17 @@ def flag_layers(overrides, flags) -> list[dict]:
     return layers
 
 
+def driver_and_data(config):
+    """A new run's driver and data, prepared while Ray starts on the calling thread: importing the driver (torch,
+    MLflow, matplotlib) takes 3-5 s on 2 cores, and a local Ray about as long to start its daemons. The store is
+    checked before the data are read."""
+    from raysim.engine.driver import checked, run
+    from raysim.engine.setup import prepare_shards
+
+    checked(config)
+    return run, prepare_shards(config)
+
+
 @main.command(context_settings={"max_content_width": 100})
 @click.argument("method", required=False)
 @click.option(
@@ -147,14 +159,17 @@ def run(method, resume, preset, overrides, progress, **flags):
     if resume is not None and preset:
         raise ConfigError("--preset cannot change a resumed run (it continues its saved config); drop --preset")
     layers = ([preset_for_method(load_preset(preset), method)] if preset else []) + flag_layers(overrides, flags)
-    config = build_config(method, layers) if resume is None else None  # a typo stops here, before Ray is imported
+    if resume is None:
+        config = build_config(method, layers)  # a typo stops here, before Ray is imported
+        from raysim.engine.ray_connect import connect_ray_during  # imports Ray, not torch or MLflow
 
-    from raysim.engine.driver import run as run_simulation  # imports Ray and MLflow: only when a run starts
+        run_simulation, shards = connect_ray_during(config.resources, partial(driver_and_data, config))
+        run_simulation(config, show_progress=progress, shards=shards)
+        return
+
+    from raysim.engine.driver import run as run_simulation  # imports torch, Ray and MLflow: only when a run starts
     from raysim.tracking import resume as resuming
 
-    if config is not None:
-        run_simulation(config, show_progress=progress)
-        return
     found = resuming.find(resume, flags["tracking_uri"])  # the store only helps find the run; it cannot change
     layers = [{section: values for section, values in layer.items() if section != "tracking"} for layer in layers]
     run_simulation(resuming.resumed_config(found, method, layers), show_progress=progress, resume=found)

@@ -191,3 +191,10 @@ def test_the_driver_of_a_ray_run_imports_no_model_code():
     or a comparison's, never imports timm with torchvision and torch._dynamo (110 MB of PSS, 2 s)."""
     code = "import raysim.engine.driver, raysim.engine.setup, raysim.sweep.tune, raysim.sweep.compare"
     assert heavy_imports(code, ("timm", "torchvision", "torch._dynamo", "raysim.models")) == "[]"
+
+
+def test_ray_starts_before_the_driver_is_imported():
+    """``raysim run`` starts Ray on its thread while another imports the driver (torch, MLflow, matplotlib: 3-5 s on
+    2 cores, ``cli.driver_and_data``): the module that starts Ray imports none of them."""
+    heavy = ("torch", "mlflow", "matplotlib", "pandas", "raysim.engine.driver")
+    assert heavy_imports("import raysim.engine.ray_connect", heavy) == "[]"

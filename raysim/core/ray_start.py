@@ -1,4 +1,4 @@
-"""Ray starting on one thread while another prepares the run (``engine.ray_session.connect_ray_during``): code on
+"""Ray starting on one thread while another prepares the run (``engine.ray_connect.connect_ray_during``): code on
 the other thread that needs Ray (a data source's Ray Data, asking how many machines Ray runs on) calls
 :func:`wait_for_ray` first, so it waits for that start instead of racing it with a second ``ray.init``."""
 

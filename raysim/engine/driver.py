@@ -44,7 +44,8 @@ from raysim.engine.callbacks import (
     StopOnCtrlC,
 )
 from raysim.engine.executors import Pool
-from raysim.engine.ray_session import PoolReservation, connect_ray_during
+from raysim.engine.ray_connect import connect_ray_during
+from raysim.engine.ray_session import PoolReservation
 from raysim.engine.setup import initial_state, prepare_shards, resolved
 from raysim.engine.simulation import Simulation
 from raysim.ops.metrics import summarise
@@ -214,10 +215,7 @@ def run(
     run's own (a sweep's trial names its parent run).
     """
     uri = config.tracking.resolved_uri
-    check_store(uri)
-    if resume is not None:
-        check_run(uri, resume.run_id)
-    given, config = config, resolved(config)
+    given, config = config, checked(config, resume)
     with PoolReservation(config) if config.resources.backend == "ray" else nullcontext() as reservation:
         set_up = partial(_set_up, config, shards, uri, reservation)
         config, initial, shards, tracker, coordinator = connect_ray_during(
@@ -273,6 +271,16 @@ def run(
         finally:
             end_coordinator(coordinator)  # stopped with its rounds; here if they never began
             tracker.end(status)
+
+
+def checked(config: Config, resume: ckpt.Checkpoint | None = None) -> Config:
+    """``config`` resolved (:func:`~raysim.engine.setup.resolved`) once its store, and the run ``resume`` continues,
+    were found usable: the checks that need neither Ray nor the data."""
+    uri = config.tracking.resolved_uri
+    check_store(uri)
+    if resume is not None:
+        check_run(uri, resume.run_id)
+    return resolved(config)
 
 
 def _set_up(

@@ -39,7 +39,7 @@ from raysim.config import Config, beside_store, build_config, load_preset, parse
 from raysim.core.errors import ConfigError, RunInterrupted, SweepError
 from raysim.core.registry import get_method
 from raysim.engine.driver import run
-from raysim.engine.ray_session import connect_ray
+from raysim.engine.ray_connect import connect_ray
 from raysim.engine.setup import prepare_shards
 from raysim.sweep import tune as sweeping
 from raysim.sweep.space import as_layer, default_space_file

@@ -31,7 +31,7 @@ from raysim.config import NOT_COMPUTED, Config, beside_store, build_config, load
 from raysim.core.errors import ConfigError, RunInterrupted, SweepError
 from raysim.core.registry import get_method
 from raysim.engine.driver import run
-from raysim.engine.ray_session import connect_ray
+from raysim.engine.ray_connect import connect_ray
 from raysim.engine.setup import prepare_shards, resolved
 from raysim.ops.metrics import SUMMARY_WINDOW, reported_metrics
 from raysim.sweep.sole_runner import sole_runner

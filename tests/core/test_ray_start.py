@@ -1,4 +1,4 @@
-"""The preparing thread and Ray's start (``engine.ray_session.connect_ray_during``): when the start fails, the thread
+"""The preparing thread and Ray's start (``engine.ray_connect.connect_ray_during``): when the start fails, the thread
 stops at its next wait instead of starting a Ray of its own."""
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import pytest
 import raysim
 from raysim.config import build_config
 from raysim.core.errors import ConfigError
-from raysim.engine.ray_session import connect_ray_during, warn_of_another_raysim
+from raysim.engine.ray_connect import connect_ray_during, warn_of_another_raysim
 from raysim.testing.smoke import FAST
 
 
@@ -59,7 +59,7 @@ import time
 import ray
 from raysim.config import build_config
 from raysim.data.sources import ray_data
-from raysim.engine.ray_session import connect_ray_during
+from raysim.engine.ray_connect import connect_ray_during
 from raysim.engine.setup import _one_machine
 
 def work():

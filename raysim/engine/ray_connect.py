@@ -1,0 +1,139 @@
+"""Ray for a run: join a cluster, or start a lean local one, on the calling thread while another thread prepares
+the run (:func:`connect_ray_during`). Imports Ray and nothing of torch or MLflow, so ``raysim run`` starts Ray
+before it imports the driver (``raysim.cli``)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import ray
+
+from raysim.core.errors import ConfigError
+from raysim.core.ray_start import starting_ray
+
+T = TypeVar("T")
+log = logging.getLogger("raysim")
+
+HIDE_UNRESERVED_GPUS = "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO"  # see connect_ray
+
+LEAN = {  # a local Ray for one run: no idle workers started up front, and none kept once idle (actors are not idle)
+    "prestart_worker_first_driver": False,
+    "num_workers_soft_limit": 0,
+}
+
+
+def connect_ray(resources) -> None:
+    """Join ``resources.address`` or start a local Ray; reuse an open session.
+
+    A local Ray is a single user's: token authentication (Ray 2.60's default) is turned off for it unless the user
+    set ``RAY_AUTH_MODE``, the dashboard starts only with ``--dashboard`` (then on ``dashboard_host``, 127.0.0.1 by
+    default), it keeps no idle worker processes (``LEAN``), and a worker that reserved no GPU sees none. A
+    cluster's settings are the cluster's own (cluster/README.md; its configs hide unreserved GPUs too).
+    """
+    if ray.is_initialized():
+        return
+    warn_of_another_raysim(Path.cwd())
+    kwargs = dict(logging_level=logging.WARNING, configure_logging=True)
+    if resources.address:
+        check_reachable(resources.address)
+        try:
+            ray.init(address=resources.address, **kwargs)
+        except Exception as error:
+            reason = str(error).splitlines()[0][:160] if str(error) else type(error).__name__
+            raise ConfigError(
+                f"could not connect to Ray at {resources.address!r} ({reason}); start a cluster "
+                f"with 'ray start --head' or 'ray up cluster/onprem.yaml', or drop --address"
+            ) from None
+    else:
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        # Ray 2.60 no longer hides the GPUs from a worker that reserved none: a client worker on the CPU would see
+        # them and train there (``pick_device``) unreserved. This restores the hiding (Ray issue 54868).
+        os.environ.setdefault(HIDE_UNRESERVED_GPUS, "1")
+        ray.init(
+            include_dashboard=resources.dashboard,
+            dashboard_host=resources.dashboard_host,
+            _system_config=LEAN,
+            **kwargs,
+        )
+
+
+def warn_of_another_raysim(folder: Path) -> None:
+    """Ray puts the driver's working directory first on every worker's ``sys.path``: a run started in ``folder``
+    holding a raysim package whose code differs from the one running here (a wheel installed from a checkout that
+    changed since, run in the checkout) would run that folder's code in its workers. Says so, before Ray starts."""
+    import raysim
+
+    ours, theirs = Path(raysim.__file__).parent, folder / "raysim"
+    if (theirs / "__init__.py").is_file() and theirs.resolve() != ours.resolve() and sources(theirs) != sources(ours):
+        log.warning(
+            "the workers will import %s (Ray puts the working directory first on their path), whose code differs "
+            "from the raysim this command runs (%s): start it from another folder, or install this one with "
+            "'pip install -e .'",
+            theirs,
+            ours,
+        )
+
+
+def sources(package: Path) -> dict[str, bytes]:
+    """Every Python file of ``package`` (its linked folders too) by its path inside it."""
+    found = {}
+    for folder, _, files in os.walk(package, followlinks=True):
+        for name in files:
+            if name.endswith(".py"):
+                path = Path(folder, name)
+                found[str(path.relative_to(package))] = path.read_bytes()
+    return found
+
+
+def connect_ray_during(resources, work: Callable[[], T], meanwhile: Callable[[], None] | None = None) -> T:
+    """:func:`connect_ray` on this thread while ``work`` (reading the data, building the initial state) runs on
+    another; ``work``'s result, or its error once Ray is up. What in ``work`` needs Ray waits for it
+    (:func:`raysim.core.ray_start.wait_for_ray`: Ray Data generating or decoding a data set, the one-machine check).
+    ``meanwhile`` runs on this thread once Ray is up, if ``work`` is still running (what ``work`` will need next and
+    that has no effect outside the process, such as an import).
+
+    A local Ray takes about 3 s to start, the driver waiting for its daemons: the data and the initial state are
+    ready in that time (1.7 s less start-up in ``bench/scale.py`` at 100 x 200 with a cold decode cache). Ray stays
+    on the calling thread, because the daemons it starts are killed when the thread that started them ends (Linux's
+    parent-death signal is per thread).
+    """
+    outcome = {}
+
+    def target() -> None:
+        try:
+            outcome["result"] = work()
+        except BaseException as error:  # re-raised on the calling thread
+            outcome["error"] = error
+
+    thread = threading.Thread(target=target, name="raysim-setup", daemon=True)
+    with starting_ray(thread):
+        thread.start()
+        connect_ray(resources)
+    if meanwhile is not None and thread.is_alive():
+        meanwhile()
+    thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"]
+
+
+def check_reachable(address: str, timeout_s: float = 3.0) -> None:
+    """Fail in seconds, not minutes, when nothing listens at a HOST:PORT Ray address ('auto' is Ray's own check)."""
+    if address == "auto":
+        return
+    host, _, port = address.split("://", 1)[-1].rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(f"--address {address!r} must be 'auto', 'HOST:PORT' or 'ray://HOST:PORT'")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as error:
+        raise ConfigError(
+            f"could not connect to Ray at {address!r} (nothing answers on {host}:{port}: "
+            f"{error.strerror or error}); start a cluster with 'ray start --head' or drop --address"
+        ) from None
