@@ -211,8 +211,8 @@ def run(
     runs before the MLflow run is created or reopened, so bad input leaves nothing behind. The first Ctrl-C
     finishes the round, writes a checkpoint and raises :class:`RunInterrupted` with the resume command.
     ``callbacks`` run in the driver after the built-in ones (a Tune trial reports there); ``shards``: the data
-    already partitioned for this config (a sweep prepares them once for all its trials); ``tags``: added to a new
-    run's own (a sweep's trial names its parent run).
+    already partitioned for this config (a sweep prepares them once for all its trials, ``raysim run`` while Ray
+    starts); ``tags``: added to a new run's own (a sweep's trial names its parent run).
     """
     uri = config.tracking.resolved_uri
     given, config = config, checked(config, resume)
