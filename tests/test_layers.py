@@ -198,3 +198,35 @@ def test_ray_starts_before_the_driver_is_imported():
     2 cores, ``cli.driver_and_data``): the module that starts Ray imports none of them."""
     heavy = ("torch", "mlflow", "matplotlib", "pandas", "raysim.engine.driver")
     assert heavy_imports("import raysim.engine.ray_connect", heavy) == "[]"
+
+
+DRIVER_IMPORTED_ON = """
+import builtins, sys, threading, time
+from raysim.core.errors import ConfigError
+from raysim.engine import ray_connect
+
+seen, real_import = {}, builtins.__import__
+def watching(name, *args, **kwargs):
+    if name == "raysim.engine.driver" and "thread" not in seen:
+        seen["thread"] = threading.current_thread().name
+    return real_import(name, *args, **kwargs)
+builtins.__import__ = watching
+
+def connect_ray(resources):  # Ray's start, stood in for: waits for the driver's import, then refuses
+    for _ in range(1200):
+        if hasattr(sys.modules.get("raysim.engine.driver"), "run"):
+            break
+        time.sleep(0.05)
+    raise ConfigError("imported on " + seen.get("thread", "no thread"))
+ray_connect.connect_ray = connect_ray
+
+from raysim.cli import main
+main(["run", "fedvpt", "--dataset", "synthetic", "--backend", "sequential"])
+"""
+
+
+def test_raysim_run_imports_the_driver_on_the_set_up_thread_while_ray_starts(tmp_path):
+    """The driver's 3-5 s of imports overlap Ray's start (``cli.driver_and_data``), not precede it."""
+    done = subprocess.run([sys.executable, "-c", DRIVER_IMPORTED_ON], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.strip().splitlines()[-1] == "raysim: error: imported on raysim-setup"
+    assert not list(tmp_path.iterdir())  # refused before anything was written
