@@ -27,8 +27,6 @@ from raysim.core.protocol import Diagnostics
 from raysim.ops import selection as sel
 from raysim.ops.aggregate import weighted_mean
 
-EPS = sel.EPS
-LAYER_READINGS = ("paper", "code")  # how a select_layer number is read: see query_depth
 KEYS, FIXED_KEYS, TOTAL, COUNTS = "extra.selection_keys", "fixed_keys", "selection_total", "selection_counts"
 USED_SHARE = 0.01  # a group is "in use" when it takes at least 1% of the rows
 INSTABILITY = "selection_instability"  # logged once per run (Diagnostics.run_metrics)
@@ -133,14 +131,6 @@ class GroupDiagnostics(Diagnostics):
     """Mixin for methods that select group prompts by cosine between cached queries and keys."""
 
     _kmeans: tuple[np.ndarray, np.ndarray] | None = None  # (train rows, K-Means labels): a fixed function of the data
-    metrics = (
-        "groups_selected",
-        "q_entropy",
-        "cluster_top_share",
-        "cluster_groups_used",
-        "cluster_acc",
-        "kmeans_congruence",
-    )
 
     def selection_keys(self, state) -> torch.Tensor | None:
         return state.params.get(KEYS, state.server.get(FIXED_KEYS))

@@ -23,11 +23,12 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from raysim.algorithms import SPLIT_TRAFFIC
 from raysim.core.messages import Tensors
 from raysim.core.protocol import ENCODER_PREFIX as PREFIX
 from raysim.ops.spsa import perturbed_forward, spsa_step
 
-KINDS = ("activations", "gradients", "spsa", "params")  # what crosses the cut, counted each way per client
+KINDS = SPLIT_TRAFFIC  # what crosses the cut, counted each way per client
 HEAD_AND_TAIL = ("patch_embed", "norm_pre", "norm", "fc_norm", "head")  # the client's modules outside the blocks
 
 

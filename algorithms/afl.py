@@ -9,41 +9,19 @@ first; held-out unseen clients keep theirs but never pull it up) is the server s
 code, utils/util.py:1092-1096): every round lambda = Proj_simplex(omega + lambda_lr * F) from the data shares
 omega, no memory, and this round's models are averaged with it (raysim: omega and F over the sampled clients)."""
 
-from dataclasses import dataclass
-
 import torch
 
 from raysim.algorithms._fairness import ReportsGlobalLoss, client_losses, with_data
-from raysim.algorithms.fedvpt import FedVPT, PromptOptions
-from raysim.core.errors import ConfigError
+from raysim.algorithms.fedvpt import FedVPT
 from raysim.core.messages import GlobalState
-from raysim.core.registry import register
+from raysim.core.registry import implements
 from raysim.ops.aggregate import weighted_mean
 from raysim.ops.reweighting import afl_lambda_step, afl_one_step_weights
 
 LAMBDA = "afl_lambda"
-LAMBDA_STEPS = ("ascent", "one-step")
 
 
-@dataclass(frozen=True)
-class AFLOptions(PromptOptions):
-    lambda_lr: float = 0.1
-    lambda_step: str = "ascent"
-
-    def __post_init__(self):
-        super().__post_init__()
-        if self.lambda_lr < 0:
-            raise ConfigError(f"afl.lambda_lr={self.lambda_lr} must be >= 0 (0 keeps the uniform mixture)")
-        if self.lambda_step not in LAMBDA_STEPS:
-            raise ConfigError(f"afl.lambda_step={self.lambda_step!r} is not one of {', '.join(LAMBDA_STEPS)}")
-
-
-@register(
-    "afl",
-    "Agnostic FL: minimax over a client mixture lambda, projected ascent on the losses (Mohri et al. 2019)",
-    family="fairness",
-    options=AFLOptions,
-)
+@implements("afl")
 class AFL(ReportsGlobalLoss, FedVPT):
     def init_global(self, model, generator):
         if self.options.lambda_step == "one-step":

@@ -5,35 +5,20 @@ client and is what it is evaluated with. The FedV paper reports lambda = 0.75 be
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import torch.nn.functional as F
 
 from raysim.algorithms.fedavg import FedAvg
 from raysim.algorithms.fedprox import proximal_term
 from raysim.core import training
-from raysim.core.errors import ConfigError
 from raysim.core.messages import ClientUpdate
 from raysim.core.protocol import Personalised
-from raysim.core.registry import register
+from raysim.core.registry import implements
 from raysim.core.seeding import Purpose, derive_seed
 
 
-@dataclass(frozen=True)
-class DittoOptions:
-    lam: float = 0.75
-
-    def __post_init__(self):
-        if self.lam < 0:
-            raise ConfigError(f"ditto.lam={self.lam} must be >= 0 (0 trains the personal models alone)")
-
-
-@register(
-    "ditto",
-    "Ditto: FedAvg global model + personal models pulled to it by (lambda/2)||v - w||^2 (Li et al. 2021)",
-    family="personalised",
-    options=DittoOptions,
-)
+@implements("ditto")
 class Ditto(Personalised, FedAvg):
     def client_update(self, ctx, broadcast, client_state, data) -> ClientUpdate:
         """The global model's local update (sent), then the personal model's (kept as the client's state)."""

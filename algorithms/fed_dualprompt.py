@@ -20,46 +20,19 @@ mask, no logit mask, no batch-wise majority selection. FGPT gives no layout or h
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from raysim.algorithms import _group_prompts as gp
 from raysim.algorithms.fedavg import FedAvg
 from raysim.core import training
-from raysim.core.errors import ConfigError
 from raysim.core.messages import ClientUpdate
 from raysim.core.prompts import PromptSlot, PromptSpec, xavier_prompt
 from raysim.core.protocol import CachesRowFeatures, ModelParts
-from raysim.core.registry import register
+from raysim.core.registry import implements
 from raysim.ops import selection as sel
 
 
-@dataclass(frozen=True)
-class DualPromptOptions:
-    """Empty block tuples mean DualPrompt's blocks (G: 0-1, E: 2-4 of 12) scaled to the backbone's depth."""
-
-    pool: int = 10
-    general_length: int = 5
-    expert_length: int = 5
-    general_blocks: tuple = ()
-    expert_blocks: tuple = ()
-    pull: float = 1.0
-
-    def __post_init__(self):
-        for key in ("pool", "general_length", "expert_length"):
-            if getattr(self, key) < 1:
-                raise ConfigError(f"{key}={getattr(self, key)} must be at least 1")
-        if self.pull < 0:
-            raise ConfigError(f"pull={self.pull} must be >= 0 (lambda of the key-matching loss)")
-
-
-@register(
-    "fed-dualprompt",
-    "DualPrompt with FedAvg: a general prompt + an expert prompt picked per sample by learned keys (FGPT's baseline)",
-    family="group prompts",
-    options=DualPromptOptions,
-)
+@implements("fed-dualprompt")
 class FedDualPrompt(CachesRowFeatures, FedAvg):
     def parts(self, vit, generator: torch.Generator) -> ModelParts:
         o, depth, dim = self.options, len(vit.blocks), vit.embed_dim

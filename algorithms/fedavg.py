@@ -16,11 +16,11 @@ from raysim.core import training
 from raysim.core.messages import Broadcast, ClientUpdate, GlobalState
 from raysim.core.prompts import PromptSpec
 from raysim.core.protocol import ClientContext, CohortPhase, CohortTraining, Method, ModelParts
-from raysim.core.registry import register
+from raysim.core.registry import implements
 from raysim.ops.aggregate import row_masked_mean, weighted_mean
 
 
-@register("fedavg", "FedAvg, full fine-tuning of backbone + head (McMahan et al. 2017)", family="global")
+@implements("fedavg")
 class FedAvg(CohortTraining, Method):
     def parts(self, vit, generator) -> ModelParts:
         return ModelParts(PromptSpec(train_backbone=True))

@@ -19,20 +19,18 @@ the client's rows (E-step) and K x the training.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 import torch
 from torch.nn import functional as F
 
 from raysim.algorithms.fedavg import FedAvg
-from raysim.algorithms.fedvpt import PromptOptions
 from raysim.core import training
-from raysim.core.errors import ConfigError
 from raysim.core.messages import ClientUpdate, GlobalState
 from raysim.core.prompts import PromptSlot, PromptSpec, xavier_prompt
 from raysim.core.protocol import ModelParts, Personalised
-from raysim.core.registry import register
+from raysim.core.registry import implements
 from raysim.core.seeding import Purpose, derive_seed
 from raysim.ops import mixture
 from raysim.ops.hypernet import uniform
@@ -40,27 +38,12 @@ from raysim.ops.hypernet import uniform
 MIXTURE = "extra.mixture"
 
 
-@dataclass(frozen=True)
-class EMOptions(PromptOptions):
-    components: int = 3
-
-    def __post_init__(self):
-        super().__post_init__()
-        if self.components < 1:
-            raise ConfigError(f"components={self.components} must be at least 1 (the number of components K)")
-
-
 def component(k: int) -> tuple[str, str, str]:
     """The parameter names of component k: prompts, head weight, head bias."""
     return f"extra.prompts_{k}", f"extra.head_weight_{k}", f"extra.head_bias_{k}"
 
 
-@register(
-    "fedem",
-    "FedEM: K prompt + head components, per-client mixture weights learned by EM (Marfoq et al. 2021)",
-    family="personalised",
-    options=EMOptions,
-)
+@implements("fedem")
 class FedEM(Personalised, FedAvg):
     def parts(self, vit, generator) -> ModelParts:
         o, dim, classes = self.options, vit.embed_dim, vit.num_classes

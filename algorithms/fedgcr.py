@@ -24,7 +24,6 @@ trains (their round 1 uses 1 for every client; raysim the initial model's loss).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
@@ -38,7 +37,7 @@ from raysim.core.errors import ConfigError
 from raysim.core.messages import Broadcast, ClientUpdate, GlobalState
 from raysim.core.prompts import PromptSlot, PromptSpec
 from raysim.core.protocol import CachesRowFeatures, Diagnostics, ModelParts, SendsExtras
-from raysim.core.registry import register
+from raysim.core.registry import implements
 from raysim.core.seeding import Purpose, derive_seed
 from raysim.ops import contrastive, reweighting
 from raysim.ops.aggregate import weighted_mean
@@ -48,71 +47,10 @@ CLUSTER_OF, LATEST = "cluster_of", "latest_repr"  # server state: every client's
 FITTED = "centres_fitted"  # server state: how many rows of the centres the last fit made (< T' if fewer clients)
 SLOT = "customized"
 LOCAL_LOSS = "local_loss"  # metrics: Algorithm 1's L, the last local epoch's objective per row (client_loss=local)
-CLIENT_LOSSES = {"local": LOCAL_LOSS, "global": GLOBAL_LOSS}  # client_loss -> the metric FedGR weighs as L_ij
-COVARIANCES = ("full", "tied", "diag", "spherical")
+LOSS_METRIC = {"local": LOCAL_LOSS, "global": GLOBAL_LOSS}  # fedgcr.client_loss -> the metric FedGR weighs as L_ij
 
 
-@dataclass(frozen=True)
-class FedGCROptions:
-    """FedGCR's options; defaults are the paper's (lambda1 0.5, lambda2 0.1, tau 0.5, delta 0.5, gamma 0.5, q 1).
-
-    ``contrast="code"``: cosine similarities, no temperature in l_RA (pair it with the authors' smaller lambdas,
-    about 0.05-0.1); ``reweighting="code"``: the authors' FedGR (see :func:`raysim.ops.reweighting.fedgr_weights`),
-    with beta fixed at ``delta`` (their "base"); ``client_loss``: L_ij, ``local`` (Algorithm 1) or ``global`` (the
-    authors' code; see the module docstring). Their FedGR is ``reweighting="code"`` with ``client_loss="global"``.
-    """
-
-    prompts: int = 4
-    clusters: int = 5
-    lambda1: float = 0.5
-    lambda2: float = 0.1
-    tau: float = 0.5
-    contrast: str = "paper"
-    delta: float = 0.5
-    gamma: float = 0.5
-    q: float = 1.0
-    reweighting: str = "paper"
-    client_loss: str = "local"
-    covariance: str = "full"
-
-    def __post_init__(self):
-        if self.prompts < 1:
-            raise ConfigError(f"fedgcr.prompts={self.prompts} must be at least 1 (the number of global prompts)")
-        if self.clusters < 1:
-            raise ConfigError(f"fedgcr.clusters={self.clusters} must be at least 1 (T', the number of clusters)")
-        for name in ("delta", "gamma"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ConfigError(
-                    f"fedgcr.{name}={getattr(self, name)} must be in [0, 1] (beta = delta (1 - gamma^(r-1)) "
-                    f"must stay in [0, 1])"
-                )
-        if self.q < 0:
-            raise ConfigError(f"fedgcr.q={self.q} must be >= 0")
-        if self.tau <= 0 or self.lambda1 < 0 or self.lambda2 < 0:
-            raise ConfigError("fedgcr.tau must be > 0 and fedgcr.lambda1, fedgcr.lambda2 >= 0")
-        for name, value, valid in (
-            ("contrast", self.contrast, ("paper", "code")),
-            ("reweighting", self.reweighting, ("paper", "code")),
-            ("client_loss", self.client_loss, tuple(CLIENT_LOSSES)),
-            ("covariance", self.covariance, COVARIANCES),
-        ):
-            if value not in valid:
-                raise ConfigError(f"fedgcr.{name}={value!r} is not one of {', '.join(valid)}")
-
-
-TYPED = {"data": {"partition": "domains"}, "fedgcr": {"clusters": 2}}  # the smoke tests' 3 clients a round: T' 2
-METRICS = ("clusters_used", "cluster_acc")
-
-
-@register(
-    "fedgcr",
-    "group customisation (GC-Net prompts, l_GC, l_RA) + group reweighting by GMM clusters (AAAI 2024)",
-    family="domain",
-    options=FedGCROptions,
-    metrics=METRICS,
-    needs_client_types=True,
-    smoke=TYPED,
-)
+@implements("fedgcr")
 class FedGCR(CachesRowFeatures, SendsExtras, Diagnostics, FedAvg):
     customize: ClassVar[bool] = True
     reweight: ClassVar[bool] = True
@@ -268,7 +206,7 @@ class FedGCR(CachesRowFeatures, SendsExtras, Diagnostics, FedAvg):
         cluster_of[clients] = torch.as_tensor(labels, dtype=torch.int64)
         new_centres = state.server[CENTRES].clone()
         new_centres[:clusters] = torch.as_tensor(centres, dtype=new_centres.dtype)
-        losses = client_losses(updates, CLIENT_LOSSES[o.client_loss])
+        losses = client_losses(updates, LOSS_METRIC[o.client_loss])
         weights = self.aggregation_weights(round, losses, [u.num_samples for u in updates], labels)
         params = weighted_mean([u.params for u in updates], weights)
         server = {CLUSTER_OF: cluster_of, LATEST: latest, CENTRES: new_centres, FITTED: torch.tensor(clusters)}
@@ -291,29 +229,11 @@ class FedGCR(CachesRowFeatures, SendsExtras, Diagnostics, FedAvg):
         return metrics, {"round": round, "clusters": {str(c): int(cluster_of[c]) for c in clients}}
 
 
-@register(
-    "fedgc",
-    "FedGCR's group customisation alone: GC-Net prompts, l_GC, l_RA, FedAvg aggregation (ablation)",
-    family="domain",
-    options=FedGCROptions,
-    options_key="fedgcr",
-    metrics=METRICS,
-    needs_client_types=True,
-    smoke=TYPED,
-)
+@implements("fedgc")
 class FedGC(FedGCR):
     reweight = False
 
 
-@register(
-    "fedgr",
-    "FedGCR's group reweighting alone: plain prompts, loss-reweighted aggregation by GMM clusters (ablation)",
-    family="domain",
-    options=FedGCROptions,
-    options_key="fedgcr",
-    metrics=METRICS,
-    needs_client_types=True,
-    smoke=TYPED,
-)
+@implements("fedgr")
 class FedGR(FedGCR):
     customize = False

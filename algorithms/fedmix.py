@@ -26,18 +26,15 @@ drops the label-mean term). Before any client has shared its means (round 1) cli
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from raysim.algorithms.fedvpt import FedVPT, PromptOptions
+from raysim.algorithms.fedvpt import FedVPT
 from raysim.core import training
-from raysim.core.errors import ConfigError
 from raysim.core.messages import Broadcast, ClientUpdate, GlobalState
 from raysim.core.protocol import SendsExtras
-from raysim.core.registry import register
+from raysim.core.registry import implements
 from raysim.ops.mixup import fedmix_loss
 
 X_MEAN, Y_MEAN = "data_mean", "label_mean"  # a client's means, sent once
@@ -46,24 +43,7 @@ X_SUM, Y_SUM, SHARED = "data_mean_sum", "label_mean_sum", "clients_shared"  # se
 SENT = "means_sent"  # client state: it has shared its means
 
 
-@dataclass(frozen=True)
-class FedMixOptions(PromptOptions):
-    lam: float = 0.05
-
-    def __post_init__(self):
-        super().__post_init__()
-        if not 0 <= self.lam < 1:
-            raise ConfigError(f"lam={self.lam} must be in [0, 1) (0 is FedVPT)")
-
-
-@register(
-    "fedmix",
-    "FedMix: clients share data means once; local loss approximates mixup with the global means (Yoon et al. 2021)",
-    family="global",
-    options=FedMixOptions,
-    bf16=False,
-    fp32_reason="the Taylor term differentiates an input gradient (double backward through the frozen ViT)",
-)
+@implements("fedmix")
 class FedMix(SendsExtras, FedVPT):
     sent_once = frozenset({X_MEAN, Y_MEAN})
 

@@ -19,30 +19,17 @@ FedPR used deep prompts of 20 tokens on a Swin). G has rank at most L, so whenev
 include r - L of zero singular value, chosen by the SVD, as in the authors' code.
 """
 
-from dataclasses import dataclass
 from functools import partial
 
 import torch
 
-from raysim.algorithms.fedvpt import FedVPT, PromptOptions
+from raysim.algorithms.fedvpt import FedVPT
 from raysim.core import training
-from raysim.core.errors import ConfigError
 from raysim.core.messages import ClientUpdate
-from raysim.core.registry import register
+from raysim.core.registry import implements
 from raysim.ops.nullspace import null_space_projector
 
 PROMPT = "prompts.shallow"
-
-
-@dataclass(frozen=True)
-class PROptions(PromptOptions):
-    ratio: float = 0.8
-    normalise: bool = True
-
-    def __post_init__(self):
-        super().__post_init__()
-        if not 0 < self.ratio <= 1:
-            raise ConfigError(f"ratio={self.ratio} must be in (0, 1] (the share of directions updates may use)")
 
 
 def projected_step(optimizer, params, closure, prompt: torch.Tensor, projectors: torch.Tensor) -> torch.Tensor:
@@ -54,12 +41,7 @@ def projected_step(optimizer, params, closure, prompt: torch.Tensor, projectors:
     return loss
 
 
-@register(
-    "fedpr",
-    "FedPR: prompt updates projected on the null space of the global prompt (Feng et al. 2023)",
-    family="global",
-    options=PROptions,
-)
+@implements("fedpr")
 class FedPR(FedVPT):
     def client_update(self, ctx, broadcast, client_state, data) -> ClientUpdate:
         model, o = ctx.model, self.options

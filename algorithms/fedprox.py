@@ -1,23 +1,10 @@
 """FedProx (Li et al., MLSys 2020) on prompts + head: the local loss adds (mu / 2) * ||w - w_global||^2
 over the trained tensors, which keeps heterogeneous clients near the global model."""
 
-from dataclasses import dataclass
-
 import torch
 
-from raysim.algorithms.fedvpt import FedVPT, PromptOptions
-from raysim.core.errors import ConfigError
-from raysim.core.registry import register
-
-
-@dataclass(frozen=True)
-class ProxOptions(PromptOptions):
-    mu: float = 0.01
-
-    def __post_init__(self):
-        super().__post_init__()
-        if self.mu < 0:
-            raise ConfigError(f"fedprox.mu={self.mu} must be >= 0 (0 is plain FedAvg)")
+from raysim.algorithms.fedvpt import FedVPT
+from raysim.core.registry import implements
 
 
 def proximal_term(params: dict[str, torch.Tensor], anchor: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -25,14 +12,7 @@ def proximal_term(params: dict[str, torch.Tensor], anchor: dict[str, torch.Tenso
     return sum(((p - anchor[name].to(p.device)) ** 2).sum() for name, p in params.items())
 
 
-@register(
-    "fedprox",
-    "FedProx on prompts + head: local loss + (mu/2)||w - w_global||^2 (Li et al. 2020)",
-    family="global",
-    options=ProxOptions,
-    cohort=True,
-    tiers=True,
-)
+@implements("fedprox")
 class FedProx(FedVPT):
     def loss(self, model, logits, labels, broadcast):
         anchor = broadcast.params

@@ -18,7 +18,7 @@ from raysim.algorithms.fedavg import FedAvg
 from raysim.core import training
 from raysim.core.messages import ClientUpdate
 from raysim.core.protocol import Personalised
-from raysim.core.registry import register
+from raysim.core.registry import implements
 
 HEAD = ("vit.head.weight", "vit.head.bias")
 PERSONAL = ("rod.weight", "rod.bias")
@@ -30,11 +30,7 @@ def balanced_softmax_loss(logits: torch.Tensor, labels: torch.Tensor, class_coun
     return F.cross_entropy(logits + prior.to(logits), labels)
 
 
-@register(
-    "fedrod",
-    "Fed-RoD: generic model on the balanced softmax loss + a personal linear head (Chen & Chao 2022)",
-    family="personalised",
-)
+@implements("fedrod")
 class FedRoD(Personalised, FedAvg):
     def client_update(self, ctx, broadcast, client_state, data) -> ClientUpdate:
         model, view = ctx.model, broadcast.params

@@ -10,33 +10,16 @@ sample-weighted mean (Qu et al.'s Alg. 1 with server step 1). rho = 0.05: FedGCR
 base Adam, lr 0.01); Qu et al.'s own rho was not checked against the paper. Two forwards and backwards per step.
 """
 
-from dataclasses import dataclass
 from functools import partial
 
-from raysim.algorithms.fedvpt import FedVPT, PromptOptions
+from raysim.algorithms.fedvpt import FedVPT
 from raysim.core import training
-from raysim.core.errors import ConfigError
 from raysim.core.messages import ClientUpdate
-from raysim.core.registry import register
+from raysim.core.registry import implements
 from raysim.ops.sam import sam_step
 
 
-@dataclass(frozen=True)
-class SAMOptions(PromptOptions):
-    rho: float = 0.05
-
-    def __post_init__(self):
-        super().__post_init__()
-        if self.rho < 0:
-            raise ConfigError(f"rho={self.rho} must be >= 0 (0 is FedVPT)")
-
-
-@register(
-    "fedsam",
-    "FedSAM: sharpness-aware local steps (radius rho) on prompts + head, FedAvg aggregation (Qu et al. 2022)",
-    family="global",
-    options=SAMOptions,
-)
+@implements("fedsam")
 class FedSAM(FedVPT):
     def client_update(self, ctx, broadcast, client_state, data) -> ClientUpdate:
         ctx.model.load_trainable(broadcast.params)

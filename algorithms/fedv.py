@@ -26,69 +26,24 @@ pretrained patch embedding and norm with the run's fresh classifier (raysim's ea
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from raysim.algorithms import _split as split
 from raysim.algorithms.fedavg import FedAvg
+from raysim.algorithms.options import SplitOptions
 from raysim.core import training
 from raysim.core.errors import ConfigError
 from raysim.core.messages import ClientUpdate, GlobalState
 from raysim.core.prompts import PromptSpec
 from raysim.core.protocol import Diagnostics, ModelParts, Personalised, SplitLearning
-from raysim.core.registry import register
+from raysim.core.registry import implements
 from raysim.core.seeding import Init, Purpose, derive_seed
 from raysim.ops.aggregate import tensor_bytes, weighted_mean
 from raysim.ops.spsa import spsa_coefficient
 
 SPSA = "spsa_coefficient"
-CLIENT_INITS = ("random", "pretrained")  # where the heads and tails start
-
-
-@dataclass(frozen=True)
-class SplitOptions:
-    """Where the model is cut, how heads and tails start and how often they are averaged, the server's step size."""
-
-    head_blocks: int = 0
-    tail_blocks: int = 0
-    fedround: int = 20
-    lr_server: float = 1e-6
-    lr_decay: float = 0.5
-    decay_every: int = 100
-    client_init: str = "random"
-
-    def __post_init__(self):
-        _check(
-            self.head_blocks >= 0 and self.tail_blocks >= 0,
-            f"head_blocks={self.head_blocks} and tail_blocks={self.tail_blocks} must be >= 0 "
-            "(blocks kept on the client)",
-        )
-        _check(self.fedround >= 1, f"fedround={self.fedround} must be at least 1 (rounds between head/tail averaging)")
-        _check(self.lr_server >= 0, f"lr_server={self.lr_server} must be >= 0 (0 freezes the encoder)")
-        _check(0 < self.lr_decay <= 1, f"lr_decay={self.lr_decay} must be in (0, 1] (1 keeps lr_server constant)")
-        _check(self.decay_every >= 1, f"decay_every={self.decay_every} must be at least 1 (rounds per lr_decay)")
-        _check(
-            self.client_init in CLIENT_INITS,
-            f"client_init={self.client_init!r} is not one of {', '.join(CLIENT_INITS)} (how heads and tails start)",
-        )
-
-
-@dataclass(frozen=True)
-class SPSAOptions(SplitOptions):
-    """FedVZ adds the perturbation scale eps of its zeroth-order estimate."""
-
-    eps: float = 1e-4
-
-    def __post_init__(self):
-        super().__post_init__()
-        _check(self.eps > 0, f"eps={self.eps} must be > 0 (the SPSA perturbation scale, e.g. 1e-4)")
-
-
-def _check(ok: bool, message: str) -> None:
-    if not ok:
-        raise ConfigError(message)
 
 
 def server_lr(options: SplitOptions, round: int) -> float:
@@ -96,32 +51,7 @@ def server_lr(options: SplitOptions, round: int) -> float:
     return options.lr_server * options.lr_decay ** ((round - 1) // options.decay_every)
 
 
-FP32_REASON = "the encoder server computes in float32 and byte counts assume float32 activations"
-METRICS = (
-    "lr_server",
-    "server_compute_s",
-    "server_concurrency",
-    "client_compute_s",
-    "transfer_s",
-    *(f"bytes_{kind}" for kind in split.KINDS),
-)
-
-
-def smoke(key: str) -> dict:
-    """The smoke tests' 3 rounds: heads and tails averaged after rounds 1 and 3."""
-    return {key: {"fedround": 2}}
-
-
-@register(
-    "fedv",
-    "split learning: client head/tail, server encoder stepped by the true gradient (FedV)",
-    family="split",
-    options=SplitOptions,
-    metrics=METRICS,
-    bf16=False,
-    fp32_reason=FP32_REASON,
-    smoke=smoke("fedv"),
-)
+@implements("fedv")
 class FedV(SplitLearning, Personalised, Diagnostics, FedAvg):
     server_class = split.EncoderServer
 
@@ -237,16 +167,7 @@ class FedV(SplitLearning, Personalised, Diagnostics, FedAvg):
         return metrics, {}
 
 
-@register(
-    "fedvz",
-    "split learning with a zeroth-order server: SPSA from two perturbed forwards (FedVZ)",
-    family="split",
-    options=SPSAOptions,
-    metrics=METRICS,
-    bf16=False,
-    fp32_reason="SPSA's loss differences at +-eps perturbations are below bf16's resolution",
-    smoke=smoke("fedvz"),
-)
+@implements("fedvz")
 class FedVZ(FedV):
     def last_step(self, ctx, remote, x, y) -> dict[str, float]:
         """The two losses of this batch at w +- eps z (head and tail as at this step), reduced to the SPSA scalar."""

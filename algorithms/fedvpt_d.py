@@ -2,21 +2,12 @@
 tokens replacing the previous block's prompt outputs. Options are shared with ``fedvpt``."""
 
 from raysim.algorithms.fedavg import FedAvg
-from raysim.algorithms.fedvpt import PromptOptions
 from raysim.core.prompts import PromptSlot, PromptSpec
 from raysim.core.protocol import ModelParts
-from raysim.core.registry import register
+from raysim.core.registry import implements
 
 
-@register(
-    "fedvpt-d",
-    "deep prompt tuning (VPT-deep, prompts at every block) + head with FedAvg",
-    family="global",
-    options=PromptOptions,
-    options_key="fedvpt",
-    cohort=True,
-    tiers=True,
-)
+@implements("fedvpt-d")
 class FedVPTDeep(FedAvg):
     def parts(self, vit, generator) -> ModelParts:
         slot = PromptSlot(

@@ -10,29 +10,13 @@ trained from scratch does not move at FedV's 1e-6.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from raysim.algorithms.fedv import FP32_REASON, METRICS, FedV, SplitOptions, smoke
-from raysim.core.registry import register
+from raysim.algorithms.fedv import FedV
+from raysim.core.registry import implements
 
 
-@dataclass(frozen=True)
-class FestaOptions(SplitOptions):
-    lr_server: float = 1e-3
-
-
-@register(
-    "festa",
-    "split ViT from random init, server stepped by the true gradient (FESTA-like FedV baseline)",
-    family="split",
-    options=FestaOptions,
-    metrics=METRICS,
-    bf16=False,
-    fp32_reason=FP32_REASON,
-    smoke=smoke("festa"),
-)
+@implements("festa")
 class Festa(FedV):
     def init_global(self, model, generator):
         """FedV's split of a backbone re-initialised with timm's own scheme, seeded from the run seed."""

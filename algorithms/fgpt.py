@@ -12,66 +12,25 @@ blocks before u run once and only blocks u..U-1 run per group: (u + K (U - u)) /
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import torch
 
 from raysim.algorithms import _group_prompts as gp
 from raysim.algorithms.fedavg import FedAvg
+from raysim.algorithms.options import FGPTOptions
 from raysim.core import training
 from raysim.core.errors import ConfigError
 from raysim.core.messages import ClientUpdate, GlobalState
 from raysim.core.prompts import PromptSlot, PromptSpec, xavier_prompt
 from raysim.core.protocol import CachesRowFeatures, CohortPhase, ModelParts, ResolvesOptions, SendsExtras
-from raysim.core.registry import register
+from raysim.core.registry import implements
 from raysim.ops import selection as sel
 
 GROUP, COUNTS, FIXED_KEYS = "extra.group_prompts", gp.COUNTS, gp.FIXED_KEYS
-QUERIES = ("plain", "relu")  # fgpt.query
 
 
-@dataclass(frozen=True)
-class FGPTOptions:
-    """FGPT's options; ``group_block`` (0-based) -1 means the paper's layer 6 of 12 scaled to the backbone."""
-
-    groups: int = 10
-    shared_length: int = 5
-    group_block: int = -1
-    keys: str = "orthogonal"
-    # q(x) in Select(x) = argmax_g cos(q(x), b_g): "plain", the class token itself (FGPT Eq. 5 and the line below it:
-    # "the cls token output from the pre-trained foundation model"); "relu", ReLU first, as the SGPT authors' code.
-    query: str = "plain"
-    k: int = 5
-    select_layer: int = 0
-    # "paper": the class token after block select_layer (FGPT Eq. 2-3: cls_u is L_u's output); "code": the SGPT
-    # authors' reading, blocks[:L + 1] then the final norm (see _group_prompts.query_depth). Same for 0 (the last).
-    select_layer_as: str = "paper"
-
-    def __post_init__(self):
-        if self.groups < 1:
-            raise ConfigError(f"fgpt.groups={self.groups} must be at least 1 (the number of groups G)")
-        if self.k < 1:
-            raise ConfigError(f"fgpt.k={self.k} must be at least 1 (top-K groups at inference)")
-        if self.shared_length < 0:
-            raise ConfigError(f"fgpt.shared_length={self.shared_length} must be >= 0 (0: no shared prompts)")
-        if self.keys not in ("orthogonal", "random"):
-            raise ConfigError(f"fgpt.keys={self.keys!r} is not one of orthogonal, random")
-        if self.query not in QUERIES:
-            raise ConfigError(f"fgpt.query={self.query!r} is not one of {', '.join(QUERIES)}")
-        if self.select_layer < 0:
-            raise ConfigError("fgpt.select_layer must be >= 0 (0 = the last block)")
-        if self.select_layer_as not in gp.LAYER_READINGS:
-            raise ConfigError(f"fgpt.select_layer_as={self.select_layer_as!r} is not one of paper, code")
-
-
-@register(
-    "fgpt",
-    "shared prompt + one group prompt chosen by fixed orthogonal keys, joint training (Deng et al.)",
-    family="group prompts",
-    options=FGPTOptions,
-    metrics=gp.GroupDiagnostics.metrics,
-    cohort=True,
-)
+@implements("fgpt")
 class FGPT(gp.GroupDiagnostics, CachesRowFeatures, SendsExtras, ResolvesOptions, FedAvg):
     top_k = 1  # groups whose logits are averaged at inference
 
@@ -167,15 +126,7 @@ class FGPT(gp.GroupDiagnostics, CachesRowFeatures, SendsExtras, ResolvesOptions,
         return GlobalState(params=gp.aggregate_with_counts(updates, GROUP)[0], server=state.server)
 
 
-@register(
-    "fgpt-u",
-    "FGPT + inference ensembling the top-K groups' logits, prefix blocks computed once (Deng et al.)",
-    family="group prompts",
-    options=FGPTOptions,
-    options_key="fgpt",
-    metrics=gp.GroupDiagnostics.metrics,
-    cohort=True,
-)
+@implements("fgpt-u")
 class FGPTU(FGPT):
     def __init__(self, config):
         super().__init__(config)

@@ -18,42 +18,22 @@ use L = 0, only the DC term, i.e. each channel's mean intensity (the FedGCR pres
 amplitude is the first batch's mean (a float momentum passed as a C int), where here it is over all rows.
 """
 
-from dataclasses import dataclass
 from functools import partial
 
 import torch
 
-from raysim.algorithms.fedvpt import FedVPT, PromptOptions
+from raysim.algorithms.fedvpt import FedVPT
 from raysim.core import training
-from raysim.core.errors import ConfigError
 from raysim.core.messages import ClientUpdate, GlobalState
 from raysim.core.protocol import ModelParts
-from raysim.core.registry import register
+from raysim.core.registry import implements
 from raysim.ops.fourier import amplitude, normalise_amplitude
 from raysim.ops.sam import sam_step
 
 AMP = "extra.amplitude"
 
 
-@dataclass(frozen=True)
-class HarmoOptions(PromptOptions):
-    alpha: float = 0.05
-    window: float = 0.5
-
-    def __post_init__(self):
-        super().__post_init__()
-        if self.alpha < 0:
-            raise ConfigError(f"alpha={self.alpha} must be >= 0 (0: no weight perturbation)")
-        if not 0 <= self.window <= 0.5:
-            raise ConfigError(f"window={self.window} must be in [0, 0.5] (0: the DC term, 0.5: the whole amplitude)")
-
-
-@register(
-    "harmofl",
-    "HarmoFL: inputs take the global mean Fourier amplitude, SAM-like weight perturbation (Jiang et al. 2022)",
-    family="domain",
-    options=HarmoOptions,
-)
+@implements("harmofl")
 class HarmoFL(FedVPT):
     def parts(self, vit, generator) -> ModelParts:
         from raysim.models.backbones import input_spec  # timm: where a model is built, not where methods are looked up

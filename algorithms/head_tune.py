@@ -3,16 +3,10 @@
 from raysim.algorithms.fedavg import FedAvg
 from raysim.core.prompts import PromptSpec
 from raysim.core.protocol import ModelParts
-from raysim.core.registry import register
+from raysim.core.registry import implements
 
 
-@register(
-    "head-tune",
-    "FedAvg of the classifier head only, frozen backbone (linear probe)",
-    family="global",
-    cohort=True,
-    tiers=True,
-)
+@implements("head-tune")
 class HeadTune(FedAvg):
     def parts(self, vit, generator) -> ModelParts:
         return ModelParts(PromptSpec())

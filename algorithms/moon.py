@@ -15,40 +15,19 @@ MLP, which sits between the encoder and the classifier in their ResNets; FGPT ra
 without saying which. Each step costs three forwards (local, global, previous) and one backward.
 """
 
-from dataclasses import dataclass
-
 import torch
 from torch.func import functional_call
 
-from raysim.algorithms.fedvpt import FedVPT, PromptOptions
+from raysim.algorithms.fedvpt import FedVPT
 from raysim.core import training
-from raysim.core.errors import ConfigError
 from raysim.core.messages import ClientUpdate
-from raysim.core.registry import register
+from raysim.core.registry import implements
 from raysim.ops.contrastive import ra_loss
 
 HEAD = ("vit.head.weight", "vit.head.bias")
 
 
-@dataclass(frozen=True)
-class MOONOptions(PromptOptions):
-    mu: float = 1.0
-    tau: float = 0.5
-
-    def __post_init__(self):
-        super().__post_init__()
-        if self.mu < 0:
-            raise ConfigError(f"mu={self.mu} must be >= 0 (0 is FedVPT)")
-        if self.tau <= 0:
-            raise ConfigError(f"tau={self.tau} must be > 0")
-
-
-@register(
-    "moon",
-    "MOON: model-contrastive term between local, global and previous-local representations (Li et al. 2021)",
-    family="global",
-    options=MOONOptions,
-)
+@implements("moon")
 class MOON(FedVPT):
     def client_update(self, ctx, broadcast, client_state, data) -> ClientUpdate:
         model, o = ctx.model, self.options

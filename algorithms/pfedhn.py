@@ -22,44 +22,19 @@ held-out clients never train, so they are evaluated at that embedding's starting
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import torch
 
-from raysim.algorithms.fedvpt import FedVPT, PromptOptions
-from raysim.core.errors import ConfigError
+from raysim.algorithms.fedvpt import FedVPT
+from raysim.algorithms.options import HNOptions
 from raysim.core.messages import Broadcast, ClientUpdate, GlobalState, Tensors
 from raysim.core.protocol import Personalised, ResolvesOptions
-from raysim.core.registry import register
+from raysim.core.registry import implements
 from raysim.ops import hypernet as hn
 
 NET, MOMENTUM = "hn.", "hn_momentum."  # server state prefixes: the hypernetwork (incl. embeddings), its buffers
 EMBEDDINGS, SEEN = "embeddings", "participated"
-
-
-@dataclass(frozen=True)
-class HNOptions(PromptOptions):
-    embed_dim: int = -1
-    hidden: int = 100
-    hidden_layers: int = 3
-    hn_lr: float = 1e-2
-    hn_momentum: float = 0.9
-    hn_weight_decay: float = 1e-3
-    clip: float = 50.0
-
-    def __post_init__(self):
-        super().__post_init__()
-        for key, ok, need in (
-            ("embed_dim", self.embed_dim >= 1 or self.embed_dim == -1, "at least 1 (-1: 1 + clients / 4)"),
-            ("hidden", self.hidden >= 1, "at least 1"),
-            ("hidden_layers", self.hidden_layers >= 0, ">= 0"),
-            ("hn_lr", self.hn_lr > 0, "> 0"),
-            ("hn_momentum", 0 <= self.hn_momentum < 1, "in [0, 1)"),
-            ("hn_weight_decay", self.hn_weight_decay >= 0, ">= 0"),
-            ("clip", self.clip > 0, "> 0"),
-        ):
-            if not ok:
-                raise ConfigError(f"{key}={getattr(self, key)} must be {need}")
 
 
 def server_part(server: Tensors, prefix: str) -> Tensors:
@@ -68,12 +43,7 @@ def server_part(server: Tensors, prefix: str) -> Tensors:
     return {k[len(prefix) :]: v.clone() for k, v in server.items() if k.startswith(prefix)}
 
 
-@register(
-    "pfedhn",
-    "pFedHN: a server hypernetwork maps client embeddings to personal prompts + head (Shamsian et al. 2021)",
-    family="personalised",
-    options=HNOptions,
-)
+@implements("pfedhn")
 class PFedHN(Personalised, ResolvesOptions, FedVPT):
     def resolved_options(self, depth: int) -> HNOptions:
         """embed_dim -1: the paper's 1 + N / 4 for N clients."""

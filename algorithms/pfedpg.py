@@ -22,17 +22,16 @@ from the mean descriptor); the paper's clients start from the initial head. That
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 
-from raysim.algorithms.fedvpt import FedVPT, PromptOptions
+from raysim.algorithms.fedvpt import FedVPT
 from raysim.algorithms.pfedhn import server_part
 from raysim.core.errors import ConfigError
 from raysim.core.messages import Broadcast, ClientUpdate, GlobalState, Tensors
 from raysim.core.prompts import xavier_prompt
 from raysim.core.protocol import Personalised
-from raysim.core.registry import register
+from raysim.core.registry import implements
 from raysim.ops import hypernet as hn
 from raysim.ops.aggregate import weighted_mean
 
@@ -41,25 +40,7 @@ GEN, FIRST, SECOND = "gen.", "adam_m.", "adam_v."  # server state prefixes: the 
 DESCRIPTORS, STEPS, HEADS, SEEN = "descriptors", "adam_steps", "attention_heads", "participated"
 
 
-@dataclass(frozen=True)
-class PGOptions(PromptOptions):
-    server_lr: float = 1e-3
-    heads: int = 0
-
-    def __post_init__(self):
-        super().__post_init__()
-        if self.server_lr <= 0:
-            raise ConfigError(f"server_lr={self.server_lr} must be > 0")
-        if self.heads < 0:
-            raise ConfigError(f"heads={self.heads} must be >= 0 (0: the backbone's attention heads)")
-
-
-@register(
-    "pfedpg",
-    "pFedPG: a server prompt generator gives each client its prompts; personal heads (Yang et al. 2023)",
-    family="personalised",
-    options=PGOptions,
-)
+@implements("pfedpg")
 class PFedPG(Personalised, FedVPT):
     def init_global(self, model, generator) -> GlobalState:
         vit, clients, length = model.vit, self.config.federation.clients, self.options.prompt_length

@@ -10,36 +10,18 @@ such step and L is a free constant: 0 then takes 1 / train.lr as well, which is 
 (their utils/util.py:1068 fixes lr = 0.001, their AdamW's): a choice, not an estimate, so the q-FFL space tunes
 it. The run records the L it used (``resolved_options``)."""
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from raysim.algorithms._fairness import ReportsGlobalLoss, client_losses, with_data
-from raysim.algorithms.fedvpt import FedVPT, PromptOptions
-from raysim.core.errors import ConfigError
+from raysim.algorithms.fedvpt import FedVPT
+from raysim.algorithms.options import QFFLOptions
 from raysim.core.messages import GlobalState
 from raysim.core.protocol import ResolvesOptions
-from raysim.core.registry import register
+from raysim.core.registry import implements
 from raysim.ops.reweighting import qffl_step
 
 
-@dataclass(frozen=True)
-class QFFLOptions(PromptOptions):
-    q: float = 1.0
-    lipschitz: float = 0.0  # 0: 1 / train.lr (the paper's with SGD; FedGCR's comparison's with AdamW)
-
-    def __post_init__(self):
-        super().__post_init__()
-        if self.q < 0:
-            raise ConfigError(f"qffl.q={self.q} must be >= 0 (0 is the uniform average of the clients' models)")
-        if self.lipschitz < 0:
-            raise ConfigError(f"qffl.lipschitz={self.lipschitz} must be >= 0 (0 = 1 / train.lr)")
-
-
-@register(
-    "qffl",
-    "q-FFL: q-FedAvg server step weighing clients by loss^q, on prompts + head (Li et al. 2020)",
-    family="fairness",
-    options=QFFLOptions,
-)
+@implements("qffl")
 class QFFL(ReportsGlobalLoss, ResolvesOptions, FedVPT):
     @property
     def lipschitz(self) -> float:

@@ -19,18 +19,18 @@ Ablations (SGPT Tables 3-4): ``bcd`` joint | bcd | bcd-inv, ``prompts`` shared |
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import torch
 
 from raysim.algorithms import _group_prompts as gp
 from raysim.algorithms.fedavg import FedAvg
+from raysim.algorithms.options import SGPTOptions
 from raysim.core import training
-from raysim.core.errors import ConfigError
 from raysim.core.messages import Broadcast, ClientUpdate, GlobalState
 from raysim.core.prompts import PromptSlot, PromptSpec, xavier_prompt
 from raysim.core.protocol import CachesRowFeatures, CohortPhase, ModelParts, ResolvesOptions, SendsExtras
-from raysim.core.registry import register
+from raysim.core.registry import implements
 from raysim.core.seeding import Purpose, derive_seed
 from raysim.ops import selection as sel
 
@@ -40,85 +40,7 @@ SHARE = "selection_share"  # broadcast extra: the cumulative shares q_g
 COUNTS = gp.COUNTS  # update extra: N_g^i
 
 
-def _one_of(name: str, value: str, valid: tuple[str, ...]) -> None:
-    if value not in valid:
-        raise ConfigError(f"sgpt.{name}={value!r} is not one of {', '.join(valid)}")
-
-
-@dataclass(frozen=True)
-class SGPTOptions:
-    """SGPT's options; empty block tuples mean the paper's layout scaled to the backbone's depth.
-
-    Fidelity options (paper default, the authors' code as the alternative):
-        key_fallback_at_most: keys of a group whose round total sum_i N_g^i is <= this are averaged with the plain
-            1/m instead of N_g^i / sum_i N_g^i. 0 (default): only groups nobody chose, which Alg. 2 l. 13 leaves
-            undefined (the paper has no threshold); 50: the authors' ``utils.py:224`` (``<= 50``).
-        select_layer_as: "paper" (default): ``select_layer`` L is cls_L, the class token after block L (Sec. 2.2,
-            Sec. 5.1's "5-th layer"), with the final norm only after the last block; "code": blocks[:L + 1] then the
-            final norm (``models/vit_models_pr.py:396-410``). See :func:`_group_prompts.query_depth`.
-        select_per: "sample" (default): Select(x) per sample (Eq. 5-6); "batch": in training every sample of a batch
-            takes the batch's most frequent selection (``models/vit_models_pr.py:441-445``, their Office/DomainNet
-            runs), which N_g^i and L_key then count. Inference stays per sample, as in their code (l. 453-460).
-        shared_length: tokens of the shared prompt (the paper's "prompt length", 1, Sec. 5.1; their ``--n_prompt``).
-        shared_length_at: "every" (default): each block of U_S gets ``shared_length`` tokens, as VPT's length;
-            "first": only the first block of U_S, the later ones 1 token (``models/vit_models_pr.py:294-296``).
-        shared_init: "zeros" (default, ``models/vit_models_pr.py:294``; the paper does not say) or "xavier":
-            VPT's uniform range (Sec. 3.1 follows VPT), as their group prompts (l. 292, 303).
-    """
-
-    groups: int = 10
-    shared_blocks: tuple = ()
-    group_blocks: tuple = ()
-    select_layer: int = 0
-    bcd: str = "bcd"
-    prompts: str = "both"
-    key_rule: str = "qg"
-    eps: float = gp.EPS
-    momentum: bool = True
-    alpha_k: float = 0.5
-    alpha_g: float = 0.5
-    head_pooling: str = "cls+group"
-    key_fallback_at_most: int = 0
-    select_layer_as: str = "paper"
-    select_per: str = "sample"
-    shared_length: int = 1
-    shared_length_at: str = "every"
-    shared_init: str = "zeros"
-
-    def __post_init__(self):
-        if self.groups < 1:
-            raise ConfigError(f"sgpt.groups={self.groups} must be at least 1 (the number of groups G)")
-        _one_of("bcd", self.bcd, ("joint", "bcd", "bcd-inv"))
-        _one_of("prompts", self.prompts, ("shared", "group", "both"))
-        _one_of("key_rule", self.key_rule, ("plain", "qg"))
-        _one_of("head_pooling", self.head_pooling, ("cls", "cls+group"))
-        _one_of("select_layer_as", self.select_layer_as, gp.LAYER_READINGS)
-        _one_of("select_per", self.select_per, ("sample", "batch"))
-        _one_of("shared_length_at", self.shared_length_at, ("every", "first"))
-        _one_of("shared_init", self.shared_init, ("zeros", "xavier"))
-        if self.shared_length < 1:
-            raise ConfigError(
-                f"sgpt.shared_length={self.shared_length} must be at least 1 (no shared prompts: prompts=group)"
-            )
-        if self.key_fallback_at_most < 0:
-            raise ConfigError(
-                f"sgpt.key_fallback_at_most={self.key_fallback_at_most} must be >= 0 "
-                "(0: the paper; 50: the authors' code)"
-            )
-        if not (0 <= self.alpha_k < 1 and 0 <= self.alpha_g < 1):
-            raise ConfigError("sgpt.alpha_k and sgpt.alpha_g must be in [0, 1) (0 turns momentum off)")
-        if self.eps < 0 or self.select_layer < 0:
-            raise ConfigError("sgpt.eps and sgpt.select_layer must be >= 0 (select_layer 0 = the last block)")
-
-
-@register(
-    "sgpt",
-    "shared + group prompts with learned key selection, q_g anti-collapse, BCD and momentum (CVPR 2024)",
-    family="group prompts",
-    options=SGPTOptions,
-    metrics=gp.GroupDiagnostics.metrics,
-    cohort=True,
-)
+@implements("sgpt")
 class SGPT(gp.GroupDiagnostics, CachesRowFeatures, SendsExtras, ResolvesOptions, FedAvg):
     @property
     def uses_groups(self) -> bool:

@@ -8,27 +8,15 @@ baseline (Table 1).
 fair_flearn/run.sh:7, main.py:108-111); FedGCR's comparison used 0.01 (their utils/util.py:1107), which its
 settings should set."""
 
-from dataclasses import dataclass
-
 from raysim.algorithms._fairness import ReportsGlobalLoss, client_losses, with_data
-from raysim.algorithms.fedvpt import FedVPT, PromptOptions
+from raysim.algorithms.fedvpt import FedVPT
 from raysim.core.messages import GlobalState
-from raysim.core.registry import register
+from raysim.core.registry import implements
 from raysim.ops.aggregate import weighted_mean
 from raysim.ops.reweighting import tilted_weights
 
 
-@dataclass(frozen=True)
-class TERMOptions(PromptOptions):
-    tilt: float = 0.1
-
-
-@register(
-    "term",
-    "TERM: client-level tilted aggregation w ~ N_k exp(t F_k), on prompts + head (Li et al. 2021)",
-    family="fairness",
-    options=TERMOptions,
-)
+@implements("term")
 class TERM(ReportsGlobalLoss, FedVPT):
     def aggregate(self, round, state, updates):
         updates = with_data(updates)

@@ -193,6 +193,18 @@ def test_the_driver_of_a_ray_run_imports_no_model_code():
     assert heavy_imports(code, ("timm", "torchvision", "torch._dynamo", "raysim.models")) == "[]"
 
 
+def test_the_config_is_built_without_torch():
+    """``raysim run`` builds its config, and refuses a mistake in it, before Ray starts: the methods' catalog and
+    options (``algorithms/__init__.py``, ``algorithms/options.py``) import no torch (1.5-2 s on 2 cores), which
+    loads with a method's class when the run needs it, while Ray starts."""
+    code = (
+        "from raysim.config import build_config\n"
+        "from raysim.core.registry import METHODS\n"
+        "[build_config(m, []) for m in METHODS]"
+    )
+    assert heavy_imports(code, ("torch", "timm", "ray", "mlflow", "raysim.algorithms.fedavg")) == "[]"
+
+
 def test_ray_starts_before_the_driver_is_imported():
     """``raysim run`` starts Ray on its thread while another imports the driver (torch, MLflow, matplotlib: 3-5 s on
     2 cores, ``cli.driver_and_data``): the module that starts Ray imports none of them."""

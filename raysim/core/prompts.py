@@ -1,6 +1,6 @@
 """What a method declares about its prompts (:class:`PromptSpec`: the slots, the head's pooling, what trains),
 read by :class:`~raysim.models.prompted.PromptedViT`. No model code here: the coordinator looks methods up without
-importing timm."""
+importing timm, and the methods' options (:mod:`raysim.algorithms.options`) read :data:`POOLINGS` without torch."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import torch
-
 if TYPE_CHECKING:
+    import torch
     from timm.models.vision_transformer import VisionTransformer
 
 MODES = ("insert", "replace")
@@ -68,5 +67,7 @@ def xavier_prompt(
     vit: VisionTransformer, shape: tuple[int, ...], generator: torch.Generator | None = None
 ) -> torch.Tensor:
     """Uniform draws in VPT's Xavier range ``+-sqrt(6 / (C * patch_h * patch_w + D))`` (Jia et al., 2022)."""
+    import torch  # here: the module is read where torch is not imported (see above)
+
     bound = math.sqrt(6.0 / (vit.in_chans * math.prod(vit.patch_embed.patch_size) + vit.embed_dim))
     return torch.empty(shape).uniform_(-bound, bound, generator=generator)

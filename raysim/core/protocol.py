@@ -1,6 +1,7 @@
 """The method protocol: six core hooks every method has, and small optional capabilities the engine checks by type.
 
-A method is a class registered by name (:func:`raysim.core.registry.register`), in one file of ``algorithms/``;
+A method is a class declared by name in the catalog (``algorithms/__init__.py``, :func:`raysim.core.registry.declare`),
+in one file of ``algorithms/`` and marked ``@implements(name)`` (a method outside raysim: ``@register``);
 the round loop lives in :mod:`raysim.engine.simulation` and is never written in a method. A method never imports
 ``ray`` or the engine. :class:`raysim.algorithms.fedavg.FedAvg` implements the core hooks (FedAvg over the
 trainable tensors) and is what most methods extend.
@@ -69,7 +70,7 @@ class ClientContext:
 class Method:
     """The core hooks. ``self.config`` is the run's resolved config; ``self.options`` its section of this method."""
 
-    info: ClassVar[MethodInfo]  # set by ``register``
+    info: ClassVar[MethodInfo]  # set by ``implements`` (or ``register``)
 
     def __init__(self, config):
         self.config = config

@@ -1,8 +1,12 @@
 """The methods by name (:data:`METHODS`, a :class:`~raysim.core.named.Registry` filled by importing
-``raysim.algorithms`` on the first lookup), what is known of each (:class:`MethodInfo`) and :func:`register`."""
+``raysim.algorithms``, the catalog, on the first lookup), what is known of each (:class:`MethodInfo`), and the two
+ways to add one: :func:`declare` (a method's facts, its class named by import path and imported on first use, so
+the config is built without importing torch) with :func:`implements` on the class, or :func:`register` (both at
+once, for a method defined outside raysim)."""
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,9 +23,10 @@ class NoOptions:
 
 @dataclass(frozen=True)
 class MethodInfo:
-    """What the engine, the CLI and the tests know of a method, declared once in :func:`register`.
+    """What the engine, the CLI and the tests know of a method, declared once in :func:`declare` or :func:`register`.
 
     Attributes:
+        implementation: the method's class, or its import path ``"module:Class"`` (imported by :attr:`cls`).
         options: the frozen dataclass of the method's options (section ``options_key`` of the config).
         metrics: per-round keys the method reports beyond the shared ones (``raysim tune --metric``).
         bf16: whether client compute may run under bf16 autocast; ``fp32_reason`` says why not.
@@ -36,7 +41,7 @@ class MethodInfo:
     name: str
     description: str
     family: str
-    cls: type
+    implementation: str | type
     options: type = NoOptions
     options_key: str = ""
     metrics: tuple[str, ...] = ()
@@ -50,16 +55,23 @@ class MethodInfo:
     @property
     def split_learning(self) -> bool:
         """The server runs part of the model (FedV's family): traffic per local step, not per round."""
-        from raysim.core.protocol import SplitLearning  # torch: not imported where only names are read (the CLI)
+        return self.family == "split"
 
-        return issubclass(self.cls, SplitLearning)
+    @property
+    def cls(self) -> type:
+        """The method's class (:class:`~raysim.core.protocol.Method`), its module imported on first use (torch)."""
+        if isinstance(self.implementation, type):
+            return self.implementation
+        module, name = self.implementation.split(":")
+        return getattr(importlib.import_module(module), name)
 
 
 METHODS: Registry[MethodInfo] = Registry("method", load="raysim.algorithms")
 
 
-def register(
+def declare(
     name: str,
+    implementation: str | type,
     description: str,
     *,
     family: str,
@@ -72,33 +84,57 @@ def register(
     smoke: dict[str, Any] | None = None,
     cohort: bool = False,
     tiers: bool = False,
-):
-    """Class decorator: make a :class:`~raysim.core.protocol.Method` subclass runnable as ``raysim run NAME``."""
+) -> MethodInfo:
+    """Make method ``name`` runnable as ``raysim run NAME``; ``implementation``: its class or ``"module:Class"``,
+    whose class carries :func:`implements`."""
     if family not in FAMILIES:
         raise ValueError(f"method {name!r}: family {family!r} is not one of {', '.join(FAMILIES)}")
+    info = MethodInfo(
+        name,
+        description,
+        family,
+        implementation,
+        options,
+        options_key or name,
+        tuple(metrics),
+        bf16,
+        fp32_reason,
+        needs_client_types,
+        smoke or {},
+        cohort,
+        tiers,
+    )
+    return METHODS.add(name, info)
+
+
+def implements(name: str):
+    """Class decorator: the class is method ``name``'s, as :func:`declare` named it; sets ``cls.info`` and checks the
+    declaration against the class (its import path, ``cohort`` and the split-learning family)."""
 
     def wrap(cls):
-        from raysim.core.protocol import CohortTraining  # torch: imported by the method's module anyway
+        from raysim.core.protocol import CohortTraining, SplitLearning  # torch: imported by the method's module anyway
 
-        if cohort and not issubclass(cls, CohortTraining):
-            raise TypeError(f"method {name!r} is registered with cohort=True but is not a CohortTraining")
-        info = MethodInfo(
-            name,
-            description,
-            family,
-            cls,
-            options,
-            options_key or name,
-            tuple(metrics),
-            bf16,
-            fp32_reason,
-            needs_client_types,
-            smoke or {},
-            cohort,
-            tiers,
-        )
-        cls.info = METHODS.add(name, info)
+        info = METHODS.get(name)
+        where = f"{cls.__module__}:{cls.__qualname__}"
+        if info.implementation not in (cls, where):
+            raise TypeError(f"method {name!r} is declared as {info.implementation}, not {where}")
+        if info.cohort and not issubclass(cls, CohortTraining):
+            raise TypeError(f"method {name!r} is declared with cohort=True but is not a CohortTraining")
+        if info.split_learning != issubclass(cls, SplitLearning):
+            raise TypeError(f"method {name!r}: family {info.family!r} must be 'split' exactly when it is SplitLearning")
+        cls.info = info
         return cls
+
+    return wrap
+
+
+def register(name: str, description: str, **facts):
+    """Class decorator for a method defined outside raysim: :func:`declare` (``facts``: its keyword arguments) and
+    :func:`implements` at once."""
+
+    def wrap(cls):
+        declare(name, cls, description, **facts)
+        return implements(name)(cls)
 
     return wrap
 

@@ -15,8 +15,6 @@ import torch
 from raysim.core.errors import ConfigError
 from raysim.ops.float32 import in_float32
 
-EPS = 5e-4  # SGPT's eps in the q_g-calibrated selection
-
 
 def orthogonal_keys(groups: int, dim: int, generator: torch.Generator) -> torch.Tensor:
     """``[G, D]`` orthonormal rows: Xavier-uniform draws, then Gram-Schmidt (QR with a positive diagonal)."""
@@ -46,7 +44,7 @@ def shares(totals: torch.Tensor) -> torch.Tensor:
     return totals / total if total > 0 else torch.full_like(totals, 1.0 / len(totals))
 
 
-def select_calibrated(cos: torch.Tensor, q: torch.Tensor, eps: float = EPS) -> torch.Tensor:
+def select_calibrated(cos: torch.Tensor, q: torch.Tensor, eps: float) -> torch.Tensor:
     """SGPT's training-time rule: argmax_g (cos - 1) * q_g, i.e. argmin_g (1 - cos) * (q_g + eps)."""
     return torch.argmin((1.0 - cos) * (q.to(cos) + eps), dim=1)
 
