@@ -37,7 +37,6 @@ GROUP_METRICS = (  # group prompts' per-round diagnostics (_group_prompts.GroupD
     "cluster_acc",
     "kmeans_congruence",
 )
-TYPE_METRICS = ("clusters_used", "cluster_acc")  # FedGCR's
 SPLIT_TRAFFIC = ("activations", "gradients", "spsa", "params")  # what crosses the cut, counted each way per client
 SPLIT_METRICS = (
     "lr_server",
@@ -48,7 +47,15 @@ SPLIT_METRICS = (
     *(f"bytes_{kind}" for kind in SPLIT_TRAFFIC),
 )
 SPLIT_FP32 = "the encoder server computes in float32 and byte counts assume float32 activations"
-TYPED = {"data": {"partition": "domains"}, "fedgcr": {"clusters": 2}}  # the smoke tests' 3 clients a round: T' 2
+FEDGCR = dict(  # FedGCR's and its two ablations'
+    family="domain",
+    options=FedGCROptions,
+    options_key="fedgcr",
+    metrics=("clusters_used", "cluster_acc"),
+    needs_client_types=True,
+    smoke={"data": {"partition": "domains"}, "fedgcr": {"clusters": 2}},  # the smoke tests' 3 clients a round: T' 2
+)
+SPLIT = dict(family="split", metrics=SPLIT_METRICS, bf16=False)  # FedV's family
 
 declare(
     "fedavg",
@@ -188,66 +195,46 @@ declare(
     "fedgcr",
     "raysim.algorithms.fedgcr:FedGCR",
     "group customisation (GC-Net prompts, l_GC, l_RA) + group reweighting by GMM clusters (AAAI 2024)",
-    family="domain",
-    options=FedGCROptions,
-    metrics=TYPE_METRICS,
-    needs_client_types=True,
-    smoke=TYPED,
+    **FEDGCR,
 )
 declare(
     "fedgc",
     "raysim.algorithms.fedgcr:FedGC",
     "FedGCR's group customisation alone: GC-Net prompts, l_GC, l_RA, FedAvg aggregation (ablation)",
-    family="domain",
-    options=FedGCROptions,
-    options_key="fedgcr",
-    metrics=TYPE_METRICS,
-    needs_client_types=True,
-    smoke=TYPED,
+    **FEDGCR,
 )
 declare(
     "fedgr",
     "raysim.algorithms.fedgcr:FedGR",
     "FedGCR's group reweighting alone: plain prompts, loss-reweighted aggregation by GMM clusters (ablation)",
-    family="domain",
-    options=FedGCROptions,
-    options_key="fedgcr",
-    metrics=TYPE_METRICS,
-    needs_client_types=True,
-    smoke=TYPED,
+    **FEDGCR,
 )
 declare(
     "fedv",
     "raysim.algorithms.fedv:FedV",
     "split learning: client head/tail, server encoder stepped by the true gradient (FedV)",
-    family="split",
     options=SplitOptions,
-    metrics=SPLIT_METRICS,
-    bf16=False,
     fp32_reason=SPLIT_FP32,
     smoke={"fedv": {"fedround": 2}},  # the smoke tests' 3 rounds: heads and tails averaged after rounds 1 and 3
+    **SPLIT,
 )
 declare(
     "fedvz",
     "raysim.algorithms.fedv:FedVZ",
     "split learning with a zeroth-order server: SPSA from two perturbed forwards (FedVZ)",
-    family="split",
     options=SPSAOptions,
-    metrics=SPLIT_METRICS,
-    bf16=False,
     fp32_reason="SPSA's loss differences at +-eps perturbations are below bf16's resolution",
     smoke={"fedvz": {"fedround": 2}},
+    **SPLIT,
 )
 declare(
     "festa",
     "raysim.algorithms.festa:Festa",
     "split ViT from random init, server stepped by the true gradient (FESTA-like FedV baseline)",
-    family="split",
     options=FestaOptions,
-    metrics=SPLIT_METRICS,
-    bf16=False,
     fp32_reason=SPLIT_FP32,
     smoke={"festa": {"fedround": 2}},
+    **SPLIT,
 )
 declare(
     "fed-dualprompt",
