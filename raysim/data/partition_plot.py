@@ -6,9 +6,16 @@ without touching the global backend.
 
 from __future__ import annotations
 
+import io
+import json
+from typing import TYPE_CHECKING
+
 import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
+
+if TYPE_CHECKING:
+    from raysim.data.shards import ShardStore
 
 _MAX_ROWS = 200
 
@@ -57,3 +64,21 @@ def plot_partition(train_client: np.ndarray, labels: np.ndarray, num_clients: in
     bars.set_xlabel("train samples")
     bars.set_title("client size")
     fig.savefig(path, dpi=100)
+
+
+def partition_files(shards: ShardStore) -> dict[str, bytes]:
+    """A run's ``partition_summary.json`` (:func:`partition_summary` with the unseen clients, the test sizes and the
+    [M, C] train counts) and ``partition.png`` (:func:`plot_partition`, about 0.6 s on 2 cores), by file name."""
+    train_client = np.repeat(np.arange(shards.num_clients), shards.train_sizes())
+    labels = shards.labels[: shards.train_offsets[-1]]
+    summary = partition_summary(train_client, labels, shards.num_clients, shards.info.num_classes)
+    counts = summary.pop("counts")
+    summary.update(
+        unseen_clients=list(shards.unseen), test_sizes=shards.test_sizes().tolist(), train_counts=counts.tolist()
+    )
+    picture = io.BytesIO()
+    plot_partition(train_client, labels, shards.num_clients, shards.info.num_classes, picture)
+    return {
+        "partition_summary.json": json.dumps(summary, indent=2, sort_keys=True).encode(),
+        "partition.png": picture.getvalue(),
+    }

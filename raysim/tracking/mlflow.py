@@ -232,11 +232,14 @@ class Tracker:
     def log_artifact(self, path: str | Path, folder: str | None = None) -> None:
         self.client.log_artifact(self.run_id, str(path), folder)
 
-    def log_text(self, text: str, name: str) -> None:
+    def log_bytes(self, data: bytes, name: str) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / name
-            path.write_text(text)
+            path.write_bytes(data)
             self.log_artifact(path)
+
+    def log_text(self, text: str, name: str) -> None:
+        self.log_bytes(text.encode(), name)
 
     def log_json(self, data: Any, name: str) -> None:
         self.log_text(json.dumps(data, indent=2, sort_keys=True), name)
