@@ -32,7 +32,7 @@ from raysim.core.precision import native_bf16_cpu
 from raysim.core.protocol import Diagnostics
 from raysim.core.ray_start import wait_for_ray
 from raysim.core.registry import get_method
-from raysim.data.partition_plot import partition_files
+from raysim.data.partition_plot import partition_artifacts
 from raysim.data.shards import ShardStore
 from raysim.engine.callbacks import (
     Callback,
@@ -216,7 +216,7 @@ def run(
     """
     uri = config.tracking.resolved_uri
     given, config = config, checked(config, resume)
-    drawn: dict[str, bytes] = {}  # the partition's files, drawn while the model builds where the data were given
+    drawn: list[tuple[dict, bytes]] = []  # the partition's summary and picture, drawn while the model builds
     meanwhile = partial(_while_the_model_builds, uri, shards if resume is None else None, drawn)
     with PoolReservation(config) if config.resources.backend == "ray" else nullcontext() as reservation:
         set_up = partial(_set_up, config, shards, uri, reservation)
@@ -238,7 +238,7 @@ def run(
                 )
                 start = ckpt.Checkpoint(run_id, 0, config.to_dict(), initial, {}, uri)
                 run_folder = config.checkpoint.root(uri) / run_id
-                _log_setup(tracker, record, drawn or partition_files(shards))
+                _log_setup(tracker, record, drawn[0] if drawn else partition_artifacts(shards))
                 tracker.log_metrics({TRAINABLE: float(sum(t.numel() for t in initial.params.values()))}, step=0)
             else:
                 tracker.attach(resume.run_id)
@@ -308,13 +308,13 @@ def _set_up(
         raise
 
 
-def _while_the_model_builds(uri: str, shards: ShardStore | None, drawn: dict[str, bytes]) -> None:
+def _while_the_model_builds(uri: str, shards: ShardStore | None, drawn: list[tuple[dict, bytes]]) -> None:
     """What the driver's thread does once Ray is up while the set-up waits for the model's build (nothing that has an
-    effect outside the process): import the store's modules, and draw the partition's files of ``shards`` into
-    ``drawn`` (0.6 s on 2 cores), which a new run logs once its MLflow run exists."""
+    effect outside the process): import the store's modules, and add the partition's summary and picture of
+    ``shards`` to ``drawn`` (0.6 s on 2 cores), which a new run logs once its MLflow run exists."""
     import_store(uri)
     if shards is not None:
-        drawn.update(partition_files(shards))
+        drawn.append(partition_artifacts(shards))
 
 
 def end_coordinator(coordinator) -> None:
@@ -352,11 +352,13 @@ def resume_command(config: Config, run_id: str, run_folder: Path) -> str:
     return f"raysim run {config.method} --resume {run_id if default else run_folder}"
 
 
-def _log_setup(tracker: Tracker, config: Config, partition: dict[str, bytes]) -> None:
-    """``config.yaml`` and the partition's files (:func:`~raysim.data.partition_plot.partition_files`)."""
+def _log_setup(tracker: Tracker, config: Config, partition: tuple[dict, bytes]) -> None:
+    """``config.yaml`` and the partition's summary and picture
+    (:func:`~raysim.data.partition_plot.partition_artifacts`)."""
+    summary, picture = partition
     tracker.log_text(dump_yaml(config), "config.yaml")
-    for name, data in partition.items():
-        tracker.log_bytes(data, name)
+    tracker.log_json(summary, "partition_summary.json")
+    tracker.log_bytes(picture, "partition.png")
 
 
 def _log_results(tracker: Tracker, config: Config, last: ckpt.Checkpoint, summary, shards: ShardStore) -> None:

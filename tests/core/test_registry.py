@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 OUTSIDE = """
-import sys
 from dataclasses import dataclass
 
 from raysim import FedAvg, build_config, get_method, register

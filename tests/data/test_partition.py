@@ -1,13 +1,11 @@
 """Tests of the partitioners, split_by_shares and the partition summary/plot."""
 
-import json
-
 import numpy as np
 import pytest
 
 from raysim.core.errors import ConfigError
 from raysim.data.partition import PARTITIONERS, Partition, PartitionParams, partition, split_by_shares
-from raysim.data.partition_plot import partition_files, partition_summary, plot_partition
+from raysim.data.partition_plot import partition_artifacts, partition_summary, plot_partition
 from raysim.engine.setup import prepare_shards
 from raysim.testing.smoke import smoke_config
 
@@ -432,10 +430,9 @@ def test_plot_partition_writes_png(tmp_path, num_clients):
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_partition_files_are_the_summary_of_the_shards_and_their_picture():
+def test_partition_artifacts_are_the_summary_of_the_shards_and_their_picture():
     shards = prepare_shards(smoke_config("fedavg"))
-    files = partition_files(shards)
-    summary = json.loads(files["partition_summary.json"])
+    summary, picture = partition_artifacts(shards)
     counts = np.array(summary.pop("train_counts"))
     assert counts.shape == (shards.num_clients, shards.info.num_classes)
     assert counts.sum(axis=1).tolist() == shards.train_sizes().tolist()
@@ -445,4 +442,4 @@ def test_partition_files_are_the_summary_of_the_shards_and_their_picture():
     expected = partition_summary(train_client, shards.labels[: len(train_client)], len(counts), counts.shape[1])
     expected.pop("counts")
     assert summary == expected
-    assert files["partition.png"][:8] == b"\x89PNG\r\n\x1a\n"
+    assert picture[:8] == b"\x89PNG\r\n\x1a\n"
