@@ -170,8 +170,10 @@ def plan(
 
 
 def default_name(methods: tuple[str, ...], preset: str | None) -> str:
-    """``compare-M1-M2[-PRESET]``: the same command names the same comparison, so running it again resumes it."""
-    return "-".join(["compare", *methods, *([Path(preset).stem] if preset else [])])
+    """``compare-M1-M2[-PRESET]``: the same command names the same comparison, so running it again resumes it. PRESET
+    is the preset's name, dots and all (``offline-dir0.3``), or a YAML file's name less ``.yaml``/``.yml``."""
+    preset_name = Path(preset).name.removesuffix(".yaml").removesuffix(".yml") if preset else None
+    return "-".join(["compare", *methods, *([preset_name] if preset_name else [])])
 
 
 def tuned_values(comparison: Comparison) -> dict[str, dict[str, Any]]:

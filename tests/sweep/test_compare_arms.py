@@ -10,7 +10,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from raysim.core.errors import ConfigError
-from raysim.sweep.compare import Comparison, arm, arm_space, end_stopped_cells
+from raysim.sweep.compare import Comparison, arm, arm_space, default_name, end_stopped_cells
 from raysim.sweep.space import default_space_file
 
 
@@ -31,6 +31,19 @@ def test_an_arm_is_a_method_and_its_own_settings():
 def test_a_bad_arm_is_one_line(label, message):
     with pytest.raises(ConfigError, match=message):
         arm(label)
+
+
+@pytest.mark.parametrize(
+    ("preset", "name"),
+    [
+        ("offline-dir0.3", "compare-fedv-fedavg-offline-dir0.3"),
+        ("runs/my-setting.yaml", "compare-fedv-fedavg-my-setting"),
+        ("my.setting.yml", "compare-fedv-fedavg-my.setting"),
+        (None, "compare-fedv-fedavg"),
+    ],
+)
+def test_a_comparison_is_named_by_its_methods_and_its_whole_preset_name(preset, name):
+    assert default_name(("fedv", "fedavg"), preset) == name
 
 
 def comparison(tmp_path) -> Comparison:
