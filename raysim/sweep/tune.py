@@ -80,7 +80,7 @@ class Sweep:
         trials = f"{self.num_samples} trial" + ("s" if self.num_samples != 1 else "")
         return (
             f"{trials} sampling {sampled} ({Path(self.space.source).name}), ranked by {self.mode} {self.metric}"
-            f" (last-10 mean; {self.scheduler}); each trial {provenance.describe(base, base)}"
+            f" (last-10 mean; {self.scheduler}); each trial {provenance.describe(base, base, self.space.samplers)}"
         )
 
 

@@ -18,6 +18,7 @@ import platform
 import shlex
 import subprocess
 import sys
+from collections.abc import Collection
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -99,9 +100,9 @@ def run_name(config: Config) -> str:
     return "-".join([*parts, f"{fed.clients}c"])
 
 
-def describe(config: Config, given: Config) -> str:
+def describe(config: Config, given: Config, sampled: Collection[str] = ()) -> str:
     """One line saying what ran (``config``, resolved), then the settings ``given`` changed from the defaults that
-    the line does not already say."""
+    the line does not already say, less the ``sampled`` keys (a sweep's trials each draw their own)."""
     fed, data = config.federation, config.data
     info = get_method(config.method)
     reads = ", ".join(f"{key}={show(getattr(data, key))}" for key in PARTITIONERS[data.partition].reads)
@@ -111,6 +112,7 @@ def describe(config: Config, given: Config) -> str:
         f"{config.model.backbone}, {config.train.precision}, seed {fed.seed}"
     )
     said = _named_keys(config) | {"federation.participation", "federation.rounds", "model.backbone", "train.precision"}
+    said |= set(sampled)
     defaults = build_config(config.method, []).flat()
     changed = [
         f"{key}={show(value)}"

@@ -80,6 +80,10 @@ def test_the_description_says_what_ran_and_what_was_set():
         "raysim_vit_nano_p4_16, fp32, seed 0; also federation.eval_every=1, model.pretrained=false, sgpt.groups=4"
     )
     assert "\n" not in text
+    # a sweep's trials each draw their sampled keys: the line of what every trial runs leaves them out
+    assert provenance.describe(resolved, given, sampled={"sgpt.groups"}).endswith(
+        "; also federation.eval_every=1, model.pretrained=false"
+    )
 
 
 def test_provenance_names_the_command_the_checkout_and_the_machine(monkeypatch):
