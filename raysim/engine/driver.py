@@ -27,6 +27,7 @@ from raysim.actors.coordinator import Coordinator
 from raysim.actors.proxy import ActorProxy, unwrapped
 from raysim.config import Config, dump_yaml
 from raysim.core.errors import RunInterrupted, SimulationLost
+from raysim.core.memory import trim_memory
 from raysim.core.messages import GlobalState
 from raysim.core.precision import native_bf16_cpu
 from raysim.core.protocol import Diagnostics
@@ -243,6 +244,7 @@ def run(
             else:
                 tracker.attach(resume.run_id)
                 run_id, start, run_folder = resume.run_id, resume, resume.folder.parent
+            trim_memory()  # what the set-up thread freed (reads, decodes, imports): glibc keeps it until asked
             with RoundProgress(
                 config.federation.rounds,
                 describe(config, shards),
