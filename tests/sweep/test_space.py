@@ -84,3 +84,14 @@ def test_every_shipped_space_is_valid_for_its_methods():
     assert {"fedmix", "fedsam", "moon", "harmofl", "pfedhn", "pfedpg", "fedem", "fedpr", "fed-dualprompt"} <= set(
         covered
     )
+
+
+def test_the_line_of_what_every_trial_runs_names_no_key_the_trials_sample(tmp_path):
+    from raysim.sweep.tune import Sweep
+
+    path = space_file(tmp_path, "fixed: {federation.rounds: 4}\nspace:\n  train.lr: {loguniform: [1.0e-4, 1.0e-2]}\n")
+    preset = {"train": {"lr": 0.05, "local_epochs": 2}}  # the preset sets the sampled key and one the trials share
+    space = load_space(path, "fedvpt", [preset], [])
+    sweep = Sweep("fedvpt", "s", [preset], [], space, "global_acc", "max", 2, 1, "fifo", str(tmp_path))
+    each_trial = sweep.plan_line().split("; each trial ")[1]
+    assert "train.local_epochs=2" in each_trial and "train.lr" not in each_trial, each_trial
