@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
-import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +36,7 @@ from raysim.ops.metrics import SUMMARY_WINDOW, reported_metrics
 from raysim.sweep.sole_runner import sole_runner
 from raysim.sweep.space import SearchSpace, as_layer, default_space_file, load_space
 from raysim.sweep.trial_progress import RoundsToTune, SweepProgress
-from raysim.sweep.tune_console import fit, quiet_trial_exit, stopped_at
+from raysim.sweep.tune_console import fit, quiet_trial_exit, quiet_trial_logs, stopped_at
 from raysim.tracking import checkpoint as ckpt
 from raysim.tracking import provenance
 from raysim.tracking.mlflow import KIND, SWEEP, Tracker, check_store, end_running
@@ -46,6 +45,8 @@ from raysim.tracking.report import write_report
 SCHEDULERS = ("asha", "fifo")
 SWEEP_TAG = "raysim.sweep"  # on every trial's run: the sweep it belongs to
 SWEEP_FILE, BEST_FILE = "sweep.json", "best.yaml"
+
+quiet_trial_logs()  # here, at import: a trial's process imports this module (for _trial) before Tune restores it
 
 
 @dataclass(frozen=True)
@@ -138,8 +139,6 @@ def _trial(params: dict[str, Any], sweep: Sweep, shards) -> None:
     """One trial: a whole raysim run nested under the sweep's, resumed after a restore from the run's own
     checkpoint of the round Tune's copy names (Tune copies only the round's folder; client states stay with the
     run's checkpoints). It is named as ``raysim run`` names it, so the best trial's command gives a run of its name."""
-    # Tune logs each checkpoint a trial saves ("Checkpoint successfully created at: ..."): a line a round
-    logging.getLogger("ray.train._internal.storage").setLevel(logging.WARNING)
     quiet_trial_exit()
     config = sweep.trial_config(params)
     tags = {SWEEP_TAG: sweep.name, "raysim.trial": tune.get_context().get_trial_id()}

@@ -1,6 +1,7 @@
 """Ray Tune's console output and Ctrl-C as raysim's commands want them: without Tune's restore hint (each command
-says how it resumes), silent where a command draws its own progress (``raysim compare``, ``raysim tune``), a
-Ctrl-C that stops the command instead of passing for the end of the fit, and no traceback from a trial's exit."""
+says how it resumes), silent where a command draws its own progress (``raysim compare``, ``raysim tune``) and in
+its trials' processes, a Ctrl-C that stops the command instead of passing for the end of the fit, and no traceback
+from a trial's exit."""
 
 from __future__ import annotations
 
@@ -128,6 +129,15 @@ def fit(tuner: tune.Tuner) -> tune.ResultGrid:
     if stopped:
         raise TuneStopped(stop_lines.stopped_at or time.time())
     return results
+
+
+def quiet_trial_logs() -> None:
+    """In a trial's process, before Tune restores or starts the trial: none of the INFO lines Tune's trainable logs
+    and Ray forwards to the command's terminal, each prefixed ``(_trial pid=...)``: "Checkpoint successfully created
+    at: ..." for every round a trial checkpoints, "Restored on <ip> from checkpoint: ..." for every trial a resumed
+    sweep restores (the command says what it resumes) and "Trainable.setup took ... s". Their warnings stay."""
+    for name in ("ray.train._internal.storage", "ray.tune.trainable.trainable"):
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 _hook_before_trial = sys.__unraisablehook__  # the hook a trial's process had before quiet_trial_exit

@@ -193,9 +193,9 @@ def test_a_comparison_stopped_while_tuning_resumes_that_tuning(tmp_path):
             time.sleep(0.5)
         run_id, rounds = trial_rounds()
         process.send_signal(signal.SIGINT)
-        _, err = process.communicate(timeout=120)
+        out, err = process.communicate(timeout=120)
         assert process.returncode == 130 and "Traceback" not in err, err
-        return run_id, rounds, "".join(shown) + err
+        return run_id, rounds, "".join(shown) + out + err  # stdout too: where a trial's prints would show
 
     trial, before, err = stop_once(start(tmp_path, *QUICK_POOL, command=command), "started trial 1 of 1")
     assert own_lines(err)[-1] == (
@@ -206,6 +206,7 @@ def test_a_comparison_stopped_while_tuning_resumes_that_tuning(tmp_path):
 
     again, after, err = stop_once(start(tmp_path, *QUICK_POOL, command=command), "resuming the tuning of")
     assert f"resuming the tuning of fedvpt in {folder}" in err and "tuning fedvpt:" not in err, err
+    assert "Restored on" not in err, err  # Tune's line from the restored trial's process: the resume says it
     assert again == trial and sorted(set(after)) == list(range(1, max(after) + 1)) and max(after) > max(before)
     tuning = client.get_experiment_by_name("compare-fedvpt-fedavg-quick-tuning").experiment_id
     assert len(client.search_runs([tuning], "tags.`raysim.kind` = 'sweep'")) == 1  # one sweep, resumed
