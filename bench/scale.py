@@ -12,6 +12,11 @@ difference in points); then raysim's PSS at its peak by process.
     python bench/scale.py --scales 100000x5     # CLIENTSxROWS[:PER_ROUND], comma-separated
     python bench/scale.py --raysim-args "--set train.cohort=off"   # extra raysim run arguments
     python bench/scale.py --warm-cache          # raysim's second run on each file: start-up without the decode
+    python bench/scale.py --pairs 3             # 3 alternated loop/raysim pairs per scale, then the median ratio
+
+A pair runs the loop and raysim one after the other, the loop first in odd pairs and raysim first in even ones: on a
+shared VM the CPU's speed drifts within minutes (the loop alone took 1.2-1.8 s a round at 1,000 x 20 within one
+hour), so one pair's ratio can be off by a fifth; the median over alternated pairs is the figure to quote.
 
 The plain loop (``--plain``, run in its own process by this script) reads the parquet with pyarrow, partitions it with
 raysim's partition function and seed, and trains with raysim's model builder and ``raysim.testing.reference`` (FedAvg
@@ -26,6 +31,7 @@ import io
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -324,6 +330,12 @@ def main() -> None:
         action="store_true",
         help="measure raysim's second run on each file (its images already decoded), as after a first experiment",
     )
+    parser.add_argument(
+        "--pairs",
+        type=int,
+        default=1,
+        help="alternated loop/raysim pairs per scale; with 2 or more, their median ratio",
+    )
     parser.add_argument("--plain", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.plain:
@@ -338,30 +350,52 @@ def main() -> None:
         shape, _, per_round = scale.partition(":")
         clients, rows = (int(v) for v in shape.split("x"))
         per_round = int(per_round or 10)
+        label, pair_ratios = f"{clients:,} x {rows} ({per_round}/round)", []
         with tempfile.TemporaryDirectory() as tmp:
             tmp = Path(tmp)
             data = tmp / "data.parquet"
             write_parquet(data, clients * rows)
-            plain = plain_figures(data, clients, per_round)
             extra = shlex.split(args.raysim_args)
-            if args.warm_cache:  # a first run decodes the parquet into the cache the measured run then maps
+            if args.warm_cache:  # a first run decodes the parquet into the cache the measured runs then map
                 (tmp / "warm-up").mkdir()
                 raysim_figures(data, clients, per_round, extra, tmp / "warm-up")
-            (tmp / "measured").mkdir()
-            ours = raysim_figures(data, clients, per_round, extra, tmp / "measured")
-        label = f"{clients:,} x {rows} ({per_round}/round)"
-        for name, figures in (("plain loop", plain), ("raysim", ours)):
-            cells = [f"{figures[k]:,.1f}" if isinstance(figures[k], float) else f"{figures[k]:,}" for k in keys]
-            print(f"| {label} | {name} | " + " | ".join(cells) + " |")
-        ratios = [
-            f"{ours[k] - plain[k]:+.1f} pt" if k == "accuracy" else f"{ours[k] / plain[k]:.2f}x" if plain[k] else "-"
-            for k in keys
-        ]
-        print(f"| {label} | raysim / plain | " + " | ".join(ratios) + " |", flush=True)
+            for pair in range(args.pairs):
+                figures = {}
+                for side in ("plain", "raysim") if pair % 2 == 0 else ("raysim", "plain"):
+                    if side == "plain":
+                        figures[side] = plain_figures(data, clients, per_round)
+                        continue
+                    if not args.warm_cache:  # every measured run decodes anew, as the first one did
+                        shutil.rmtree(tmp / "cache", ignore_errors=True)
+                    (tmp / f"measured-{pair}").mkdir()
+                    figures[side] = raysim_figures(data, clients, per_round, extra, tmp / f"measured-{pair}")
+                plain, ours = figures["plain"], figures["raysim"]
+                run = f"{label}{f' pair {pair + 1}' if args.pairs > 1 else ''}"
+                for name, values in (("plain loop", plain), ("raysim", ours)):
+                    cells = [f"{values[k]:,.1f}" if isinstance(values[k], float) else f"{values[k]:,}" for k in keys]
+                    print(f"| {run} | {name} | " + " | ".join(cells) + " |")
+                pair_ratios.append({k: ratio(ours[k], plain[k], k) for k in keys})
+                print(f"| {run} | raysim / plain | " + " | ".join(shown(pair_ratios[-1], keys)) + " |", flush=True)
+        if args.pairs > 1:
+            median = {k: float(np.median([r[k] for r in pair_ratios])) for k in keys}
+            print(f"| {label} | median of {args.pairs} pairs | " + " | ".join(shown(median, keys)) + " |", flush=True)
         peaks.append((label, ours["at peak"]))
     for label, at_peak in peaks:
         parts = ", ".join(f"{name} {mb:,.0f}" for name, mb in sorted(at_peak.items(), key=lambda item: -item[1]))
         print(f"\nraysim's PSS at its peak, {label}, MB by process: {parts}")
+
+
+def ratio(ours: float, plain: float, key: str) -> float:
+    """raysim against the loop: the difference in points for accuracy, else the ratio (NaN where the loop's is 0)."""
+    return ours - plain if key == "accuracy" else ours / plain if plain else float("nan")
+
+
+def shown(ratios: dict[str, float], keys: tuple[str, ...]) -> list[str]:
+    """raysim / plain per figure as printed (accuracy: the difference in points); a zero in the loop's gives "-"."""
+    return [
+        f"{ratios[k]:+.1f} pt" if k == "accuracy" else f"{ratios[k]:.2f}x" if np.isfinite(ratios[k]) else "-"
+        for k in keys
+    ]
 
 
 if __name__ == "__main__":
