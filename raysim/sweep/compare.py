@@ -11,7 +11,8 @@ runs all rounds, on the first seed only, at the comparison's own setting (its pr
 ``fixed`` values); its best sampled values then run on every seed. Without it every method runs at the preset.
 
 Every (method, seed) cell is a whole ``raysim run``, an MLflow run in the comparison's experiment nested under the
-comparison's own run, which ends with the report (:mod:`raysim.tracking.comparison`) as artifacts. The cells run
+comparison's own run, which ends with the report (:mod:`raysim.tracking.comparison`) as artifacts and its figures
+as metrics. The cells run
 as Ray Tune trials, as many at once as the cluster hosts. Running the same command again resumes: finished cells
 (same method, seed and config hash) and finished tunings are kept, a stopped tuning resumes from its trials'
 checkpoints, and the cells left run again from their start. One process at a time runs a comparison (a lock in its
@@ -46,7 +47,16 @@ from raysim.sweep.space import as_layer, default_space_file
 from raysim.sweep.trial_progress import CellProgress, RoundsToTune
 from raysim.sweep.tune_console import fit, quiet_trial_exit, stopped_at
 from raysim.tracking import provenance
-from raysim.tracking.comparison import CELL, NAME, TUNED, TUNING, VARIANT, cell_label, write_comparison
+from raysim.tracking.comparison import (
+    CELL,
+    NAME,
+    TUNED,
+    TUNING,
+    VARIANT,
+    cell_label,
+    comparison_metrics,
+    write_comparison,
+)
 from raysim.tracking.mlflow import COMPARE, KIND, Tracker, check_store, end_running, every_run
 
 HASH = "raysim.config_hash"
@@ -351,6 +361,7 @@ def execute(comparison: Comparison) -> tuple[str, list[Path]]:
         table, paths = write_comparison(uri, comparison.name, folder, list(comparison.methods))
         for path in paths:
             tracker.log_artifact(path)
+        tracker.log_metrics(comparison_metrics(uri, comparison.name, list(comparison.methods)), step=0)
         status = "FINISHED"
         return table, paths
     except KeyboardInterrupt as stop:

@@ -7,11 +7,13 @@ method, the paired comparison with the first method named: the mean over seeds o
 how many seeds agree with the sign of the mean. For the group-prompt methods, their selection diagnostics
 (:data:`SELECTION`) likewise, paired with the first of them. Figures: accuracy against fairness (sigma) and against
 bytes per round, each method's mean with its CIs as error bars, the Pareto front drawn through the methods no other
-beats on both axes; with the virtual clock (docs/systems.md), accuracy against virtual time.
+beats on both axes; with the virtual clock (docs/systems.md), accuracy against virtual time. The same figures as
+metrics of the comparison's own run (:func:`comparison_metrics`), so MLflow's runs table shows them in its row.
 """
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -209,22 +211,61 @@ def _selection_table(methods: list[str], by_method: dict[str, list[dict]]) -> st
     )
 
 
+class Arranged:
+    """A comparison's finished cells by method, the methods in the order named (else as the comparison's own run
+    names them, else sorted), and the summary columns any cell logged."""
+
+    def __init__(self, uri: str, experiment: str, order: list[str] | None = None):
+        self.runs = cells(uri, experiment)
+        order = order or named_order(uri, experiment)
+        self.by_method: dict[str, list[dict]] = defaultdict(list)
+        for run in self.runs:
+            self.by_method[run["method"]].append(run)
+        self.methods = [m for m in order if m in self.by_method] + sorted(set(self.by_method) - set(order))
+        self.columns = [c for c in (*STATISTICS, (BYTES, "mean")) if any(c in r["summary"] for r in self.runs)]
+        self.paired_columns = [c for c in STATISTICS if c[1] == "mean" and c in self.columns]
+
+    def values(self, method: str, column) -> dict[int, float]:
+        """Each seed's ``column`` (a ``(metric, stat)`` of the cells' summaries) for ``method``."""
+        return {r["seed"]: r["summary"][column] for r in self.by_method[method] if column in r["summary"]}
+
+
+def metric_segment(method: str) -> str:
+    """A method as a comparison names it (``sgpt:head_pooling=cls``), as MLflow allows in a metric's name."""
+    return re.sub(r"[^\w.\- ]", "_", method)
+
+
+def comparison_metrics(uri: str, experiment: str, order: list[str] | None = None) -> dict[str, float]:
+    """The report's figures as metrics of the comparison's own run: per method ``METHOD/<metric>_<stat>`` (the mean
+    over seeds of the cells' ``summary/<metric>_<stat>``) and its ``_ci95`` (the half-width), then, paired with the
+    first method, ``METHOD/<metric>_mean_vs_FIRST`` and its ``_ci95``. ``METHOD`` is :func:`metric_segment`'s."""
+    arranged = Arranged(uri, experiment, order)
+    first = arranged.methods[0]
+    figures: dict[str, float] = {}
+
+    def put(name: str, mean: float, half: float) -> None:
+        figures.update({key: value for key, value in ((name, mean), (f"{name}_ci95", half)) if not np.isnan(value)})
+
+    for method in arranged.methods:
+        for key, stat in arranged.columns:
+            values = list(arranged.values(method, (key, stat)).values())
+            if values:
+                put(f"{metric_segment(method)}/{key}_{stat}", *interval(values))
+        for column in arranged.paired_columns if method != first else ():
+            mean, half, _, n = paired(arranged.values(first, column), arranged.values(method, column))
+            if n:
+                put(f"{metric_segment(method)}/{column[0]}_mean_vs_{metric_segment(first)}", mean, half)
+    return figures
+
+
 def write_comparison(
     uri: str, experiment: str, folder: str | Path, order: list[str] | None = None
 ) -> tuple[str, list[Path]]:
     """``report.md`` (methods with CIs, paired comparisons with the first method) and the two Pareto figures
-    under ``folder``; returns the methods' table and the paths. ``order``: the methods as named (else as the
-    comparison's own run names them, else sorted)."""
-    runs = cells(uri, experiment)
-    order = order or named_order(uri, experiment)
-    by_method: dict[str, list[dict]] = defaultdict(list)
-    for run in runs:
-        by_method[run["method"]].append(run)
-    methods = [m for m in (order or []) if m in by_method] + sorted(set(by_method) - set(order or []))
-    columns = [c for c in (*STATISTICS, (BYTES, "mean")) if any(c in r["summary"] for r in runs)]
-
-    def values(method: str, column) -> dict[int, float]:
-        return {r["seed"]: r["summary"][column] for r in by_method[method] if column in r["summary"]}
+    under ``folder``; returns the methods' table and the paths. ``order``: as :class:`Arranged` takes it."""
+    arranged = Arranged(uri, experiment, order)
+    runs, by_method, methods, columns = arranged.runs, arranged.by_method, arranged.methods, arranged.columns
+    values = arranged.values
 
     header = [f"{k} ({'last-10 mean' if s == 'mean' and k != BYTES else s})" for k, s in columns]
     lines = ["| method | seeds | trainable params | " + " | ".join(header) + " |", "|---" * (3 + len(columns)) + "|"]
@@ -235,7 +276,7 @@ def write_comparison(
         lines.append(f"| {method} | {len(by_method[method])} | {shown} | " + " | ".join(figures) + " |")
     table = "\n".join(lines)
     first = methods[0]
-    paired_columns = [c for c in STATISTICS if c[1] == "mean" and c in columns]  # the sigmas where they were logged
+    paired_columns = arranged.paired_columns  # the sigmas where they were logged
     named = [f"{k} (last-10 mean{'; lower is fairer' if k.startswith('sigma') else ''})" for k, _ in paired_columns]
     pairs = [f"| method - {first} | " + " | ".join(named) + " |"]
     pairs.append("|---" * (1 + len(paired_columns)) + "|")

@@ -78,10 +78,13 @@ def test_compare_runs_every_cell_reports_intervals_and_resumes(ray_session, tmp_
         runs = sorted((r for r in cells if r.data.tags["raysim.variant"] == method), key=lambda r: r.data.tags["seed"])
         return np.array([r.data.metrics["summary/global_acc_mean"] for r in runs])
 
-    for method in ("fedavg", VARIANT):  # mean ± t(0.975, 1) * sd / sqrt(2), recomputed here
-        values = logged(method)
+    figures = own.data.metrics  # the report's figures as metrics of the comparison's own run, for MLflow's table
+    for method, shown in (("fedavg", "fedavg"), (VARIANT, "fedvpt_prompt_length_2")):  # '=' is no metric name's
+        values = logged(method)  # mean ± t(0.975, 1) * sd / sqrt(2), recomputed here
         half = stats.t.ppf(0.975, 1) * values.std(ddof=1) / np.sqrt(2)
         assert _row(report, method)[4] == f"{values.mean():.2f} ± {half:.2f}"
+        assert figures[f"{shown}/global_acc_mean"] == pytest.approx(values.mean())
+        assert figures[f"{shown}/global_acc_mean_ci95"] == pytest.approx(half)
     trainable = {r.data.tags["method"]: r.data.metrics["trainable_params"] for r in cells}
     assert trainable["fedvpt"] < trainable["fedavg"]  # prompts + head against the whole model
     assert _row(report, VARIANT)[2] == f"{int(trainable['fedvpt']):,}"
@@ -89,6 +92,10 @@ def test_compare_runs_every_cell_reports_intervals_and_resumes(ray_session, tmp_
     half = stats.t.ppf(0.975, 1) * differences.std(ddof=1) / np.sqrt(2)
     assert f"## Paired with {VARIANT} " in report
     assert _row(report, "fedavg", table=1)[1].startswith(f"{differences.mean():.2f} ± {half:.2f} (")
+    paired_figure = "fedavg/global_acc_mean_vs_fedvpt_prompt_length_2"
+    assert figures[paired_figure] == pytest.approx(differences.mean())
+    assert figures[f"{paired_figure}_ci95"] == pytest.approx(half)
+    assert not [name for name in figures if name.startswith("fedvpt_prompt_length_2/") and "_vs_" in name]  # first
 
     # resumed after a kill: its process gone, a cell left RUNNING and one not finished (FAILED) runs again
     experiment = client.get_experiment_by_name(NAME).experiment_id

@@ -1,7 +1,7 @@
 """The statistics of ``raysim compare``'s report against hand-computed values: the 95% Student-t interval, the
 paired difference with its sign agreement, the Pareto front, and the report's paired table over cells logged to a
 real MLflow store (the fairness metrics paired where clients have types; the group-selection diagnostics of the
-methods that log them, and paired with the first of those)."""
+methods that log them, and paired with the first of those), and the same figures as the comparison run's metrics."""
 
 from __future__ import annotations
 
@@ -11,7 +11,16 @@ import pytest
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
-from raysim.tracking.comparison import CELL, NAME, VARIANT, interval, paired, pareto_front, write_comparison
+from raysim.tracking.comparison import (
+    CELL,
+    NAME,
+    VARIANT,
+    comparison_metrics,
+    interval,
+    paired,
+    pareto_front,
+    write_comparison,
+)
 from raysim.tracking.mlflow import summary_metrics
 
 T_975_2DF = 4.302652729911275  # the 97.5% quantile of Student's t with 2 degrees of freedom (tables)
@@ -82,6 +91,26 @@ def test_the_report_pairs_the_fairness_metrics_where_clients_have_types(tmp_path
     assert row[0] == "fedvpt" and row[4] == f"-2.00 ± {half:.2f} (3/3 seeds agree)"
     assert row[5] == f"2.00 ± {half:.2f} (3/3 seeds agree)"  # |mean| < half: no "CI excludes 0"
     assert row[1] == "0.00 ± 0.00 (0/3 seeds agree)"  # equal accuracies: no seed on either side
+
+
+def test_the_reports_figures_are_metrics_named_by_method_and_paired_with_the_first(tracking_uri):
+    accuracy = {"global_acc": [50.0, 60.0, 70.0], "worst_local_acc": [0.0, 3.0, 6.0]}
+    _log_cells(
+        tracking_uri,
+        "metrics",
+        {"sgpt:head_pooling=cls": accuracy, "fedvpt": {"global_acc": [52.0, 63.0, 71.0], "worst_local_acc": [1, 1, 1]}},
+    )
+    figures = comparison_metrics(tracking_uri, "metrics", order=["sgpt:head_pooling=cls", "fedvpt"])
+    half = T_975_2DF / math.sqrt(3)  # sd 10 over 3 seeds for sgpt's accuracy; sd 1 for the differences 2, 3, 1
+    assert figures["sgpt_head_pooling_cls/global_acc_mean"] == 60.0  # '=' and ':' are no metric name's
+    assert figures["sgpt_head_pooling_cls/global_acc_mean_ci95"] == pytest.approx(10 * half)
+    assert figures["fedvpt/global_acc_mean"] == pytest.approx(62.0)
+    assert figures["fedvpt/global_acc_mean_vs_sgpt_head_pooling_cls"] == pytest.approx(2.0)
+    assert figures["fedvpt/global_acc_mean_vs_sgpt_head_pooling_cls_ci95"] == pytest.approx(half)
+    assert figures["fedvpt/worst_local_acc_mean_vs_sgpt_head_pooling_cls"] == pytest.approx(-2.0)  # 1, -2, -5
+    assert figures["fedvpt/bytes_per_round_mean"] == 20.0 and "fedvpt/bytes_per_round_mean_ci95" in figures
+    assert not [name for name in figures if name.startswith("sgpt_head_pooling_cls/") and "_vs_" in name]
+    assert not [name for name in figures if "local_acc_mean" in name and "worst" not in name]  # never logged
 
 
 def test_the_report_pairs_sigma_type_only_where_clients_have_types(tmp_path, tracking_uri):
