@@ -230,17 +230,20 @@ class Arranged:
         return {r["seed"]: r["summary"][column] for r in self.by_method[method] if column in r["summary"]}
 
 
-def metric_segment(method: str) -> str:
-    """A method as a comparison names it (``sgpt:head_pooling=cls``), as MLflow allows in a metric's name."""
-    return re.sub(r"[^\w.\- ]", "_", method)
+def metric_segments(methods: list[str]) -> dict[str, str]:
+    """Each method as a comparison names it (``sgpt:head_pooling=cls``), as MLflow allows in a metric's name
+    (``sgpt_head_pooling_cls``); a name two methods would share gets their position too (``_2``, ``_3``)."""
+    plain = {method: re.sub(r"[^\w.\- ]", "_", method) for method in methods}
+    shared = {name for name in plain.values() if list(plain.values()).count(name) > 1}
+    return {m: f"{plain[m]}_{i + 1}" if plain[m] in shared else plain[m] for i, m in enumerate(methods)}
 
 
 def comparison_metrics(uri: str, experiment: str, order: list[str] | None = None) -> dict[str, float]:
     """The report's figures as metrics of the comparison's own run: per method ``METHOD/<metric>_<stat>`` (the mean
     over seeds of the cells' ``summary/<metric>_<stat>``) and its ``_ci95`` (the half-width), then, paired with the
-    first method, ``METHOD/<metric>_mean_vs_FIRST`` and its ``_ci95``. ``METHOD`` is :func:`metric_segment`'s."""
+    first method, ``METHOD/<metric>_mean_vs_FIRST`` and its ``_ci95``. ``METHOD`` is :func:`metric_segments`'s."""
     arranged = Arranged(uri, experiment, order)
-    first = arranged.methods[0]
+    first, named = arranged.methods[0], metric_segments(arranged.methods)
     figures: dict[str, float] = {}
 
     def put(name: str, mean: float, half: float) -> None:
@@ -250,11 +253,11 @@ def comparison_metrics(uri: str, experiment: str, order: list[str] | None = None
         for key, stat in arranged.columns:
             values = list(arranged.values(method, (key, stat)).values())
             if values:
-                put(f"{metric_segment(method)}/{key}_{stat}", *interval(values))
+                put(f"{named[method]}/{key}_{stat}", *interval(values))
         for column in arranged.paired_columns if method != first else ():
             mean, half, _, n = paired(arranged.values(first, column), arranged.values(method, column))
             if n:
-                put(f"{metric_segment(method)}/{column[0]}_mean_vs_{metric_segment(first)}", mean, half)
+                put(f"{named[method]}/{column[0]}_mean_vs_{named[first]}", mean, half)
     return figures
 
 

@@ -17,6 +17,7 @@ from raysim.tracking.comparison import (
     VARIANT,
     comparison_metrics,
     interval,
+    metric_segments,
     paired,
     pareto_front,
     write_comparison,
@@ -111,6 +112,13 @@ def test_the_reports_figures_are_metrics_named_by_method_and_paired_with_the_fir
     assert figures["fedvpt/bytes_per_round_mean"] == 20.0 and "fedvpt/bytes_per_round_mean_ci95" in figures
     assert not [name for name in figures if name.startswith("sgpt_head_pooling_cls/") and "_vs_" in name]
     assert not [name for name in figures if "local_acc_mean" in name and "worst" not in name]  # never logged
+
+
+def test_metric_names_replace_what_mlflow_refuses_and_stay_apart():
+    named = metric_segments(["sgpt:head_pooling=cls", "fedvpt:systems.speed=lognormal:3,0.5", "a:b=c", "a:b_c"])
+    assert named["sgpt:head_pooling=cls"] == "sgpt_head_pooling_cls"
+    assert named["fedvpt:systems.speed=lognormal:3,0.5"] == "fedvpt_systems.speed_lognormal_3_0.5"
+    assert (named["a:b=c"], named["a:b_c"]) == ("a_b_c_3", "a_b_c_4")  # one name each, by position
 
 
 def test_the_report_pairs_sigma_type_only_where_clients_have_types(tmp_path, tracking_uri):
