@@ -12,11 +12,10 @@ runs all rounds, on the first seed only, at the comparison's own setting (its pr
 
 Every (method, seed) cell is a whole ``raysim run``, an MLflow run in the comparison's experiment nested under the
 comparison's own run, which ends with the report (:mod:`raysim.tracking.comparison`) as artifacts and its figures
-as metrics. The cells run
-as Ray Tune trials, as many at once as the cluster hosts. Running the same command again resumes: finished cells
-(same method, seed and config hash) and finished tunings are kept, a stopped tuning resumes from its trials'
-checkpoints, and the cells left run again from their start. One process at a time runs a comparison (a lock in its
-folder).
+as metrics. The cells run as Ray Tune trials, as many at once as the cluster hosts. Running the same command again
+resumes: finished cells (same method, seed and config hash) and finished tunings are kept, a stopped tuning resumes
+from its trials' checkpoints, and the cells left run again from their start. One process at a time runs a
+comparison (a lock in its folder).
 """
 
 from __future__ import annotations
