@@ -52,9 +52,10 @@ from raysim.tracking.comparison import (
     TUNED,
     TUNING,
     VARIANT,
+    Arranged,
     cell_label,
     comparison_metrics,
-    write_comparison,
+    write_arranged,
 )
 from raysim.tracking.mlflow import COMPARE, KIND, Tracker, check_store, end_running, every_run
 
@@ -357,10 +358,11 @@ def execute(comparison: Comparison) -> tuple[str, list[Path]]:
             raise SweepError(f"comparison {comparison.name}: {cells} did not finish; run the same command to retry")
         uri = comparison.uri
         folder = Path(comparison.folder) / "report"
-        table, paths = write_comparison(uri, comparison.name, folder, list(comparison.methods))
+        arranged = Arranged(uri, comparison.name, list(comparison.methods))  # the store read once for both
+        table, paths = write_arranged(arranged, folder)
         for path in paths:
             tracker.log_artifact(path)
-        tracker.log_metrics(comparison_metrics(uri, comparison.name, list(comparison.methods)), step=0)
+        tracker.log_metrics(comparison_metrics(arranged), step=0)
         status = "FINISHED"
         return table, paths
     except KeyboardInterrupt as stop:

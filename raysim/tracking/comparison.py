@@ -216,6 +216,7 @@ class Arranged:
     names them, else sorted), and the summary columns any cell logged."""
 
     def __init__(self, uri: str, experiment: str, order: list[str] | None = None):
+        self.uri, self.experiment = uri, experiment
         self.runs = cells(uri, experiment)
         order = order or named_order(uri, experiment)
         self.by_method: dict[str, list[dict]] = defaultdict(list)
@@ -238,11 +239,11 @@ def metric_segments(methods: list[str]) -> dict[str, str]:
     return {m: f"{plain[m]}_{i + 1}" if plain[m] in shared else plain[m] for i, m in enumerate(methods)}
 
 
-def comparison_metrics(uri: str, experiment: str, order: list[str] | None = None) -> dict[str, float]:
+def comparison_metrics(arranged: Arranged) -> dict[str, float]:
     """The report's figures as metrics of the comparison's own run: per method ``METHOD/<metric>_<stat>`` (the mean
     over seeds of the cells' ``summary/<metric>_<stat>``) and its ``_ci95`` (the half-width), then, paired with the
-    first method, ``METHOD/<metric>_mean_vs_FIRST`` and its ``_ci95``. ``METHOD`` is :func:`metric_segments`'s."""
-    arranged = Arranged(uri, experiment, order)
+    first method, ``METHOD/<metric>_mean_vs_FIRST`` and its ``_ci95`` (a figure without seeds to rest on, NaN, is
+    left out). ``METHOD`` is :func:`metric_segments`'s."""
     first, named = arranged.methods[0], metric_segments(arranged.methods)
     figures: dict[str, float] = {}
 
@@ -251,22 +252,24 @@ def comparison_metrics(uri: str, experiment: str, order: list[str] | None = None
 
     for method in arranged.methods:
         for key, stat in arranged.columns:
-            values = list(arranged.values(method, (key, stat)).values())
-            if values:
-                put(f"{named[method]}/{key}_{stat}", *interval(values))
+            put(f"{named[method]}/{key}_{stat}", *interval(list(arranged.values(method, (key, stat)).values())))
         for column in arranged.paired_columns if method != first else ():
-            mean, half, _, n = paired(arranged.values(first, column), arranged.values(method, column))
-            if n:
-                put(f"{named[method]}/{column[0]}_mean_vs_{named[first]}", mean, half)
+            mean, half, _, _ = paired(arranged.values(first, column), arranged.values(method, column))
+            put(f"{named[method]}/{column[0]}_mean_vs_{named[first]}", mean, half)
     return figures
 
 
 def write_comparison(
     uri: str, experiment: str, folder: str | Path, order: list[str] | None = None
 ) -> tuple[str, list[Path]]:
+    """:func:`write_arranged` of the store's cells; ``order``: as :class:`Arranged` takes it."""
+    return write_arranged(Arranged(uri, experiment, order), folder)
+
+
+def write_arranged(arranged: Arranged, folder: str | Path) -> tuple[str, list[Path]]:
     """``report.md`` (methods with CIs, paired comparisons with the first method) and the two Pareto figures
-    under ``folder``; returns the methods' table and the paths. ``order``: as :class:`Arranged` takes it."""
-    arranged = Arranged(uri, experiment, order)
+    under ``folder``; returns the methods' table and the paths."""
+    uri, experiment = arranged.uri, arranged.experiment
     runs, by_method, methods, columns = arranged.runs, arranged.by_method, arranged.methods, arranged.columns
     values = arranged.values
 

@@ -15,6 +15,7 @@ from raysim.tracking.comparison import (
     CELL,
     NAME,
     VARIANT,
+    Arranged,
     comparison_metrics,
     interval,
     metric_segments,
@@ -101,7 +102,7 @@ def test_the_reports_figures_are_metrics_named_by_method_and_paired_with_the_fir
         "metrics",
         {"sgpt:head_pooling=cls": accuracy, "fedvpt": {"global_acc": [52.0, 63.0, 71.0], "worst_local_acc": [1, 1, 1]}},
     )
-    figures = comparison_metrics(tracking_uri, "metrics", order=["sgpt:head_pooling=cls", "fedvpt"])
+    figures = comparison_metrics(Arranged(tracking_uri, "metrics", order=["sgpt:head_pooling=cls", "fedvpt"]))
     half = T_975_2DF / math.sqrt(3)  # sd 10 over 3 seeds for sgpt's accuracy; sd 1 for the differences 2, 3, 1
     assert figures["sgpt_head_pooling_cls/global_acc_mean"] == 60.0  # '=' and ':' are no metric name's
     assert figures["sgpt_head_pooling_cls/global_acc_mean_ci95"] == pytest.approx(10 * half)
