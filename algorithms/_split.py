@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from raysim.algorithms import SPLIT_TRAFFIC
+from raysim.core.memory import reuse_freed_memory
 from raysim.core.messages import Tensors
 from raysim.core.protocol import ENCODER_PREFIX as PREFIX
 from raysim.ops.spsa import perturbed_forward, spsa_step
@@ -67,6 +68,7 @@ class EncoderServer:
         worker has, so the numbers match the sequential run)."""
         if threads:
             torch.set_num_threads(threads)
+        reuse_freed_memory()  # the blocks' activations from the heap the last request freed, not fresh pages
         from raysim.models.factory import pick_device  # timm: in the server, not where methods are looked up
 
         self.device = device or pick_device()

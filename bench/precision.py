@@ -46,11 +46,13 @@ def measure() -> None:
     import torch
 
     from raysim.config import build_config
+    from raysim.core.memory import reuse_freed_memory
     from raysim.core.precision import autocast
     from raysim.core.registry import get_method
     from raysim.models.factory import build_model
 
     torch.set_num_threads(1)
+    reuse_freed_memory()  # as a client worker's process does
     config = build_config("sgpt", [])
     method = get_method("sgpt").cls(config)
     model = build_model(config, method, 62)

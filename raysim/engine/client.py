@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from raysim.core.memory import reuse_freed_memory, trim_memory
 from raysim.core.messages import Broadcast, ClientUpdate, Tensors
 from raysim.core.precision import autocast, full_width
 from raysim.core.protocol import ClientContext, Personalised, SplitLearning
@@ -65,6 +66,7 @@ class ClientRuntime:
         from raysim.models.factory import build_model, pick_device
 
         torch.set_num_threads(config.resources.torch_threads)
+        reuse_freed_memory()  # a forward's activations come from the heap the last one freed, not fresh pages
         self.config = config
         self.method = get_method(config.method).cls(config)
         self.device = pick_device()
@@ -148,6 +150,7 @@ class ClientRuntime:
             correct = np.concatenate([np.zeros(0), *(self._correct(window) for window in windows(parts, EVAL_WINDOW))])
             hits = np.bincount(owner, weights=correct, minlength=len(shared)).astype(np.int64)
             out.update({c: (int(hits[i]), len(parts[i])) for i, c in enumerate(shared)})
+        trim_memory()  # the evaluation batches' activations, larger than training's: not held through the rounds
         return out
 
     def _correct(self, data: ClientData) -> np.ndarray:

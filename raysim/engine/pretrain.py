@@ -25,6 +25,7 @@ from safetensors.torch import save_file
 
 from raysim.config.pretrain_recipe import PretrainRecipe
 from raysim.core.errors import ConfigError
+from raysim.core.memory import reuse_freed_memory
 from raysim.core.precision import autocast
 from raysim.core.preprocess import to_model_input
 from raysim.data.glyphs import pretrain_corpus, renderer
@@ -83,6 +84,7 @@ def pretrain(
     if not out.parent.exists():
         raise ConfigError(f"output folder {out.parent} does not exist; create it or pass another --out")
     torch.set_num_threads(recipe.threads)
+    reuse_freed_memory()
     start = time.perf_counter()
     images, labels, chars = pretrain_corpus(recipe.per_class, recipe.seed)
     corpus_s = time.perf_counter() - start
