@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import sys
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # mallopt's parameters (malloc.h)
@@ -13,8 +14,12 @@ REUSED_BYTES = 1 << 30
 
 
 def _glibc() -> ctypes.CDLL | None:
-    if not sys.platform.startswith("linux"):
-        return None
+    return _loaded_glibc() if sys.platform.startswith("linux") else None
+
+
+@functools.cache
+def _loaded_glibc() -> ctypes.CDLL | None:
+    """The C library, looked up once per process (every evaluation trims)."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
     except OSError:
