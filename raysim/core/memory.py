@@ -7,10 +7,14 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import os
 import sys
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # mallopt's parameters (malloc.h)
 REUSED_BYTES = 1 << 30
+# glibc's own settings of the two thresholds: a user who set one chose for this process (mallopt would override it)
+USER_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
+USER_TUNABLES = ("glibc.malloc.mmap_threshold", "glibc.malloc.trim_threshold")
 
 
 def _glibc() -> ctypes.CDLL | None:
@@ -32,11 +36,22 @@ def reuse_freed_memory(limit: int = REUSED_BYTES) -> bool:
     default (a block over 32 MB, or what its sliding threshold says, gets its own mapping, and the heap's free top
     goes back to the system): a CPU forward of ViT-Tiny over 256 rows otherwise maps, faults in and unmaps about
     1 GB of fresh pages (270,000 page faults) every batch, and runs 1.7x slower. The pages stay the process's until
-    :func:`trim_memory`. True when glibc took both settings."""
+    :func:`trim_memory`. Left to the user where the environment sets either threshold (``MALLOC_MMAP_THRESHOLD_``,
+    ``MALLOC_TRIM_THRESHOLD_`` or in ``GLIBC_TUNABLES``; e.g. ``MALLOC_TRIM_THRESHOLD_=131072``, glibc's default, gives
+    an evaluation's heap back as it goes, for a slower evaluation). True when glibc took both settings."""
     libc = _glibc()
     return (
-        libc is not None and bool(libc.mallopt(M_MMAP_THRESHOLD, limit)) and bool(libc.mallopt(M_TRIM_THRESHOLD, limit))
+        libc is not None
+        and not user_set_thresholds()
+        and bool(libc.mallopt(M_MMAP_THRESHOLD, limit))
+        and bool(libc.mallopt(M_TRIM_THRESHOLD, limit))
     )
+
+
+def user_set_thresholds() -> bool:
+    """Whether the environment gives glibc either threshold itself."""
+    tunables = os.environ.get("GLIBC_TUNABLES", "")
+    return any(name in os.environ for name in USER_SETTINGS) or any(name in tunables for name in USER_TUNABLES)
 
 
 def trim_memory() -> bool:

@@ -38,15 +38,34 @@ print(default, reuse_freed_memory(), faults())
 """
 
 
+def page_faults(**env: str) -> tuple[int, str, int]:
+    """REUSE in a process of its own (the setting is the process's), with ``env`` added to its environment."""
+    default, took, reused = subprocess.run(
+        [sys.executable, "-c", REUSE], capture_output=True, text=True, check=True, env={**os.environ, **env}
+    ).stdout.split()
+    return int(default), took, int(reused)
+
+
 @GLIBC_ONLY
 def test_freed_blocks_serve_the_next_ones_instead_of_fresh_pages():
     """glibc maps a block over 32 MB anew and faults in every page of it each time; once told to reuse, only the first
-    block faults (in its own process: the setting is the process's)."""
-    default, took, reused = subprocess.run(
-        [sys.executable, "-c", REUSE], capture_output=True, text=True, check=True
-    ).stdout.split()
+    block faults."""
+    default, took, reused = page_faults()
     assert took == "True"
-    assert int(reused) * 4 < int(default), (default, reused)  # about 1 block's pages against 10 blocks'
+    assert reused * 4 < default, (default, reused)  # about 1 block's pages against 10 blocks'
+
+
+@GLIBC_ONLY
+@pytest.mark.parametrize(
+    "env",
+    [{"MALLOC_TRIM_THRESHOLD_": "131072"}, {"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=131072"}],
+    ids=["variable", "tunable"],
+)
+def test_a_threshold_the_user_set_is_kept(env):
+    """The user's own setting of glibc's thresholds stands: every block is mapped afresh, as without raysim."""
+    default, took, reused = page_faults(**env)
+    assert took == "False"
+    assert reused * 2 > default, (default, reused)
 
 
 @GLIBC_ONLY
