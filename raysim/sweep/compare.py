@@ -352,13 +352,15 @@ def execute(comparison: Comparison) -> tuple[str, list[Path]]:
         todo = [(m, s) for s in comparison.seeds for m in comparison.methods if (m, s) not in done]
         if todo:
             _run_cells(comparison, tuned, todo, tracker.run_id)
-        missing = {(m, s) for m in comparison.methods for s in comparison.seeds} - finished_cells(comparison, tuned)
+        asked = {(m, s) for m in comparison.methods for s in comparison.seeds}
+        missing = asked - finished_cells(comparison, tuned)
         if missing:
             cells = ", ".join(cell_label(m, s) for m, s in sorted(missing))
             raise SweepError(f"comparison {comparison.name}: {cells} did not finish; run the same command to retry")
         uri = comparison.uri
         folder = Path(comparison.folder) / "report"
-        arranged = Arranged(uri, comparison.name, list(comparison.methods))  # the store read once for both
+        # the cells asked for, not those of other arms or seeds an earlier command added to the experiment
+        arranged = Arranged(uri, comparison.name, list(comparison.methods), asked)  # the store read once for both
         table, paths = write_arranged(arranged, folder)
         for path in paths:
             tracker.log_artifact(path)

@@ -46,6 +46,7 @@ SELECTION = (  # the group-prompt methods' selection diagnostics at the final ev
 BYTES = "bytes_per_round"
 CLOCK = "sim_time_s"  # the virtual clock (docs/systems.md)
 LEVEL = 0.95
+TIE = 1e-9  # a paired difference this close to 0 is a tie: float rounding, not a side
 
 
 def cell_label(method: str, seed: int) -> str:
@@ -64,12 +65,19 @@ def interval(values) -> tuple[float, float]:
 
 def paired(first: dict[int, float], other: dict[int, float]) -> tuple[float, float, int, int]:
     """Over the seeds both have: (mean of other - first, its CI half-width, seeds whose difference has the mean's
-    sign, seeds)."""
+    sign, seeds). A difference or mean within :data:`TIE` of 0 has no sign: it agrees with nothing."""
     seeds = sorted(set(first) & set(other))
     differences = np.array([other[s] - first[s] for s in seeds])
     mean, half = interval(differences)
-    agree = int((np.sign(differences) == np.sign(mean)).sum()) if len(seeds) and mean != 0 else 0
+    side = np.sign(mean) if abs(mean) > TIE else 0.0
+    agree = int((np.sign(np.where(np.abs(differences) > TIE, differences, 0.0)) == side).sum()) if side else 0
     return mean, half, agree, len(seeds)
+
+
+def finite(values: dict[int, float]) -> dict[int, float]:
+    """The seeds whose value is a number: a diagnostic without rows to rest on (NaN) leaves its seed out of the
+    interval instead of blanking it."""
+    return {seed: value for seed, value in values.items() if np.isfinite(value)}
 
 
 def pareto_front(points: dict[str, tuple[float, float]]) -> list[str]:
@@ -132,6 +140,13 @@ def _cell(mean: float, half: float, digits: int = 2) -> str:
     return f"{mean:.{digits}f}" if np.isnan(half) else f"{mean:.{digits}f} ± {half:.{digits}f}"
 
 
+def _over(values: dict[int, float], seeds: int, digits: int = 2) -> str:
+    """The mean ± CI of ``values`` (one per seed), saying over how many seeds where fewer than the method's
+    ``seeds`` logged a number."""
+    shown = _cell(*interval(list(values.values())), digits)
+    return f"{shown} (n={len(values)})" if shown and len(values) < seeds else shown
+
+
 def _paired_cell(first: dict[int, float], other: dict[int, float], digits: int = 2) -> str:
     """``other - first`` paired over their common seeds, with how many agree in sign and whether the CI excludes 0."""
     mean, half, agree, n = paired(first, other)
@@ -169,7 +184,7 @@ def _selection_table(methods: list[str], by_method: dict[str, list[dict]]) -> st
         return ""
 
     def values(method: str, key: str, scale: float) -> dict[int, float]:
-        return {r["seed"]: scale * r["metrics"][key] for r in by_method[method] if key in r["metrics"]}
+        return finite({r["seed"]: scale * r["metrics"][key] for r in by_method[method] if key in r["metrics"]})
 
     def table(head: str, lines: dict[str, list[str]]) -> str:
         labels = " | ".join(label for _, label, *_ in logged)
@@ -179,7 +194,8 @@ def _selection_table(methods: list[str], by_method: dict[str, list[dict]]) -> st
     first = selecting[0]
     means = {
         method: [
-            _cell(*interval(list(values(method, key, scale).values())), digits) for key, _, scale, digits in logged
+            _over(values(method, key, scale), len({r["seed"] for r in by_method[method]}), digits)
+            for key, _, scale, digits in logged
         ]
         for method in selecting
     }
@@ -213,11 +229,15 @@ def _selection_table(methods: list[str], by_method: dict[str, list[dict]]) -> st
 
 class Arranged:
     """A comparison's finished cells by method, the methods in the order named (else as the comparison's own run
-    names them, else sorted), and the summary columns any cell logged."""
+    names them, else sorted), and the summary columns any cell logged. ``only``: the (method, seed) cells to keep
+    (``raysim compare``'s own report: what the command asked for, not every cell the experiment has held); all of
+    them without it (``raysim report``)."""
 
-    def __init__(self, uri: str, experiment: str, order: list[str] | None = None):
+    def __init__(
+        self, uri: str, experiment: str, order: list[str] | None = None, only: set[tuple[str, int]] | None = None
+    ):
         self.uri, self.experiment = uri, experiment
-        self.runs = cells(uri, experiment)
+        self.runs = [run for run in cells(uri, experiment) if only is None or (run["method"], run["seed"]) in only]
         order = order or named_order(uri, experiment)
         self.by_method: dict[str, list[dict]] = defaultdict(list)
         for run in self.runs:
@@ -227,8 +247,12 @@ class Arranged:
         self.paired_columns = [c for c in STATISTICS if c[1] == "mean" and c in self.columns]
 
     def values(self, method: str, column) -> dict[int, float]:
-        """Each seed's ``column`` (a ``(metric, stat)`` of the cells' summaries) for ``method``."""
-        return {r["seed"]: r["summary"][column] for r in self.by_method[method] if column in r["summary"]}
+        """Each seed's ``column`` (a ``(metric, stat)`` of the cells' summaries) for ``method``, where a number."""
+        return finite({r["seed"]: r["summary"][column] for r in self.by_method[method] if column in r["summary"]})
+
+    def seeds(self, method: str) -> int:
+        """How many seeds ``method`` has cells for."""
+        return len({r["seed"] for r in self.by_method[method]})
 
 
 def metric_segments(methods: list[str]) -> dict[str, str]:
@@ -278,8 +302,9 @@ def write_arranged(arranged: Arranged, folder: str | Path) -> tuple[str, list[Pa
     for method in methods:
         trainable = {r["metrics"].get(TRAINABLE) for r in by_method[method]} - {None}
         shown = f"{int(max(trainable)):,}" if trainable else ""
-        figures = [_cell(*interval(list(values(method, c).values())), 0 if c[0] == BYTES else 2) for c in columns]
-        lines.append(f"| {method} | {len(by_method[method])} | {shown} | " + " | ".join(figures) + " |")
+        seeds = arranged.seeds(method)
+        figures = [_over(values(method, c), seeds, 0 if c[0] == BYTES else 2) for c in columns]
+        lines.append(f"| {method} | {seeds} | {shown} | " + " | ".join(figures) + " |")
     table = "\n".join(lines)
     first = methods[0]
     paired_columns = arranged.paired_columns  # the sigmas where they were logged

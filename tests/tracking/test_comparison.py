@@ -26,6 +26,7 @@ from raysim.tracking.comparison import (
 from raysim.tracking.mlflow import summary_metrics
 
 T_975_2DF = 4.302652729911275  # the 97.5% quantile of Student's t with 2 degrees of freedom (tables)
+T_975_1DF = 12.706204736174703  # ... with 1 degree of freedom
 
 
 def test_interval_is_the_mean_and_the_student_t_half_width():
@@ -48,6 +49,13 @@ def test_paired_differences_are_taken_seed_by_seed_over_the_shared_seeds():
 def test_paired_sign_agreement_counts_the_seeds_on_the_side_of_the_mean():
     mean, _, agree, seeds = paired({0: 5.0, 1: 5.0, 2: 5.0}, {0: 1.0, 1: 2.0, 2: 6.0})  # -4, -3, +1
     assert (mean, agree, seeds) == (-2.0, 2, 3)
+
+
+def test_a_difference_within_float_rounding_of_0_is_a_tie_not_a_side():
+    mean, _, agree, seeds = paired({0: 10.1, 1: 20.2, 2: 30.3}, {0: 10.2, 1: 20.1, 2: 30.3})  # +0.1, -0.1, 0
+    assert mean != 0 and abs(mean) < 1e-12 and (agree, seeds) == (0, 3)  # the mean is rounding: no side to agree on
+    _, _, agree, _ = paired({0: 1.0, 1: 2.0, 2: 0.3}, {0: 2.0, 1: 3.0, 2: 0.1 + 0.2})  # 1, 1 and +5.6e-17
+    assert agree == 2
 
 
 def test_pareto_front_keeps_the_points_no_other_beats_on_both_axes():
@@ -181,3 +189,32 @@ def test_the_report_has_no_selection_table_without_group_prompt_methods(tmp_path
     _log_cells(tracking_uri, "plain", {"fedvpt": accuracy, "fedavg": accuracy})
     write_comparison(tracking_uri, "plain", tmp_path / "report", order=["fedvpt", "fedavg"])
     assert "Group selection" not in (tmp_path / "report" / "report.md").read_text()
+
+
+def test_a_seed_without_a_number_is_left_out_of_its_interval_and_the_cell_says_over_how_many(tmp_path, tracking_uri):
+    """A diagnostic with nothing to rest on (instability after one evaluation) is NaN: the other seeds still give
+    the mean and the CI, and the cell names their number."""
+    accuracy = {"global_acc": [1.0, 2.0, 3.0], "local_acc": [1.0, 2.0, 3.0], "worst_local_acc": [0.0, 0.0, 0.0]}
+    accuracy["sigma_client"] = [1.0, 1.0, 1.0]
+    sgpt = {"cluster_top_share": [0.2, 0.3, 0.4], "selection_instability": [math.nan, 0.02, 0.03]}
+    plain = {"cluster_top_share": [1.0, 1.0, 1.0], "selection_instability": [0.0, 0.0, 0.0]}
+    methods = {"sgpt": accuracy, "sgpt:key_rule=plain": accuracy}
+    _log_cells(tracking_uri, "nan", methods, plain={"sgpt": sgpt, "sgpt:key_rule=plain": plain})
+    write_comparison(tracking_uri, "nan", tmp_path / "report", order=["sgpt", "sgpt:key_rule=plain"])
+    lines = (tmp_path / "report" / "report.md").read_text().splitlines()
+    means = lines[lines.index(next(line for line in lines if line.startswith("| method | rows in"))) + 2]
+    assert means.endswith(f"| 0.025 ± {T_975_1DF * 0.005:.3f} (n=2) |")  # 0.02, 0.03: sd 0.01 / sqrt(2)
+    pairs = lines[lines.index(next(line for line in lines if line.startswith("| method - sgpt | rows in"))) + 2]
+    assert pairs.endswith(f"| -0.025 ± {T_975_1DF * 0.005:.3f} (2/2 seeds agree) |")  # over the seeds both have
+
+
+def test_the_comparisons_own_report_keeps_only_the_cells_it_asked_for(tmp_path, tracking_uri):
+    """An experiment may hold cells an earlier command added (another arm, more seeds): ``raysim compare``'s report
+    rests on its own methods and seeds, ``raysim report`` on all of them."""
+    accuracy = {"global_acc": [1.0, 2.0, 3.0], "local_acc": [1.0, 2.0, 3.0], "worst_local_acc": [0.0, 0.0, 0.0]}
+    _log_cells(tracking_uri, "kept", {"a": accuracy, "b": accuracy, "c": accuracy})
+    asked = {(method, seed) for method in ("a", "c") for seed in (0, 1)}
+    arranged = Arranged(tracking_uri, "kept", ["a", "c"], asked)
+    assert arranged.methods == ["a", "c"] and [arranged.seeds(m) for m in arranged.methods] == [2, 2]
+    assert arranged.values("c", ("global_acc", "mean")) == {0: 1.0, 1: 2.0}
+    assert Arranged(tracking_uri, "kept", ["a", "c"]).methods == ["a", "c", "b"]
