@@ -76,7 +76,7 @@ class FedMix(SendsExtras, FedVPT):
                     ctx, data, lambda x, y, rows: fedmix_loss(model, x, y, x_mean, y_mean, lam)
                 )
         else:  # nobody has shared means yet
-            metrics = training.local_train(ctx, data, lambda x, y, rows: self.loss(ctx, model(x), y, broadcast))
+            metrics = training.local_train(ctx, data, lambda x, y, rows: self.loss(model, model(x), y, broadcast))
         state = {SENT: torch.ones(1)} if first else None  # None: the client keeps what it had
         return ClientUpdate(ctx.client_id, len(data), model.trainable_state(), extras, metrics, state)
 

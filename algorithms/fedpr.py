@@ -50,5 +50,7 @@ class FedPR(FedVPT):
         if ctx.round > 1:
             projectors = torch.stack([null_space_projector(p, o.ratio, o.normalise) for p in broadcast.params[PROMPT]])
             step = partial(projected_step, prompt=model.prompts["shallow"], projectors=projectors.to(ctx.device))
-        metrics = training.local_train(ctx, data, lambda x, y, rows: self.loss(ctx, model(x), y, broadcast), step=step)
+        metrics = training.local_train(
+            ctx, data, lambda x, y, rows: self.loss(model, model(x), y, broadcast), step=step
+        )
         return ClientUpdate(ctx.client_id, len(data), model.trainable_state(), metrics=metrics)

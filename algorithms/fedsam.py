@@ -25,6 +25,6 @@ class FedSAM(FedVPT):
         ctx.model.load_trainable(broadcast.params)
         step = partial(sam_step, radius=self.options.rho)
         metrics = training.local_train(
-            ctx, data, lambda x, y, rows: self.loss(ctx, ctx.model(x), y, broadcast), step=step
+            ctx, data, lambda x, y, rows: self.loss(ctx.model, ctx.model(x), y, broadcast), step=step
         )
         return ClientUpdate(ctx.client_id, len(data), ctx.model.trainable_state(), metrics=metrics)

@@ -54,7 +54,10 @@ class HarmoFL(FedVPT):
         step = partial(sam_step, radius=self.options.alpha)
         with model.training_only(set(model.trainable_names()) - {AMP}):
             metrics = training.local_train(
-                ctx, data, lambda x, y, rows: self.loss(ctx, model(self.normalised(model, x)), y, broadcast), step=step
+                ctx,
+                data,
+                lambda x, y, rows: self.loss(model, model(self.normalised(model, x)), y, broadcast),
+                step=step,
             )
         return ClientUpdate(ctx.client_id, len(data), model.trainable_state(), metrics=metrics)
 

@@ -126,3 +126,19 @@ def test_fedprox_with_mu_zero_is_fedvpt_and_mu_pulls_towards_the_global_model(ra
         return sum(((state.params[k] - initial.params[k]) ** 2).sum().item() for k in initial.params)
 
     assert drift(prox) < drift(prox0)
+
+
+@pytest.mark.parametrize("method", ["fedavg", "fedmix", "fedpr", "fedsam", "harmofl"])
+def test_the_loss_hook_is_given_the_model(method, monkeypatch):
+    """``loss(model, logits, labels, broadcast)`` (the template hook): FedProx's override reads the model's tensors,
+    so every client update that calls it passes the model, and a subclass that overrides it gets what it expects."""
+    cls, given = get_method(method).cls, []
+    hook = cls.loss
+
+    def loss(self, model, *args):
+        given.append(model)
+        return hook(self, model, *args)
+
+    monkeypatch.setattr(cls, "loss", loss)  # the sequential backend: clients train in this process
+    run_rounds(smoke_config(method, {"federation": {"rounds": 1}}))
+    assert given and all(isinstance(model, torch.nn.Module) for model in given)
