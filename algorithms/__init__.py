@@ -2,7 +2,10 @@
 implements it, one :func:`~raysim.core.registry.declare` per method. Importing this package fills the registry
 without importing a method's module (nor torch): the config is built from it, and a method's module is imported
 when the run first needs its class (``MethodInfo.cls``). One file per method beside it (shipped as
-``raysim.algorithms``), each class marked ``@implements(name)``; the options in :mod:`raysim.algorithms.options`."""
+``raysim.algorithms``), each class marked ``@implements(name)``; the options in :mod:`raysim.algorithms.options`.
+
+This package and ``options`` import only ``core`` (the registry, errors, prompt choices; no torch); a method's module
+imports torch, ``core`` and ``ops``, never Ray or the engine (tests/test_layers.py)."""
 
 from raysim.algorithms.options import (
     AFLOptions,

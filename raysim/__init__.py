@@ -3,15 +3,15 @@
 The names a user or a method author needs, re-exported here (``from raysim import Method, register, run``) and
 imported on first use, so ``import raysim`` stays cheap. The layers below, each importing only the ones before it:
 
-    core/       the method protocol, typed messages, registries, seeds, errors, the local training loops
+    core/       the method protocol, typed messages, registries, seeds, errors, the local training loops, precision
     ops/        pure math: aggregation, selection, contrastive terms, reweighting, SPSA, metrics
     data/       sources, partitioners, client shards
-    models/     backbones, the prompt wrapper, pretraining and the shipped weights
+    models/     backbones, the prompt wrapper and the shipped weights
     config/     the config sections (one declaration per key), presets, overrides
     tracking/   MLflow, checkpoints, resume, report, plots, progress
-    engine/     the round loop, executors, client runtime, precision, callbacks, the driver
+    engine/     the round loop, executors, client runtime, callbacks, the driver, pretraining
+    testing/    fault injection, tiny settings, FedAvg by hand
     sweep/      Ray Tune search spaces and sweeps
-    testing/    fault injection
 and, beside them, ``raysim.algorithms`` (one file per method) and ``raysim.actors`` (the ``ray.remote`` wrappers).
 """
 
