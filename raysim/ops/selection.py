@@ -121,13 +121,16 @@ def purity(assigned: np.ndarray, truth: np.ndarray) -> float:
 def instability(eval_counts: np.ndarray) -> float:
     """SGPT Fig. 3's selection stability as one number: ``eval_counts`` [evaluations, clients, groups] holds each
     client's test rows per group at each evaluation; over the second half of the evaluations, the standard
-    deviation of each client's share of rows per group, averaged over clients and groups (0: every client's rows
-    stay with the same groups). NaN for fewer than 2 evaluations."""
+    deviation of each client's share of rows per group, averaged over groups and the clients with test rows (0:
+    every client's rows stay with the same groups; a client without rows selects nothing, stably or not). NaN where
+    the second half holds fewer than 2 evaluations (fewer than 3 in all) or no client has rows."""
     counts = np.asarray(eval_counts, dtype=np.float64)
-    if len(counts) < 2:
-        return float("nan")
     counts = counts[len(counts) // 2 :]
-    shares = counts / np.maximum(counts.sum(axis=2, keepdims=True), 1)
+    rows = counts.sum(axis=2)  # [evaluations, clients]
+    present = (rows > 0).all(axis=0)
+    if len(counts) < 2 or not present.any():
+        return float("nan")
+    shares = counts[:, present] / rows[:, present, None]
     return float(shares.std(axis=0).mean())
 
 

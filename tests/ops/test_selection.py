@@ -104,8 +104,12 @@ def test_instability_is_the_second_halfs_std_of_each_clients_shares_averaged():
     counts = np.array([early, early, [[2, 2], [4, 0]], [[4, 0], [4, 0]]])  # [evaluations, clients, groups]
     # client 0's shares: (0.5, 0.5) then (1, 0): std 0.25 per group; client 1's stay (1, 0): 0
     assert sel.instability(counts) == pytest.approx((0.25 + 0.25 + 0 + 0) / 4)
-    assert sel.instability(counts[:, :1] * 0) == 0.0  # a client without test rows has shares 0, not NaN
-    assert np.isnan(sel.instability(counts[:1]))  # one evaluation: no spread to measure
+    rowless = np.concatenate([counts, np.zeros((4, 1, 2))], axis=1)  # a third client without test rows
+    assert sel.instability(rowless) == pytest.approx((0.25 + 0.25 + 0 + 0) / 4)  # selects nothing: not averaged in
+    assert np.isnan(sel.instability(counts[:, :1] * 0))  # no client with rows: nothing to measure
+    # one or two evaluations: the second half holds one, no spread to measure; of three it holds the last two
+    assert np.isnan(sel.instability(counts[:1])) and np.isnan(sel.instability(counts[2:]))
+    assert sel.instability(counts[1:]) == pytest.approx(sel.instability(counts))
 
 
 def test_purity_entropy_and_congruence_by_hand():
