@@ -2,10 +2,14 @@
 max over a mixture lambda of the clients. F_k is the received model's loss on client k's train rows. A FedGCR
 baseline (Table 1).
 
-``lambda_step="ascent"`` (the paper's Stochastic-AFL; fair_flearn flearn/trainers/afl.py:47-57): the server
-averages the sampled clients' models with weights lambda_k, then ascends lambda <- Proj_simplex(lambda + lambda_lr
-* (M / m) F) (M / m keeps the step unbiased under partial participation); lambda (one entry per client, uniform at
-first; held-out unseen clients keep theirs but never pull it up) is the server state. ``"one-step"`` (FedGCR's
+``lambda_step="ascent"`` (the paper's projected ascent on lambda, as fair_flearn flearn/trainers/afl.py:47-57 takes
+it, in a FedAvg-style adaptation: E local epochs and a lambda-weighted average of the models where that file takes
+one gradient step per round): the server averages the sampled clients' models with weights lambda_k, then ascends
+lambda <- Proj_simplex(lambda + lambda_lr * (M / m) F) (M / m keeps the step unbiased under partial
+participation); lambda (one entry per client, uniform at first; held-out unseen clients keep theirs but never pull
+it up) is the server state. Where every sampled client's lambda_k is 0 the model stays (the paper's model step,
+sum_k lambda_k grad F_k, is then 0). The model evaluated is the last iterate, not the running mean of the iterates
+that Stochastic-AFL returns. ``"one-step"`` (FedGCR's
 code, utils/util.py:1092-1096): every round lambda = Proj_simplex(omega + lambda_lr * F) from the data shares
 omega, no memory, and this round's models are averaged with it (raysim: omega and F over the sampled clients)."""
 
@@ -40,7 +44,7 @@ class AFL(ReportsGlobalLoss, FedVPT):
         lambdas = state.server[LAMBDA]
         clients = [u.client_id for u in updates]
         weights = lambdas[clients]
-        weights = weights if weights.sum() > 0 else torch.ones(len(clients), dtype=torch.float64)
+        params = weighted_mean(models, weights) if weights.sum() > 0 else state.params  # no mass here: no step
         scale = self.config.federation.trainable_clients / len(updates)  # M / m: unbiased under uniform sampling
         lambdas = afl_lambda_step(lambdas, clients, losses, self.options.lambda_lr, scale)
-        return GlobalState(params=weighted_mean(models, weights), server={**state.server, LAMBDA: lambdas})
+        return GlobalState(params=params, server={**state.server, LAMBDA: lambdas})

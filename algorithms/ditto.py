@@ -1,7 +1,9 @@
 """Ditto (Li, Hu, Beirami, Smith, "Ditto: Fair and Robust Federated Learning through Personalization", ICML 2021),
 a FedV baseline: each client trains the global model as in FedAvg (full fine-tuning) and, from its own
 personal model v, minimises F_k(v) + (lambda / 2) ||v - w_global||^2 for as many local epochs; v stays on the
-client and is what it is evaluated with. The FedV paper reports lambda = 0.75 best of {0.1, 0.4, 0.75, 1}."""
+client and is what it is evaluated with. The FedV paper reports lambda = 0.75 best of {0.1, 0.4, 0.75, 1}.
+Where the paper starts every v_k at w^0, v starts from the global model a client receives when first sampled (the
+same at round 1); a client not yet sampled has no v and is evaluated with the global model."""
 
 from __future__ import annotations
 

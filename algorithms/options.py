@@ -331,7 +331,9 @@ class QFFLOptions(PromptOptions):
     def __post_init__(self):
         super().__post_init__()
         if self.q < 0:
-            raise ConfigError(f"qffl.q={self.q} must be >= 0 (0 is the uniform average of the clients' models)")
+            raise ConfigError(
+                f"qffl.q={self.q} must be >= 0 (0 is FedAvg: the data-weighted average of the clients' models)"
+            )
         if self.lipschitz < 0:
             raise ConfigError(f"qffl.lipschitz={self.lipschitz} must be >= 0 (0 = 1 / train.lr)")
 

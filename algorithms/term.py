@@ -6,7 +6,10 @@ baseline (Table 1).
 
 ``tilt`` defaults to 0.1, the tilt of TERM's own fair federated learning experiment (litian96/TERM
 fair_flearn/run.sh:7, main.py:108-111); FedGCR's comparison used 0.01 (their utils/util.py:1107), which its
-settings should set."""
+settings should set. TERM's own federated code (fair_flearn/flearn/trainers/tilting.py) normalises the exponentials
+by a running average over rounds and averages the models with a further 1/m, where raysim normalises within the
+round (t = 0 is then FedAvg exactly); it samples clients by data size where raysim samples uniformly and weighs by
+omega_k: the two agree in expectation."""
 
 from raysim.algorithms._fairness import ReportsGlobalLoss, client_losses, with_data
 from raysim.algorithms.fedvpt import FedVPT

@@ -179,6 +179,22 @@ def test_afl_ascent_averages_with_the_old_lambda_then_ascends_it():
     assert server["afl_lambda"].tolist() == pytest.approx([0.6, 0.4])  # Proj([0.5 + 0.1 * 2, 0.5]) = [0.7, 0.5] - 0.1
 
 
+def test_afl_ascent_keeps_the_model_where_the_sampled_clients_have_no_lambda():
+    """lambda [0, 0] on the sampled clients (partial participation moved the mass elsewhere): the paper's model step
+    sum_k lambda_k grad F_k is 0, so w stays 0 instead of the uniform average 0.5; lambda still ascends."""
+    config = build_config(
+        "afl", [{"federation": {"clients": 2, "participation": 1.0}, "afl": {"lambda_step": "ascent"}}]
+    )
+    server = {"afl_lambda": torch.tensor([0.0, 0.0], dtype=torch.float64)}
+    updates = [
+        ClientUpdate(0, 1, {"w": torch.tensor([1.0])}, metrics={"global_loss": 2.0}),
+        ClientUpdate(1, 3, {"w": torch.tensor([0.0])}, metrics={"global_loss": 0.0}),
+    ]
+    after = get_method("afl").cls(config).aggregate(1, GlobalState({"w": torch.zeros(1)}, server), updates)
+    assert after.params["w"].item() == 0.0
+    assert after.server["afl_lambda"].tolist() == pytest.approx([0.6, 0.4])  # Proj([0 + 0.1 * 2, 0]) = [0.2, 0] + 0.4
+
+
 def test_afl_one_step_averages_with_a_projection_from_the_data_shares_and_keeps_no_lambda():
     w, server = two_clients("afl", {"lambda_step": "one-step"})
     assert w == pytest.approx(0.35)  # Proj([1/4 + 0.1 * 2, 3/4]) = [0.35, 0.65]

@@ -1,0 +1,39 @@
+"""The personalised baselines' formulas on tiny tensors: Fed-RoD's balanced softmax loss and its one head g + p,
+and which model Ditto evaluates a client with."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from raysim.algorithms.ditto import Ditto
+from raysim.algorithms.fedrod import FedRoD, balanced_softmax_loss
+
+
+def test_balanced_softmax_adds_the_clients_log_label_frequencies_to_the_logits():
+    logits, labels = torch.zeros(1, 2), torch.tensor([0])
+    # counts 3 and 1: logits + log(3/4, 1/4), so the loss is -log(0.75 / (0.75 + 0.25))
+    assert balanced_softmax_loss(logits, labels, torch.tensor([3.0, 1.0])).item() == pytest.approx(-math.log(0.75))
+    # a class the client lacks enters at log(1e-8), not -inf: the loss is log(1 + 1e-8), finite (0 in float32)
+    lacking = balanced_softmax_loss(logits, labels, torch.tensor([2.0, 0.0])).item()
+    assert math.isfinite(lacking) and lacking == pytest.approx(math.log1p(1e-8), abs=1e-7)
+    assert balanced_softmax_loss(logits, torch.tensor([1]), torch.tensor([2.0, 0.0])).item() == pytest.approx(
+        -math.log(1e-8), rel=1e-6
+    )  # the lacking class as the label: -log(1e-8 / (1 + 1e-8))
+
+
+def test_fedrod_evaluates_with_one_head_the_sum_of_the_generic_and_the_personal():
+    view = {"vit.head.weight": torch.ones(2, 3), "vit.head.bias": torch.tensor([1.0, 2.0]), "p": torch.zeros(1)}
+    state = {"rod.weight": torch.full((2, 3), 0.5), "rod.bias": torch.tensor([-1.0, 1.0])}
+    folded = FedRoD.eval_params(None, view, state)
+    assert torch.equal(folded["vit.head.weight"], torch.full((2, 3), 1.5))
+    assert torch.equal(folded["vit.head.bias"], torch.tensor([0.0, 3.0])) and folded["p"] is view["p"]
+    assert FedRoD.eval_params(None, view, None) is view  # a client never sampled: the generic model
+
+
+def test_ditto_evaluates_with_the_personal_model_once_a_client_has_one():
+    shared, personal = {"w": torch.zeros(1)}, {"w": torch.ones(1)}
+    assert Ditto.eval_params(None, shared, personal) is personal
+    assert Ditto.eval_params(None, shared, None) is shared
