@@ -1,8 +1,9 @@
 """HarmoFL (Jiang, Wang, Dou, "HarmoFL: Harmonizing Local and Global Drifts in Federated Learning on Heterogeneous
 Medical Images", AAAI 2022), a FedGCR baseline (Tables 1-2), on prompts + head.
 
-Local drift, amplitude normalisation: an input x (what the backbone sees) keeps the phase P of its Fourier transform
-and takes the global mean amplitude A_g, x_hat = Re F^-1(A' exp(j P(x))), A' = A_g inside a centred low-frequency
+Local drift, amplitude normalisation: an image x in pixel space ([0, 1], as the authors' inputs: the backbone's
+input un-normalised, worked on, normalised again) keeps the phase P of its Fourier transform and takes the global
+mean amplitude A_g, x_hat = Re F^-1(A' exp(j P(x))), A' = A_g inside a centred low-frequency
 window of half-width floor(window * side) and |F(x)| outside. A client's statistic is its mean amplitude over its
 training rows; the global one is their N_i-weighted mean, formed at the first aggregation and then fixed (the
 authors' ``fix_amp``); until then a client normalises with its own. Training and inference both see x_hat.
@@ -33,6 +34,23 @@ from raysim.ops.sam import sam_step
 AMP = "extra.amplitude"
 
 
+def _channel_stats(model, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    _, mean, std = model.input_spec
+    return tuple(torch.tensor(v, dtype=x.dtype, device=x.device).view(-1, 1, 1) for v in (mean, std))
+
+
+def to_pixels(model, x: torch.Tensor) -> torch.Tensor:
+    """The backbone's normalised input back in [0, 1] (x * std + mean per channel)."""
+    mean, std = _channel_stats(model, x)
+    return x * std + mean
+
+
+def to_input(model, pixels: torch.Tensor) -> torch.Tensor:
+    """[0, 1] pixels as the backbone's input ((p - mean) / std per channel)."""
+    mean, std = _channel_stats(model, pixels)
+    return (pixels - mean) / std
+
+
 @implements("harmofl")
 class HarmoFL(FedVPT):
     def parts(self, vit, generator) -> ModelParts:
@@ -43,14 +61,19 @@ class HarmoFL(FedVPT):
         return ModelParts(super().parts(vit, generator).spec, {"amplitude": amp})
 
     def normalised(self, model, x: torch.Tensor) -> torch.Tensor:
-        return normalise_amplitude(x, model.extra["amplitude"].detach(), self.options.window)
+        """The backbone's input ``x`` with the amplitude swapped in pixel space: on the mean-subtracted input the DC
+        term's phase is the sign of each channel's mean, so the swap would give every image +-|mean| instead of
+        the one global mean intensity."""
+        amp = model.extra["amplitude"].detach()
+        return to_input(model, normalise_amplitude(to_pixels(model, x), amp, self.options.window))
 
     def client_update(self, ctx, broadcast, client_state, data) -> ClientUpdate:
         model = ctx.model
         model.load_trainable(broadcast.params)
         if not broadcast.params[AMP].any() and len(data):  # no global amplitude yet: the client's own
             with torch.no_grad():
-                model.extra["amplitude"].copy_(training.mean_input(model, data, ctx.device, amplitude))
+                mean = training.mean_input(model, data, ctx.device, lambda x: amplitude(to_pixels(model, x)))
+                model.extra["amplitude"].copy_(mean)
         step = partial(sam_step, radius=self.options.alpha)
         with model.training_only(set(model.trainable_names()) - {AMP}):
             metrics = training.local_train(

@@ -5,6 +5,7 @@ are tested in tests/ops."""
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -50,6 +51,17 @@ def test_fedmix_shares_each_clients_means_once():
     server = states[-1].server
     assert server["clients_shared"].item() == len(senders)
     assert server["label_mean_sum"].sum().item() == pytest.approx(len(senders))  # label distributions sum to 1
+
+
+def test_harmofl_swaps_the_amplitude_in_pixel_space_so_every_image_takes_the_global_mean_intensity():
+    """Two flat images of pixel means 0.49 and 0.51 and the global DC amplitude of their mean, 0.5 (window 0: the
+    DC term alone): both become 0.5 in pixels, 0 as the backbone's input (mean = std = 0.5). On the normalised input
+    the DC phase is the sign of -0.02 and +0.02, and the swap would give -0.5 and +0.5 instead."""
+    harmofl = get_method("harmofl").cls(build_config("harmofl", [{"harmofl": {"window": 0.0}}]))
+    model = SimpleNamespace(input_spec=(4, (0.5,) * 3, (0.5,) * 3), extra={"amplitude": torch.full((3, 4, 4), 8.0)})
+    pixels = torch.stack([torch.full((3, 4, 4), 0.49), torch.full((3, 4, 4), 0.51)])  # DC amplitude 0.5 * 16 = 8
+    out = harmofl.normalised(model, (pixels - 0.5) / 0.5)
+    assert torch.allclose(out, torch.zeros_like(out), atol=1e-6)
 
 
 def test_harmofl_forms_the_global_amplitude_once_then_keeps_it():
