@@ -28,6 +28,12 @@ STRAGGLER_POLICIES = ("drop", "wait", "partial")
 Check = tuple[Callable[[Any], bool], str]  # (predicate on the value, what it must be)
 
 
+def half_up(x: float) -> int:
+    """x rounded to the nearest integer, halves up (Python's ``round`` takes them to the even one: 2.5 -> 2); a
+    product such as 0.15 * 30 that floating point leaves a hair under a half still rounds up."""
+    return math.floor(x + 0.5 + 1e-9)
+
+
 def setting(
     default: Any, help: str, *, flag: str | None = None, choices: tuple = (), checks: tuple[Check, ...] = ()
 ) -> Any:
@@ -122,13 +128,13 @@ class FederationConfig:
 
     @property
     def clients_per_round(self) -> int:
-        """m = round(participation * trainable clients), at least 1."""
-        return max(1, round(self.participation * self.trainable_clients))
+        """m = round(participation * trainable clients), halves up (4.5 -> 5), at least 1."""
+        return max(1, half_up(self.participation * self.trainable_clients))
 
     @property
     def unseen_clients(self) -> int:
-        """Number of held-out clients that never train (at least 1 when the fraction is positive)."""
-        return max(1, round(self.unseen_fraction * self.clients)) if self.unseen_fraction > 0 else 0
+        """Number of held-out clients that never train (at least 1 when the fraction is positive), halves up."""
+        return max(1, half_up(self.unseen_fraction * self.clients)) if self.unseen_fraction > 0 else 0
 
     @property
     def trainable_clients(self) -> int:

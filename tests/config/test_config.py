@@ -124,3 +124,24 @@ def test_a_preset_carries_options_for_several_methods(tmp_path):
     assert vpt.options.prompt_length == 3 and vpt.federation.rounds == 4
     with pytest.raises(ConfigError, match="unknown section 'fedprox'"):
         build_config("fedvpt", [preset])  # --set style layers keep rejecting other methods' sections
+
+
+@pytest.mark.parametrize(
+    "clients, participation, unseen_fraction, unseen, per_round",
+    [
+        (100, 0.05, 0.1, 10, 5),  # 0.05 x 90 trainable = 4.5: 5 (Python's round gives 4)
+        (25, 0.1, 0.0, 0, 3),  # 2.5: 3 (round: 2)
+        (15, 0.1, 0.0, 0, 2),  # 1.5000000000000002: 2
+        (30, 0.15, 0.0, 0, 5),  # 4.5 however floating point lands
+        (50, 0.1, 0.05, 3, 5),  # 2.5 unseen: 3; 0.1 x 47 = 4.7: 5
+        (10, 0.01, 0.0, 0, 1),  # 0.1: at least 1
+    ],
+)
+def test_clients_per_round_and_unseen_clients_round_halves_up(
+    clients, participation, unseen_fraction, unseen, per_round
+):
+    fed = build_config(
+        "fedvpt",
+        [{"federation": {"clients": clients, "participation": participation, "unseen_fraction": unseen_fraction}}],
+    ).federation
+    assert (fed.unseen_clients, fed.clients_per_round) == (unseen, per_round)
