@@ -211,6 +211,13 @@ class DataConfig:
     data_dir: str | None = setting(None, "Folder or file for datasets read from disk.", flag="--data-dir")
     image_size: int | None = setting(None, "Resize images to N x N (null: the source's size).", checks=(at_least(4),))
     s: int = setting(2, "Pathological: classes per client.", checks=(at_least(1),))
+    class_sets: str = setting(
+        "random",
+        "Pathological: each client's s classes drawn at random among those with the most holder slots left "
+        "(SGPT App. E.1, after pFedHN; the combinations vary), or 'ring': s consecutive classes of one shuffled "
+        "ring (raysim before 2026-11-29: few distinct sets when C divides s * M).",
+        choices=("random", "ring"),
+    )
     alpha: float = setting(0.5, "Dirichlet concentration over labels.", checks=(POSITIVE,))
     beta: float = setting(0.5, "Pachinko: Dirichlet concentration over coarse labels.", checks=(POSITIVE,))
     beta_fine: float = setting(10.0, "Pachinko: Dirichlet concentration over fine labels.", checks=(POSITIVE,))

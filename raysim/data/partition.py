@@ -37,6 +37,7 @@ class PartitionParams:
     """Knobs of the partitioners; each partitioner reads only its own."""
 
     s: int = 2  # pathological: classes per client
+    class_sets: str = "random"  # pathological: how each client's classes are drawn (random | ring)
     alpha: float = 0.5  # dirichlet concentration
     beta: float = 0.5  # pachinko: concentration over coarse labels
     beta_fine: float = 10.0  # pachinko: concentration over fine labels inside a coarse label
@@ -75,12 +76,33 @@ def _iid(num_domains, num_classes, num_clients, params, rng, coarse_of_class):
     return np.full((num_domains, num_classes, num_clients), 1.0 / num_clients)
 
 
-def _pathological(num_domains, num_classes, num_clients, params, rng, coarse_of_class):
-    # Client i holds s consecutive classes of a shuffled ring, so holder counts differ by at most one.
-    # With s*M < C some classes have no holder: their rows stay zero and their samples are unassigned.
+def random_class_sets(num_classes: int, num_clients: int, s: int, rng: np.random.Generator) -> np.ndarray:
+    """[M, s] classes: each client in turn takes s distinct classes at random among those held least so far
+    (pFedHN's ``gen_classes_per_node``, which SGPT App. E.1 follows: "each client is randomly assigned s classes",
+    the combinations varying), so holder counts differ by at most one."""
+    held = np.empty((num_clients, s), dtype=np.int64)
+    holders = np.zeros(num_classes, dtype=np.int64)
+    for client in range(num_clients):
+        chosen = np.lexsort((rng.random(num_classes), holders))[:s]  # the least held first, ties at random
+        held[client] = chosen
+        holders[chosen] += 1
+    return held
+
+
+def ring_class_sets(num_classes: int, num_clients: int, s: int, rng: np.random.Generator) -> np.ndarray:
+    """[M, s] classes: client i holds s consecutive classes of one shuffled ring (clients then shuffled), so holder
+    counts differ by at most one but the sets repeat in blocks (C = 100, M = 100, s = 10: 10 distinct sets)."""
     perm = rng.permutation(num_classes)
-    held = perm[(np.arange(num_clients)[:, None] * params.s + np.arange(params.s)) % num_classes]
-    held = held[rng.permutation(num_clients)]
+    held = perm[(np.arange(num_clients)[:, None] * s + np.arange(s)) % num_classes]
+    return held[rng.permutation(num_clients)]
+
+
+CLASS_SETS = {"random": random_class_sets, "ring": ring_class_sets}
+
+
+def _pathological(num_domains, num_classes, num_clients, params, rng, coarse_of_class):
+    # With s*M < C some classes have no holder: their rows stay zero and their samples are unassigned.
+    held = CLASS_SETS[params.class_sets](num_classes, num_clients, params.s, rng)
     weights = np.zeros((num_classes, num_clients))
     weights[held, np.arange(num_clients)[:, None]] = rng.uniform(0.4, 0.6, size=held.shape)
     total = weights.sum(axis=1, keepdims=True)

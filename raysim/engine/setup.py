@@ -59,7 +59,9 @@ def prepare_shards(config: Config) -> ShardStore:
     data = config.data
     info, arrays = load_dataset(data)
     is_test = arrays["is_test"].astype(bool)
-    params = PartitionParams(s=data.s, alpha=data.alpha, beta=data.beta, beta_fine=data.beta_fine, dif=data.dif)
+    params = PartitionParams(
+        s=data.s, class_sets=data.class_sets, alpha=data.alpha, beta=data.beta, beta_fine=data.beta_fine, dif=data.dif
+    )
     coarse = np.asarray(info.coarse_of_class) if info.coarse_of_class is not None else None
     part = partition(
         data.partition,

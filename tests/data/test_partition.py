@@ -4,7 +4,15 @@ import numpy as np
 import pytest
 
 from raysim.core.errors import ConfigError
-from raysim.data.partition import PARTITIONERS, Partition, PartitionParams, partition, split_by_shares
+from raysim.data.partition import (
+    PARTITIONERS,
+    Partition,
+    PartitionParams,
+    partition,
+    random_class_sets,
+    ring_class_sets,
+    split_by_shares,
+)
 from raysim.data.partition_plot import partition_artifacts, partition_summary, plot_partition
 from raysim.engine.setup import prepare_shards
 from raysim.testing.smoke import smoke_config
@@ -239,6 +247,22 @@ def test_pathological_too_few_holdings_leave_classes_unassigned():
     assert len(held_classes) == 4 and (part.shares[0] > 0).sum(axis=0).tolist() == [1, 1, 1, 1]
     for client, y in ((part.train_client, labels), (part.test_client, test_labels)):
         np.testing.assert_array_equal(client >= 0, np.isin(y, held_classes))
+
+
+@pytest.mark.parametrize("draw", [random_class_sets, ring_class_sets])
+def test_class_sets_give_each_client_s_distinct_classes_and_each_class_its_share_of_holders(draw):
+    held = draw(100, 100, 10, np.random.default_rng(0))  # SGPT's CIFAR-100 setting: 10 holders a class
+    assert all(len(set(row)) == 10 for row in held.tolist())
+    assert (np.bincount(held.ravel(), minlength=100) == 10).all()
+
+
+def test_random_class_sets_vary_across_clients_where_a_ring_repeats_in_blocks():
+    """SGPT App. E.1: "each client is randomly assigned s classes ... the combination varies across clients"."""
+    distinct = {
+        draw: len({frozenset(row) for row in draw(100, 100, 10, np.random.default_rng(0)).tolist()})
+        for draw in (random_class_sets, ring_class_sets)
+    }
+    assert distinct[ring_class_sets] == 10 and distinct[random_class_sets] > 90
 
 
 def test_pathological_same_shares_in_every_domain():

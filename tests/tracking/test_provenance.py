@@ -145,3 +145,13 @@ def test_the_dataset_input_carries_a_digest_of_the_partition():
     assert first.dataset.digest == provenance.dataset_input(config, _shards([0, 1, 2, 0, 1, 2])).dataset.digest
     assert first.dataset.digest != provenance.dataset_input(config, _shards([0, 1, 2, 0, 1, 1])).dataset.digest
     assert [(t.key, t.value) for t in first.tags] == [("mlflow.data.context", "dirichlet1, 20 clients")]
+
+
+def test_class_sets_change_a_pathological_settings_hash_and_no_other():
+    """Added after hashes were published: a Dirichlet setting's hash (and its comparison's finished cells) stays what
+    it was; a pathological one's follows its class sets."""
+    dirichlet = [build_config("fedvpt", [{"data": {"class_sets": sets}}]) for sets in ("random", "ring")]
+    assert provenance.config_hash(dirichlet[0]) == provenance.config_hash(dirichlet[1])
+    layer = {"partition": "pathological", "s": 2}
+    pathological = [build_config("fedvpt", [{"data": {**layer, "class_sets": sets}}]) for sets in ("random", "ring")]
+    assert provenance.config_hash(pathological[0]) != provenance.config_hash(pathological[1])
