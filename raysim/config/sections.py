@@ -222,6 +222,12 @@ class DataConfig:
     beta: float = setting(0.5, "Pachinko: Dirichlet concentration over coarse labels.", checks=(POSITIVE,))
     beta_fine: float = setting(10.0, "Pachinko: Dirichlet concentration over fine labels.", checks=(POSITIVE,))
     dif: float = setting(1.0, "Domains: the domain imbalance factor (1 is balanced).", checks=(at_least(1),))
+    domain_order: str = setting(
+        "paper",
+        "Domains: which domain gets the most clients under a DIF: 'paper', the dataset's order as FedGCR's authors "
+        "give it (Digit-Five: MNIST first, SVHN the rarest), or 'id', by domain id (raysim before 2026-11-29).",
+        choices=("paper", "id"),
+    )
     min_train_samples: int = setting(1, "Fewest training rows a client may hold.", checks=(at_least(1),))
 
     def __post_init__(self):

@@ -42,6 +42,7 @@ class PartitionParams:
     beta: float = 0.5  # pachinko: concentration over coarse labels
     beta_fine: float = 10.0  # pachinko: concentration over fine labels inside a coarse label
     dif: float = 1.0  # domains: domain imbalance factor (largest/smallest clients per domain)
+    domain_order: tuple[int, ...] | None = None  # domains: most clients first (DatasetInfo.imbalance_order)
 
 
 @dataclass(frozen=True)
@@ -160,7 +161,10 @@ def _domain_client_counts(num_domains: int, num_clients: int, dif: float) -> np.
 
 
 def _domains(num_domains, num_classes, num_clients, params, rng, coarse_of_class):
-    counts = _domain_client_counts(num_domains, num_clients, params.dif)
+    counts = np.empty(num_domains, dtype=np.int64)  # the geometric series' k-th count to the k-th domain in order
+    counts[list(params.domain_order or range(num_domains))] = _domain_client_counts(
+        num_domains, num_clients, params.dif
+    )
     client_domain = np.repeat(np.arange(num_domains), counts)
     shares = np.zeros((num_domains, num_classes, num_clients))
     shares[client_domain, :, np.arange(num_clients)] = 1.0 / counts[client_domain, None]

@@ -248,6 +248,7 @@ class FolderDataset:
     classes: tuple[str, ...]
     url: str
     about: str
+    imbalance_order: tuple[str, ...] | None = None  # most clients first under a DIF (FedGCR's authors' decay_order)
 
     @property
     def layout(self) -> Layout:
@@ -290,6 +291,7 @@ FOLDER_DATASETS = (
         DOMAINNET_CLASSES,
         "http://ai.bu.edu/M3SDA/",
         "DomainNet, the 10-class subset",
+        ("clipart", "real", "painting", "sketch", "quickdraw", "infograph"),  # fedgcr utils/util.py, DomainNet
     ),
     FolderDataset(
         "pacs",
@@ -304,6 +306,7 @@ FOLDER_DATASETS = (
         tuple(str(d) for d in range(10)),
         "http://ai.bu.edu/M3SDA/",
         "Digit-Five (its .mat files converted to PNGs)",
+        ("mnist", "usps", "syn", "mnistm", "svhn"),  # fedgcr utils/util.py prepare_digit_uneven: SVHN the rarest
     ),
 )
 
@@ -322,7 +325,10 @@ def read_folders(spec: FolderDataset, cfg) -> tuple:
     items = [item for d, domain in enumerate(spec.domains) for item in _domain_items(base, d, domain, spec)]
     _fill_fixed_split(items)
     size = cfg.image_size or FOLDER_IMAGE_SIZE
-    info = DatasetInfo(spec.name, len(spec.classes), len(spec.domains), (size, size, 3), spec.classes, spec.domains)
+    order = tuple(spec.domains.index(d) for d in spec.imbalance_order) if spec.imbalance_order else None
+    info = DatasetInfo(
+        spec.name, len(spec.classes), len(spec.domains), (size, size, 3), spec.classes, spec.domains, None, order
+    )
     return _image_rows(items, size, layout), info
 
 

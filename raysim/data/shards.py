@@ -69,6 +69,9 @@ class DatasetInfo:
     class_names: tuple[str, ...] = ()
     domain_names: tuple[str, ...] = ()
     coarse_of_class: tuple[int, ...] | None = None
+    # the domains from most clients to fewest under a domain imbalance factor (FedGCR's authors' order, which makes
+    # the hardest domain the rarest); None: by domain id
+    imbalance_order: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)

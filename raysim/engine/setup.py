@@ -60,7 +60,13 @@ def prepare_shards(config: Config) -> ShardStore:
     info, arrays = load_dataset(data)
     is_test = arrays["is_test"].astype(bool)
     params = PartitionParams(
-        s=data.s, class_sets=data.class_sets, alpha=data.alpha, beta=data.beta, beta_fine=data.beta_fine, dif=data.dif
+        s=data.s,
+        class_sets=data.class_sets,
+        alpha=data.alpha,
+        beta=data.beta,
+        beta_fine=data.beta_fine,
+        dif=data.dif,
+        domain_order=info.imbalance_order if data.domain_order == "paper" else None,
     )
     coarse = np.asarray(info.coarse_of_class) if info.coarse_of_class is not None else None
     part = partition(

@@ -76,9 +76,13 @@ def _named_keys(config: Config) -> set[str]:
 # Keys added after hashes were published (the virtual clock's): left out while at their defaults, so a setting's
 # hash, its runs' names and a comparison's finished cells stay what they were.
 LATER_KEYS = ("federation.deadline_s", "federation.stragglers", "federation.over_select", "systems.")
-# Added later and read by one partitioner: left out of the other partitions' hashes, which stay what they were; a
-# pathological setting's hash takes it, as its class sets changed (2026-11-29: random, where they were a ring)
-CLASS_SETS = "data.class_sets"
+# Added later (2026-11-29), each changing what one partition computes: pathological class sets drawn at random,
+# where they were a ring; an imbalanced domains partition's counts in the dataset's paper order, where they were by
+# id. Hashed only where they change the data, so every other setting's hash (and comparison) stays what it was.
+READ_WHERE = {
+    "data.class_sets": lambda data: data.partition == "pathological",
+    "data.domain_order": lambda data: data.partition == "domains" and data.dif != 1,
+}
 
 
 def config_hash(config: Config) -> str:
@@ -90,7 +94,7 @@ def config_hash(config: Config) -> str:
         if key != "federation.seed"
         and key.split(".", 1)[0] not in NOT_COMPUTED
         and not (key.startswith(LATER_KEYS) and value == defaults.get(key))
-        and not (key == CLASS_SETS and config.data.partition != "pathological")
+        and not (key in READ_WHERE and not READ_WHERE[key](config.data))
     }
     text = json.dumps(setting, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:HASH_CHARS]

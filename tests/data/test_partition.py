@@ -358,6 +358,17 @@ def test_domains_counts_follow_the_continuous_geometric_series():
     assert np.abs(n - ideal).max() <= 4
 
 
+def test_domains_at_fedgcrs_totals_give_its_geometric_counts_in_its_domain_order():
+    """FedGCR Table 3's clustering accuracies (18/22, 21/22 at DIF 10; 9/13, 12/13 at DIF 5) and its authors' code:
+    round(r^k) clients, r = DIF^(1/4), the k-th most to the k-th domain of their order (Digit-Five: MNIST, USPS,
+    SynthDigits, MNIST-M, SVHN)."""
+    assert _clients_per_domain(5, 22, 10.0)[1].tolist() == [10, 6, 3, 2, 1]
+    assert _clients_per_domain(5, 13, 5.0)[1].tolist() == [5, 3, 2, 2, 1]
+    order = (0, 4, 3, 1, 2)  # raysim's digit-five ids: mnist, mnistm, svhn, syn, usps
+    part, _, _ = _run("domains", num_domains=5, num_clients=22, dif=10.0, domain_order=order)
+    assert np.bincount(part.client_domain, minlength=5).tolist() == [10, 2, 1, 3, 6]  # svhn the rarest
+
+
 def test_domains_balanced_and_one_client_per_domain():
     assert _clients_per_domain(5, 20, 1.0)[1].tolist() == [4, 4, 4, 4, 4]
     assert _clients_per_domain(4, 4, 5.0)[1].tolist() == [1, 1, 1, 1]

@@ -280,6 +280,16 @@ def test_domainnet_subset_split_folders_and_official_split_files(real, tmp_path)
     tmp_path.joinpath("painting_test.txt").write_text("\n".join(listed + ["painting/aircraft_carrier/x.jpg 0"]))
     info, arrays = real("domainnet", tmp_path, image_size=8)
     assert info.class_names == DOMAINNET_CLASSES and info.num_domains == 6
+    # most clients first under a DIF, as FedGCR's authors order them: clipart, real, painting, sketch, quickdraw,
+    # infograph (the hardest, the rarest)
+    assert [info.domain_names[d] for d in info.imbalance_order] == [
+        "clipart",
+        "real",
+        "painting",
+        "sketch",
+        "quickdraw",
+        "infograph",
+    ]
     assert len(arrays["label"]) == 6 * 10 * 2  # the unlisted class folders are not read
     domain = arrays["domain"]
     clipart, painting = arrays["is_test"][domain == 0], arrays["is_test"][domain == 2]

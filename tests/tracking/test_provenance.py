@@ -147,7 +147,7 @@ def test_the_dataset_input_carries_a_digest_of_the_partition():
     assert [(t.key, t.value) for t in first.tags] == [("mlflow.data.context", "dirichlet1, 20 clients")]
 
 
-def test_class_sets_change_a_pathological_settings_hash_and_no_other():
+def test_class_sets_and_domain_order_change_their_partitions_hashes_and_no_other():
     """Added after hashes were published: a Dirichlet setting's hash (and its comparison's finished cells) stays what
     it was; a pathological one's follows its class sets."""
     dirichlet = [build_config("fedvpt", [{"data": {"class_sets": sets}}]) for sets in ("random", "ring")]
@@ -155,3 +155,13 @@ def test_class_sets_change_a_pathological_settings_hash_and_no_other():
     layer = {"partition": "pathological", "s": 2}
     pathological = [build_config("fedvpt", [{"data": {**layer, "class_sets": sets}}]) for sets in ("random", "ring")]
     assert provenance.config_hash(pathological[0]) != provenance.config_hash(pathological[1])
+    assert provenance.config_hash(build_config("fedvpt", [{"data": {"domain_order": "id"}}])) == provenance.config_hash(
+        dirichlet[0]
+    )
+    domains = {"partition": "domains", "dif": 10.0}
+    orders = [build_config("fedvpt", [{"data": {**domains, "domain_order": order}}]) for order in ("paper", "id")]
+    assert provenance.config_hash(orders[0]) != provenance.config_hash(orders[1])
+    balanced = [
+        build_config("fedvpt", [{"data": {"partition": "domains", "domain_order": o}}]) for o in ("paper", "id")
+    ]
+    assert provenance.config_hash(balanced[0]) == provenance.config_hash(balanced[1])  # DIF 1: no domain is rarer
