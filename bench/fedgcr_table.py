@@ -1,7 +1,7 @@
 """FedGCR evidence on the offline benchmark (issue 5): the paper's orderings, measured, in one table.
 
 The ``offline-digit5-dif10`` preset (the paper's Digit-Five setting offline: digits5's five domains as client
-types, partition ``domains`` with the domain imbalance factor DIF, 20 clients, all of them every round, E = 1,
+types, partition ``domains`` with the domain imbalance factor DIF, 22 clients, all of them every round, E = 1,
 AdamW 1e-3, batch 32), evaluated every 2 rounds, seed 0; every run sees the same clients and data.
 
 Rows (DIF 10): FedVPT (FedAvg on prompts), the fairness baselines q-FFL, AFL, TERM, then FedGCR and its
