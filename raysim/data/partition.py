@@ -6,13 +6,15 @@ same tensor splits the train and the test set (:func:`split_by_shares`), so each
 follows its train proportions by construction. The rules follow METHODS.md:
 
 * ``iid``: every cell split equally among all clients.
-* ``pathological``: each client holds ``s`` classes, each class is held by ``s*M/C`` clients with
-  shares ``U(0.4, 0.6)`` normalised over its holders (SGPT, CVPR 2024).
+* ``pathological``: each client holds ``s`` classes drawn at random among the least held (``class_sets``),
+  each class is held by ``s*M/C`` clients with shares ``U(0.4, 0.6)`` normalised over its holders (SGPT, CVPR
+  2024, App. E.1).
 * ``dirichlet``: per class, shares over clients ``~ Dirichlet(alpha)``.
 * ``pachinko``: per client, ``Dirichlet(beta)`` over coarse labels, then ``Dirichlet(beta_fine)`` over
   the fine labels of each coarse label (FGPT, appendix).
 * ``domains``: each client holds one domain; clients per domain form a geometric series whose
-  largest/smallest ratio is the domain imbalance factor ``dif`` (FedGCR, AAAI 2024).
+  largest/smallest ratio is the domain imbalance factor ``dif`` (FedGCR, AAAI 2024), the most clients to the first
+  domain of ``domain_order``.
 
 Everything is drawn from ``seed``, with independent streams for the shares, the train split and the
 test split, so a change of the test set leaves the train split as it was.
@@ -20,6 +22,7 @@ test split, so a change of the test set leaves the train split as it was.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +31,8 @@ import numpy as np
 
 from raysim.core.errors import ConfigError
 from raysim.core.named import Registry
+
+log = logging.getLogger("raysim")
 
 _MAX_REDRAWS = 100
 
@@ -327,5 +332,14 @@ def partition(
             f"(< min_train_samples={min_train_samples}) with num_clients={num_clients}; use fewer clients"
         )
     test_client = split_by_shares(test_domains, test_labels, shares, test_rng)
+    unheld = int((train_client < 0).sum())
+    if unheld:  # pathological with s * M < C: the classes no client holds
+        log.warning(
+            "partition %s leaves %d of %d training rows to no client (classes no client holds); raise data.s or the "
+            "number of clients to use them",
+            name,
+            unheld,
+            len(train_client),
+        )
     client_domain = shares.sum(axis=1).argmax(axis=0).astype(np.int64) if PARTITIONERS[name].needs_domains else None
     return Partition(train_client, test_client, client_domain, shares)

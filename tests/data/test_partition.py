@@ -241,8 +241,10 @@ def test_pathological_uneven_holder_counts_differ_by_at_most_one():
     assert ((part.shares[0] > 0).sum(axis=0) == 3).all()
 
 
-def test_pathological_too_few_holdings_leave_classes_unassigned():
-    part, (labels, _), (test_labels, _) = _run("pathological", s=1, num_clients=4)  # 4 holdings, 10 classes
+def test_pathological_too_few_holdings_leave_classes_unassigned(caplog):
+    with caplog.at_level("WARNING", logger="raysim"):
+        part, (labels, _), (test_labels, _) = _run("pathological", s=1, num_clients=4)  # 4 holdings, 10 classes
+    assert "leaves 600 of 1000 training rows to no client" in caplog.text  # 6 classes x 100 rows
     held_classes = np.flatnonzero(part.shares[0].sum(axis=1) > 0)
     assert len(held_classes) == 4 and (part.shares[0] > 0).sum(axis=0).tolist() == [1, 1, 1, 1]
     for client, y in ((part.train_client, labels), (part.test_client, test_labels)):
