@@ -35,6 +35,7 @@ AMP = "extra.amplitude"
 
 
 def _channel_stats(model, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The backbone's per-channel input mean and std, shaped [C, 1, 1] on ``x``'s device and dtype."""
     _, mean, std = model.input_spec
     return tuple(torch.tensor(v, dtype=x.dtype, device=x.device).view(-1, 1, 1) for v in (mean, std))
 
@@ -49,6 +50,11 @@ def to_input(model, pixels: torch.Tensor) -> torch.Tensor:
     """[0, 1] pixels as the backbone's input ((p - mean) / std per channel)."""
     mean, std = _channel_stats(model, pixels)
     return (pixels - mean) / std
+
+
+def own_amplitude(model, data, device) -> torch.Tensor:
+    """A client's amplitude statistic: the mean over its rows of |F(x)| in pixel space."""
+    return training.mean_input(model, data, device, lambda x: amplitude(to_pixels(model, x)))
 
 
 @implements("harmofl")
@@ -72,8 +78,7 @@ class HarmoFL(FedVPT):
         model.load_trainable(broadcast.params)
         if not broadcast.params[AMP].any() and len(data):  # no global amplitude yet: the client's own
             with torch.no_grad():
-                mean = training.mean_input(model, data, ctx.device, lambda x: amplitude(to_pixels(model, x)))
-                model.extra["amplitude"].copy_(mean)
+                model.extra["amplitude"].copy_(own_amplitude(model, data, ctx.device))
         step = partial(sam_step, radius=self.options.alpha)
         with model.training_only(set(model.trainable_names()) - {AMP}):
             metrics = training.local_train(

@@ -81,7 +81,7 @@ def main() -> None:
     args = parser.parse_args()
     names = [n for n in RUNS if not args.only or n in args.only.split(",")]
     print(
-        f"preset {PRESET} (digits5 / domains, 20 clients, all every round), {args.rounds} rounds, seed 0; "
+        f"preset {PRESET} (digits5 / domains, 22 clients, all every round), {args.rounds} rounds, seed 0; "
         f"Avg and sigmas: mean of the last 10 evaluations"
     )
     print(f"{'run':20}" + "".join(f"{c:>11}" for c in COLUMNS))

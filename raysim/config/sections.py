@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from raysim.core.errors import ConfigError, unknown_name
-from raysim.data.partition import PARTITIONERS
+from raysim.data.partition import CLASS_SETS, PARTITIONERS
 from raysim.data.sources import SOURCES
 from raysim.systems import traces
 from raysim.systems.distributions import parse_distribution
@@ -125,6 +125,11 @@ class FederationConfig:
 
     def __post_init__(self):
         validate(self)
+        if self.trainable_clients < 1:
+            raise ConfigError(
+                f"federation.unseen_fraction={self.unseen_fraction} holds out all {self.clients} clients; "
+                f"lower it below {(self.clients - 0.5) / self.clients:.3g} or add clients"
+            )
 
     @property
     def clients_per_round(self) -> int:
@@ -215,8 +220,8 @@ class DataConfig:
         "random",
         "Pathological: each client's s classes drawn at random among those with the most holder slots left "
         "(SGPT App. E.1, after pFedHN; the combinations vary), or 'ring': s consecutive classes of one shuffled "
-        "ring (raysim before 2026-11-29: few distinct sets when C divides s * M).",
-        choices=("random", "ring"),
+        "ring (raysim before 2026-11-29: C / gcd(s, C) distinct sets at most, 31 on offline-s10).",
+        choices=tuple(CLASS_SETS),
     )
     alpha: float = setting(0.5, "Dirichlet concentration over labels.", checks=(POSITIVE,))
     beta: float = setting(0.5, "Pachinko: Dirichlet concentration over coarse labels.", checks=(POSITIVE,))

@@ -4,9 +4,13 @@ Imports: the base of core (errors, the name registry, Ray's start), ops and syst
 and render data).
 """
 
+from raysim.data import glyphs
 from raysim.data.glyphs import GLYPH_SOURCES
-from raysim.data.real import REAL_SOURCES
+from raysim.data.real import FOLDER_DATASETS, REAL_SOURCES
 from raysim.data.sources import SOURCES, Source
+
+# the data sets whose domains have a paper order under an imbalance factor (DatasetInfo.imbalance_order)
+IMBALANCE_ORDERED = glyphs.IMBALANCE_ORDERED | {spec.name for spec in FOLDER_DATASETS if spec.imbalance_order}
 
 for _name, (_description, _read) in {**GLYPH_SOURCES, **REAL_SOURCES}.items():
     SOURCES.add(_name, Source(_name, _description, _read))

@@ -448,6 +448,7 @@ DIGITS5_DOMAINS = ("handwritten", "serif", "mono", "photo-blend", "low-res")
 # most clients first under a DIF, as FedGCR's authors order Digit-Five (MNIST, USPS, SynthDigits, MNIST-M, SVHN):
 # handwritten, low-res, mono, photo-blend, and the coloured serif digits as SVHN, the rarest
 DIGITS5_IMBALANCE = (0, 4, 2, 3, 1)
+IMBALANCE_ORDERED = frozenset({"digits5"})  # the generated sets whose DatasetInfo has an imbalance_order
 
 
 def _digits5(seed: int = SEED, per_cell: int = DIGITS5_PER_CELL) -> tuple[_Plan, DatasetInfo]:
@@ -457,7 +458,13 @@ def _digits5(seed: int = SEED, per_cell: int = DIGITS5_PER_CELL) -> tuple[_Plan,
     for domain, (family, style) in enumerate(rendered, start=1):
         parts.append(_glyph_rows(DIGITS, fonts, per_cell, 0, domain, STYLES.index(style), family))
     info = DatasetInfo(
-        "digits5", 10, len(DIGITS5_DOMAINS), (SIZE, SIZE, 3), tuple(DIGITS), DIGITS5_DOMAINS, None, DIGITS5_IMBALANCE
+        "digits5",
+        10,
+        len(DIGITS5_DOMAINS),
+        (SIZE, SIZE, 3),
+        tuple(DIGITS),
+        DIGITS5_DOMAINS,
+        imbalance_order=DIGITS5_IMBALANCE,
     )
     return _plan("digits5", seed, fonts, parts), info
 

@@ -248,6 +248,9 @@ def _validate(name, num_classes, num_domains, num_clients, params, coarse_of_cla
         raise ConfigError(
             f"s={params.s} is larger than the number of classes ({num_classes}); choose s <= {num_classes}"
         )
+    order = params.domain_order
+    if name == "domains" and order is not None and sorted(order) != list(range(num_domains)):
+        raise ConfigError(f"domain_order={order} must order the domains 0..{num_domains - 1}, each once")
     if name == "dirichlet" and not params.alpha > 0:
         raise ConfigError(f"alpha={params.alpha} must be positive; use e.g. alpha=0.5")
     if name == "pachinko":

@@ -327,7 +327,13 @@ def read_folders(spec: FolderDataset, cfg) -> tuple:
     size = cfg.image_size or FOLDER_IMAGE_SIZE
     order = tuple(spec.domains.index(d) for d in spec.imbalance_order) if spec.imbalance_order else None
     info = DatasetInfo(
-        spec.name, len(spec.classes), len(spec.domains), (size, size, 3), spec.classes, spec.domains, None, order
+        spec.name,
+        len(spec.classes),
+        len(spec.domains),
+        (size, size, 3),
+        spec.classes,
+        spec.domains,
+        imbalance_order=order,
     )
     return _image_rows(items, size, layout), info
 

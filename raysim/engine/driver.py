@@ -391,8 +391,9 @@ def _log_results(tracker: Tracker, config: Config, last: ckpt.Checkpoint, summar
         if isinstance(method, Diagnostics):
             method_files = method.artifacts(last.records, tmp)
             tracker.log_metrics(method.run_metrics(last.records), step=0)
-        seen_acc = {c: a for c, a in client_acc.items() if c not in set(shards.unseen)}  # as sigma_type takes them
-        if shards.client_domain is not None and seen_acc:
+        if shards.client_domain is not None and client_acc:
+            unseen = set(shards.unseen)
+            seen_acc = {c: a for c, a in client_acc.items() if c not in unseen}  # the clients sigma_type takes
             table = type_accuracy_table(seen_acc, shards.client_domain, shards.info.domain_names)
             tracker.log_json(table, "type_accuracy.json")
             plot_type_accuracy(table, title + ": accuracy per client type (final)", tmp / "type_accuracy.png")

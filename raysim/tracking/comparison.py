@@ -216,7 +216,7 @@ def _selection_table(methods: list[str], by_method: dict[str, list[dict]]) -> st
         "Every client's test rows, assigned to groups by the final keys"
         + (
             "; instability: the standard deviation of each client's share of rows per group over the second half of "
-            "the evaluations, averaged over clients and groups"
+            "the evaluations, averaged over groups and the clients with test rows"
             if any(key == "selection_instability" for key, *_ in logged)
             else ""
         )
@@ -238,6 +238,9 @@ class Arranged:
     ):
         self.uri, self.experiment = uri, experiment
         self.runs = [run for run in cells(uri, experiment) if only is None or (run["method"], run["seed"]) in only]
+        if not self.runs:
+            asked = ", ".join(cell_label(m, s) for m, s in sorted(only or ()))
+            raise ConfigError(f"experiment {experiment!r} has no finished cell of those asked for ({asked})")
         order = order or named_order(uri, experiment)
         self.by_method: dict[str, list[dict]] = defaultdict(list)
         for run in self.runs:

@@ -39,6 +39,7 @@ from mlflow.utils.mlflow_tags import (
 from raysim import __version__
 from raysim.config import NOT_COMPUTED, Config, build_config
 from raysim.core.registry import get_method
+from raysim.data import IMBALANCE_ORDERED
 from raysim.data.npy_file import read_through
 from raysim.data.partition import PARTITIONERS
 from raysim.data.shards import ShardStore
@@ -76,13 +77,30 @@ def _named_keys(config: Config) -> set[str]:
 # Keys added after hashes were published (the virtual clock's): left out while at their defaults, so a setting's
 # hash, its runs' names and a comparison's finished cells stay what they were.
 LATER_KEYS = ("federation.deadline_s", "federation.stragglers", "federation.over_select", "systems.")
-# Added later (2026-11-29), each changing what one partition computes: pathological class sets drawn at random,
-# where they were a ring; an imbalanced domains partition's counts in the dataset's paper order, where they were by
-# id. Hashed only where they change the data, so every other setting's hash (and comparison) stays what it was.
-READ_WHERE = {
-    "data.class_sets": lambda data: data.partition == "pathological",
-    "data.domain_order": lambda data: data.partition == "domains" and data.dif != 1,
+# Added later (2026-11-29), each changing what one partition computes where it holds its new value: pathological
+# class sets drawn at random, where they were a ring; an imbalanced domains partition's counts in the data set's
+# paper order, where they were by domain id. Hashed only there, so every hash published before stays what it was,
+# the old values included (a table rerun "as it ran" joins its experiment), and a new setting never joins an old one.
+NEW_DATA = {
+    "data.class_sets": lambda data: data.partition == "pathological" and data.class_sets != "ring",
+    "data.domain_order": lambda data: (
+        data.partition == "domains"
+        and data.dif != 1
+        and data.domain_order != "id"
+        and data.dataset in IMBALANCE_ORDERED
+    ),
 }
+# Methods whose numbers changed on a date, for the same config: a revision joins their hash, so a resumed comparison
+# never mixes cells from before and after
+REVISIONS = {"harmofl": "amplitude swapped in pixel space (2026-11-29)"}
+
+
+def rounded_half_up(fed) -> bool:
+    """Whether the clients a round or the held-out clients land on a half, where raysim rounds up since 2026-11-29
+    and Python's ``round`` (before) to the even neighbour."""
+    unseen = max(1, round(fed.unseen_fraction * fed.clients)) if fed.unseen_fraction > 0 else 0
+    per_round = max(1, round(fed.participation * (fed.clients - unseen)))
+    return (unseen, per_round) != (fed.unseen_clients, fed.clients_per_round)
 
 
 def config_hash(config: Config) -> str:
@@ -94,8 +112,12 @@ def config_hash(config: Config) -> str:
         if key != "federation.seed"
         and key.split(".", 1)[0] not in NOT_COMPUTED
         and not (key.startswith(LATER_KEYS) and value == defaults.get(key))
-        and not (key in READ_WHERE and not READ_WHERE[key](config.data))
+        and not (key in NEW_DATA and not NEW_DATA[key](config.data))
     }
+    if config.method in REVISIONS:
+        setting["revision"] = REVISIONS[config.method]
+    if rounded_half_up(config.federation):
+        setting["rounding"] = "half up"  # the clients a round, or held out, differ from Python's round's
     text = json.dumps(setting, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:HASH_CHARS]
 

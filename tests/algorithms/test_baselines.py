@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 
@@ -62,6 +63,19 @@ def test_harmofl_swaps_the_amplitude_in_pixel_space_so_every_image_takes_the_glo
     pixels = torch.stack([torch.full((3, 4, 4), 0.49), torch.full((3, 4, 4), 0.51)])  # DC amplitude 0.5 * 16 = 8
     out = harmofl.normalised(model, (pixels - 0.5) / 0.5)
     assert torch.allclose(out, torch.zeros_like(out), atol=1e-6)
+
+
+def test_harmofl_s_amplitude_statistic_is_taken_in_pixel_space():
+    """Rows of pixel value 51 (0.2) and 204 (0.8) as a backbone with mean = std = 0.5 sees them (-0.6, +0.6): the
+    mean DC amplitude is H * W * 0.5, the mean intensity, where the normalised input's would be H * W * 0.6."""
+    from raysim.algorithms.harmofl import own_amplitude
+    from raysim.data.shards import ClientData
+
+    model = SimpleNamespace(input_spec=(4, (0.5,) * 3, (0.5,) * 3))
+    images = np.stack([np.full((4, 4, 3), 51, np.uint8), np.full((4, 4, 3), 204, np.uint8)])
+    data = ClientData(images, np.zeros(2, np.int64), np.zeros(2, np.int64))
+    dc = own_amplitude(model, data, torch.device("cpu"))[:, 0, 0]
+    assert torch.allclose(dc, torch.full((3,), 16 * 0.5, dtype=dc.dtype), atol=1e-5)
 
 
 def test_harmofl_forms_the_global_amplitude_once_then_keeps_it():
@@ -192,19 +206,20 @@ def test_afl_ascent_averages_with_the_old_lambda_then_ascends_it():
 
 
 def test_afl_ascent_keeps_the_model_where_the_sampled_clients_have_no_lambda():
-    """lambda [0, 0] on the sampled clients (partial participation moved the mass elsewhere): the paper's model step
-    sum_k lambda_k grad F_k is 0, so w stays 0 instead of the uniform average 0.5; lambda still ascends."""
-    config = build_config(
-        "afl", [{"federation": {"clients": 2, "participation": 1.0}, "afl": {"lambda_step": "ascent"}}]
-    )
-    server = {"afl_lambda": torch.tensor([0.0, 0.0], dtype=torch.float64)}
+    """lambda [0, 0, 1] (partial participation moved the mass to client 2), clients 0 and 1 sampled: the paper's
+    model step sum_k lambda_k grad F_k is 0, so w stays 0 instead of their uniform average 0.5; lambda still
+    ascends, by M / m = 3 / 2 times the step."""
+    federation = {"clients": 3, "participation": 0.67}
+    config = build_config("afl", [{"federation": federation, "afl": {"lambda_step": "ascent"}}])
+    server = {"afl_lambda": torch.tensor([0.0, 0.0, 1.0], dtype=torch.float64)}
     updates = [
         ClientUpdate(0, 1, {"w": torch.tensor([1.0])}, metrics={"global_loss": 2.0}),
         ClientUpdate(1, 3, {"w": torch.tensor([0.0])}, metrics={"global_loss": 0.0}),
     ]
     after = get_method("afl").cls(config).aggregate(1, GlobalState({"w": torch.zeros(1)}, server), updates)
     assert after.params["w"].item() == 0.0
-    assert after.server["afl_lambda"].tolist() == pytest.approx([0.6, 0.4])  # Proj([0 + 0.1 * 2, 0]) = [0.2, 0] + 0.4
+    # Proj([0 + 0.1 * 1.5 * 2, 0, 1]) = Proj([0.3, 0, 1]) = [0.15, 0, 0.85]
+    assert after.server["afl_lambda"].tolist() == pytest.approx([0.15, 0.0, 0.85])
 
 
 def test_afl_one_step_averages_with_a_projection_from_the_data_shares_and_keeps_no_lambda():

@@ -145,3 +145,11 @@ def test_clients_per_round_and_unseen_clients_round_halves_up(
         [{"federation": {"clients": clients, "participation": participation, "unseen_fraction": unseen_fraction}}],
     ).federation
     assert (fed.unseen_clients, fed.clients_per_round) == (unseen, per_round)
+
+
+def test_holding_out_every_client_is_one_line():
+    with pytest.raises(ConfigError) as error:
+        build_config("fedvpt", [{"federation": {"clients": 5, "unseen_fraction": 0.9}}])  # 4.5 held out: 5
+    assert str(error.value) == (
+        "federation.unseen_fraction=0.9 holds out all 5 clients; lower it below 0.9 or add clients"
+    )

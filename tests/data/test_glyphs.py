@@ -204,3 +204,18 @@ def test_cache_key_includes_the_renderer(monkeypatch):
     here = plan.digest()
     monkeypatch.setattr(glyphs, "renderer", lambda: ("0.0.0", "2.0.0"))
     assert plan.digest() != here
+
+
+def test_digits5_under_a_dif_gives_the_fewest_clients_to_the_domain_standing_for_svhn(generated):
+    """FedGCR's authors' order (MNIST, USPS, SynthDigits, MNIST-M, SVHN): handwritten, low-res, mono, photo-blend,
+    and the coloured serif digits the rarest; ``domain_order=id`` counts by domain id as raysim did before."""
+    from raysim.config import build_config, load_preset, preset_for_method
+    from raysim.engine.setup import prepare_shards
+
+    preset = preset_for_method(load_preset("offline-digit5-dif10"), "fedvpt")
+    counts = {}
+    for order in ("paper", "id"):
+        shards = prepare_shards(build_config("fedvpt", [preset, {"data": {"domain_order": order}}]))
+        counts[order] = dict(zip(shards.info.domain_names, np.bincount(shards.client_domain).tolist()))
+    assert counts["paper"] == {"handwritten": 10, "serif": 1, "mono": 3, "photo-blend": 2, "low-res": 6}
+    assert counts["id"] == {"handwritten": 10, "serif": 6, "mono": 3, "photo-blend": 2, "low-res": 1}
