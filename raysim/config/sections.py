@@ -126,9 +126,10 @@ class FederationConfig:
     def __post_init__(self):
         validate(self)
         if self.trainable_clients < 1:
+            fix = f"lower it below {(self.clients - 0.5) / self.clients:.3g}" if self.clients > 1 else "set it to 0"
             raise ConfigError(
                 f"federation.unseen_fraction={self.unseen_fraction} holds out all {self.clients} clients; "
-                f"lower it below {(self.clients - 0.5) / self.clients:.3g} or add clients"
+                f"{fix} or add clients"
             )
 
     @property
