@@ -128,7 +128,8 @@ class FederationConfig:
         if self.trainable_clients < 1:
             fix = f"lower it below {(self.clients - 0.5) / self.clients:.3g}" if self.clients > 1 else "set it to 0"
             raise ConfigError(
-                f"federation.unseen_fraction={self.unseen_fraction} holds out all {self.clients} clients; "
+                f"federation.unseen_fraction={self.unseen_fraction} holds out "
+                f"{f'all {self.clients} clients' if self.clients > 1 else 'the only client'}; "
                 f"{fix} or add clients"
             )
 
