@@ -140,6 +140,11 @@ def _cell(mean: float, half: float, digits: int = 2) -> str:
     return f"{mean:.{digits}f}" if np.isnan(half) else f"{mean:.{digits}f} ± {half:.{digits}f}"
 
 
+def seeds_of(runs: list[dict]) -> int:
+    """How many seeds ``runs`` (one method's cells) cover."""
+    return len({r["seed"] for r in runs})
+
+
 def _over(values: dict[int, float], seeds: int, digits: int = 2) -> str:
     """The mean ± CI of ``values`` (one per seed), saying over how many seeds where fewer than the method's
     ``seeds`` logged a number."""
@@ -194,8 +199,7 @@ def _selection_table(methods: list[str], by_method: dict[str, list[dict]]) -> st
     first = selecting[0]
     means = {
         method: [
-            _over(values(method, key, scale), len({r["seed"] for r in by_method[method]}), digits)
-            for key, _, scale, digits in logged
+            _over(values(method, key, scale), seeds_of(by_method[method]), digits) for key, _, scale, digits in logged
         ]
         for method in selecting
     }
@@ -255,7 +259,7 @@ class Arranged:
 
     def seeds(self, method: str) -> int:
         """How many seeds ``method`` has cells for."""
-        return len({r["seed"] for r in self.by_method[method]})
+        return seeds_of(self.by_method[method])
 
 
 def metric_segments(methods: list[str]) -> dict[str, str]:
