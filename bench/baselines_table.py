@@ -14,6 +14,7 @@ start-up per run.
 
     python bench/baselines_table.py [--rounds 40] [--seeds 3] [--threads 1] [--methods fedvpt,fedmix,moon]
                                     [--tracking-uri sqlite:///runs.db]   # keep the runs (default: a temporary store)
+                                    [--set data.class_sets=ring ...]     # config overrides, as raysim run's --set
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import time
 import numpy as np
 from rich.console import Console
 
-from raysim.config import build_config, load_preset, preset_for_method
+from raysim.config import build_config, load_preset, parse_override, preset_for_method
 from raysim.engine.driver import run
 from raysim.tracking.comparison import interval, paired
 
@@ -48,12 +49,13 @@ METHODS = (
 )
 
 
-def one_run(method: str, seed: int, rounds: int, threads: int, tracking: str) -> dict[str, float]:
+def one_run(method: str, seed: int, rounds: int, threads: int, tracking: str, overrides: dict) -> dict[str, float]:
     config = build_config(
         method,
         [
             preset_for_method(load_preset(PRESET), method),
             SETTING,
+            preset_for_method(overrides, method),  # another method's options are not this one's to take
             {
                 "federation": {"rounds": rounds, "seed": seed},
                 "resources": {"backend": "sequential", "threads": threads},
@@ -88,16 +90,23 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="torch threads per run")
     parser.add_argument("--methods", help=f"comma-separated (default: {','.join(METHODS)})")
     parser.add_argument("--tracking-uri", help="MLflow store that keeps the runs (default: a temporary one)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
     args = parser.parse_args()
+    overrides: dict = {}
+    for text in args.overrides:
+        section, key, value = parse_override(text)
+        overrides.setdefault(section, {})[key] = value
     methods = args.methods.split(",") if args.methods else METHODS
-    print(f"{PRESET}, {args.rounds} rounds, seeds 0..{args.seeds - 1}: mean ± std over seeds [95% CI half-width]\n")
+    changed = "".join(f", {text}" for text in args.overrides)
+    seeds = f"seeds 0..{args.seeds - 1}"
+    print(f"{PRESET}{changed}, {args.rounds} rounds, {seeds}: mean ± std over seeds [95% CI half-width]\n")
     print(f"| method | global acc | local acc | MB/round | min/run | global by seed | paired with {methods[0]} |")
     print("|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         tracking = args.tracking_uri or f"sqlite:///{tmp}/mlflow.db"
         reference = None
         for method in methods:
-            rows = [one_run(method, seed, args.rounds, args.threads, tracking) for seed in range(args.seeds)]
+            rows = [one_run(method, seed, args.rounds, args.threads, tracking, overrides) for seed in range(args.seeds)]
             columns = {key: [r[key] for r in rows] for key in rows[0]}
             by_seed = dict(enumerate(columns["global"]))
             reference = reference or by_seed
