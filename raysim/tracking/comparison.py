@@ -4,7 +4,8 @@ Reads the tracking store only. The cells are the experiment's FINISHED runs tagg
 (:data:`CELL`: ``METHOD/sSEED``). For each method: the mean and the 95% confidence interval (Student's t over the
 seeds) of the papers' metrics, the bytes it exchanged per round and its trainable parameters; then, for every other
 method, the paired comparison with the first method named: the mean over seeds of (method - first), its 95% CI, and
-how many seeds agree with the sign of the mean. For the group-prompt methods, their selection diagnostics
+how many seeds agree with the sign of the mean; where the values were tuned, the same again without the seed they
+were tuned on (:func:`tuning_seed`). For the group-prompt methods, their selection diagnostics
 (:data:`SELECTION`) likewise, paired with the first of them. Figures: accuracy against fairness (sigma) and against
 bytes per round, each method's mean with its CIs as error bars, the Pareto front drawn through the methods no other
 beats on both axes; with the virtual clock (docs/systems.md), accuracy against virtual time. The same figures as
@@ -231,6 +232,46 @@ def _selection_table(methods: list[str], by_method: dict[str, list[dict]]) -> st
     )
 
 
+def tuning_seed(runs: list[dict]) -> int | None:
+    """The seed the tuned cells' values were chosen on, as their :data:`TUNING` tag says it (``... on seed S,
+    ...``); None where every cell ran at the presets."""
+    found = (re.search(r" on seed (-?\d+),", r["tags"].get(TUNING, "")) for r in runs)
+    seeds = {int(match.group(1)) for match in found if match}
+    return min(seeds) if seeds else None
+
+
+def _held_out_pairs(arranged: Arranged) -> str:
+    """Tuned cells: the paired comparisons again over the seeds the values were not chosen on, or ''. The tuning
+    ranks trials on the tuning seed's own test rows, which flatters the winner there (the winner's curse); the other
+    seeds draw new partitions, initialisations and samplings."""
+    chosen_on = tuning_seed(arranged.runs)
+    first, methods = arranged.methods[0], arranged.methods[1:]
+    if chosen_on is None or not methods:
+        return ""
+
+    def held_out(method: str, column) -> dict[int, float]:
+        return {seed: v for seed, v in arranged.values(method, column).items() if seed != chosen_on}
+
+    columns = arranged.paired_columns
+    rows = [
+        f"| {method} | " + " | ".join(_paired_cell(held_out(first, c), held_out(method, c)) for c in columns) + " |"
+        for method in methods
+    ]
+    return (
+        f"\n## Paired with {first} on the seeds not tuned on (all but seed {chosen_on})\n\n"
+        f"The tuned values were picked on seed {chosen_on}'s test rows, which flatters them there; the other seeds "
+        "draw new partitions, initialisations and samplings.\n\n"
+        + "\n".join(_paired_header(first, columns) + rows)
+        + "\n"
+    )
+
+
+def _paired_header(first: str, columns) -> list[str]:
+    """The head of a table of paired differences with ``first`` over ``columns``."""
+    named = [f"{k} (last-10 mean{'; lower is fairer' if k.startswith('sigma') else ''})" for k, _ in columns]
+    return [f"| method - {first} | " + " | ".join(named) + " |", "|---" * (1 + len(columns)) + "|"]
+
+
 class Arranged:
     """A comparison's finished cells by method, the methods in the order named (else as the comparison's own run
     names them, else sorted), and the summary columns any cell logged. ``only``: the (method, seed) cells to keep
@@ -315,13 +356,12 @@ def write_arranged(arranged: Arranged, folder: str | Path) -> tuple[str, list[Pa
     table = "\n".join(lines)
     first = methods[0]
     paired_columns = arranged.paired_columns  # the sigmas where they were logged
-    named = [f"{k} (last-10 mean{'; lower is fairer' if k.startswith('sigma') else ''})" for k, _ in paired_columns]
-    pairs = [f"| method - {first} | " + " | ".join(named) + " |"]
-    pairs.append("|---" * (1 + len(paired_columns)) + "|")
+    pairs = _paired_header(first, paired_columns)
     for method in methods[1:]:
         row = [_paired_cell(values(first, column), values(method, column)) for column in paired_columns]
         pairs.append(f"| {method} | " + " | ".join(row) + " |")
     selection = _selection_table(methods, by_method)
+    held_out = _held_out_pairs(arranged)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     paths = [folder / "report.md", folder / "accuracy_vs_fairness.png", folder / "accuracy_vs_bytes.png"]
@@ -331,6 +371,7 @@ def write_arranged(arranged: Arranged, folder: str | Path) -> tuple[str, list[Pa
         + f"\n\n{table}\n\n## Paired with {first} (over the seeds both ran)\n\n"
         + "\n".join(pairs)
         + "\n"
+        + held_out
         + selection
     )
     accuracy = ("global_acc", "mean")
