@@ -346,3 +346,29 @@ def partition(
         )
     client_domain = shares.sum(axis=1).argmax(axis=0).astype(np.int64) if PARTITIONERS[name].needs_domains else None
     return Partition(train_client, test_client, client_domain, shares)
+
+
+def held_out_clients(
+    count: int, num_clients: int, client_domain: np.ndarray | None, rng: np.random.Generator
+) -> tuple[int, ...]:
+    """The ``count`` clients that never train (``federation.unseen_fraction``: FGPT/SGPT's unseen clients), at
+    random, sorted. Where clients have types (domains), no type loses its last training client: the unseen clients
+    are new clients of the domains the model trains on, not a domain it never saw (which would also leave that type
+    out of sigma_type)."""
+    if client_domain is None:
+        return tuple(sorted(int(c) for c in rng.choice(num_clients, size=count, replace=False)))
+    training = np.bincount(client_domain)
+    types = int((training > 0).sum())
+    if count > num_clients - types:
+        raise ConfigError(
+            f"federation.unseen_fraction holds out {count} of {num_clients} clients, but each of the {types} client "
+            f"types keeps one training client: hold out at most {num_clients - types} (lower it or add clients)"
+        )
+    held: list[int] = []
+    for client in rng.permutation(num_clients):
+        if len(held) == count:
+            break
+        if training[client_domain[client]] > 1:
+            training[client_domain[client]] -= 1
+            held.append(int(client))
+    return tuple(sorted(held))

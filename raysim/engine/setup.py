@@ -20,7 +20,7 @@ from raysim.core.protocol import CachesRowFeatures
 from raysim.core.ray_start import wait_for_ray
 from raysim.core.registry import get_method, require_tiers
 from raysim.core.seeding import Purpose
-from raysim.data.partition import PartitionParams, partition
+from raysim.data.partition import PartitionParams, held_out_clients, partition
 from raysim.data.shards import ShardStore, build_shards
 from raysim.data.sources import cache_dir, load_dataset
 from raysim.engine.cohort import resolve_cohort
@@ -84,10 +84,12 @@ def prepare_shards(config: Config) -> ShardStore:
         min_train_samples=data.min_train_samples,
     )
     fed = config.federation
-    unseen = seeding.rng(fed.seed, Purpose.UNSEEN).choice(fed.clients, size=fed.unseen_clients, replace=False)
+    unseen = held_out_clients(
+        fed.unseen_clients, fed.clients, part.client_domain, seeding.rng(fed.seed, Purpose.UNSEEN)
+    )
     on_disk = arrays["image"].nbytes > ON_DISK_BYTES and _one_machine()
     folder = cache_dir() / "shards" if on_disk else None
-    return build_shards(info, arrays, part, tuple(sorted(int(c) for c in unseen)), folder)
+    return build_shards(info, arrays, part, unseen, folder)
 
 
 def _one_machine() -> bool:

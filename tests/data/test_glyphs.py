@@ -219,3 +219,18 @@ def test_digits5_under_a_dif_gives_the_fewest_clients_to_the_domain_standing_for
         counts[order] = dict(zip(shards.info.domain_names, np.bincount(shards.client_domain).tolist()))
     assert counts["paper"] == {"handwritten": 10, "serif": 1, "mono": 3, "photo-blend": 2, "low-res": 6}
     assert counts["id"] == {"handwritten": 10, "serif": 6, "mono": 3, "photo-blend": 2, "low-res": 1}
+
+
+def test_held_out_clients_leave_each_domain_one_that_trains(generated):
+    """On the DIF-10 preset the serif domain (SVHN's stand-in) has one client: holding out 17 of 22 leaves exactly
+    one training client per domain, 18 is refused before anything runs."""
+    from raysim.config import build_config, load_preset, preset_for_method
+    from raysim.core.errors import ConfigError
+    from raysim.engine.setup import prepare_shards
+
+    preset = preset_for_method(load_preset("offline-digit5-dif10"), "fedvpt")
+    shards = prepare_shards(build_config("fedvpt", [preset, {"federation": {"unseen_fraction": 0.77}}]))
+    assert len(shards.unseen) == 17
+    assert np.bincount(np.delete(shards.client_domain, shards.unseen), minlength=5).tolist() == [1] * 5
+    with pytest.raises(ConfigError, match="hold out at most 17"):
+        prepare_shards(build_config("fedvpt", [preset, {"federation": {"unseen_fraction": 0.8}}]))

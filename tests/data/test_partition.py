@@ -8,6 +8,7 @@ from raysim.data.partition import (
     PARTITIONERS,
     Partition,
     PartitionParams,
+    held_out_clients,
     partition,
     random_class_sets,
     ring_class_sets,
@@ -480,3 +481,22 @@ def test_partition_artifacts_are_the_summary_of_the_shards_and_their_picture():
     expected.pop("counts")
     assert summary == expected
     assert picture[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_held_out_clients_without_types_are_a_plain_draw_without_replacement():
+    """The draw every untyped partition has always had (published runs keep their unseen clients)."""
+    drawn = held_out_clients(10, 100, None, np.random.default_rng(4))
+    assert drawn == tuple(sorted(np.random.default_rng(4).choice(100, size=10, replace=False).tolist()))
+
+
+def test_held_out_clients_leave_every_client_type_a_training_client():
+    """DIF 10 over 22 clients (10, 6, 3, 2, 1): the single client of the rarest type never is held out, any other
+    client may be, and at most 22 - 5 clients can go, one of each type staying."""
+    client_domain = np.repeat(np.arange(5), [10, 6, 3, 2, 1])
+    held = [held_out_clients(3, 22, client_domain, np.random.default_rng(seed)) for seed in range(300)]
+    assert all(len(set(h)) == 3 for h in held)
+    assert set().union(*held) == set(range(21))  # all but client 21, the rarest type's only one
+    most = held_out_clients(17, 22, client_domain, np.random.default_rng(0))
+    assert np.bincount(np.delete(client_domain, most), minlength=5).tolist() == [1, 1, 1, 1, 1]
+    with pytest.raises(ConfigError, match="holds out 18 of 22 clients, but each of the 5 client types keeps one"):
+        held_out_clients(18, 22, client_domain, np.random.default_rng(0))
