@@ -118,6 +118,8 @@ def config_hash(config: Config) -> str:
         setting["revision"] = REVISIONS[config.method]
     if rounded_half_up(config.federation):
         setting["rounding"] = "half up"  # the clients a round, or held out, differ from Python's round's
+    if config.data.partition == "domains" and config.federation.unseen_fraction > 0:
+        setting["held out"] = "each domain keeps a training client"  # another draw since 2026-11-29
     text = json.dumps(setting, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:HASH_CHARS]
 
