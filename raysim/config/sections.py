@@ -235,6 +235,13 @@ class DataConfig:
         "give it (Digit-Five: MNIST first, SVHN the rarest), or 'id', by domain id (raysim before 2026-11-29).",
         choices=("paper", "id"),
     )
+    domain_sizes: str = setting(
+        "full",
+        "Domains under a DIF: 'full', every domain's rows all dealt, equally among its clients (FedGCR's text sets "
+        "only the client counts), or 'geometric', as FedGCR's authors' code: with r = dif^(1/(D-1)) the k-th domain "
+        "keeps r^-k of its training rows and its j-th client holds r^j parts of them.",
+        choices=("full", "geometric"),
+    )
     min_train_samples: int = setting(1, "Fewest training rows a client may hold.", checks=(at_least(1),))
 
     def __post_init__(self):

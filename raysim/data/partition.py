@@ -14,7 +14,8 @@ follows its train proportions by construction. The rules follow METHODS.md:
   the fine labels of each coarse label (FGPT, appendix).
 * ``domains``: each client holds one domain; clients per domain form a geometric series whose
   largest/smallest ratio is the domain imbalance factor ``dif`` (FedGCR, AAAI 2024), the most clients to the first
-  domain of ``domain_order``.
+  domain of ``domain_order``. ``domain_sizes``: each domain's rows all dealt, equally among its clients (``full``),
+  or as FedGCR's authors' code deals them (``geometric``, :func:`_geometric_domain_shares`).
 
 Everything is drawn from ``seed``, with independent streams for the shares, the train split and the
 test split, so a change of the test set leaves the train split as it was.
@@ -48,6 +49,7 @@ class PartitionParams:
     beta_fine: float = 10.0  # pachinko: concentration over fine labels inside a coarse label
     dif: float = 1.0  # domains: domain imbalance factor (largest/smallest clients per domain)
     domain_order: tuple[int, ...] | None = None  # domains: most clients first (DatasetInfo.imbalance_order)
+    domain_sizes: str = "full"  # domains: every domain's rows dealt equally among its clients | geometric
 
 
 @dataclass(frozen=True)
@@ -172,7 +174,25 @@ def _domains(num_domains, num_classes, num_clients, params, rng, coarse_of_class
     )
     client_domain = np.repeat(np.arange(num_domains), counts)
     shares = np.zeros((num_domains, num_classes, num_clients))
+    if params.domain_sizes == "geometric" and num_domains > 1:
+        return _geometric_domain_shares(shares, client_domain, params)
     shares[client_domain, :, np.arange(num_clients)] = 1.0 / counts[client_domain, None]
+    return shares
+
+
+def _geometric_domain_shares(shares: np.ndarray, client_domain: np.ndarray, params: PartitionParams) -> np.ndarray:
+    """FedGCR's authors' domain sizes (fedgcr ``utils/util.py``, ``prepare_digit_uneven``): with r = dif^(1/(D-1))
+    the k-th domain of ``domain_order`` keeps r^-k of its rows (the rest go to no client; its test rows all stay),
+    and its j-th client holds r^j parts of them. So under DIF 10 the rarest domain has a tenth of the clients and
+    a tenth of the rows, and a domain's clients differ in size as its authors' do."""
+    num_domains = shares.shape[0]
+    ratio = params.dif ** (1 / (num_domains - 1))
+    rank = np.empty(num_domains, dtype=np.int64)
+    rank[list(params.domain_order or range(num_domains))] = np.arange(num_domains)
+    for domain in range(num_domains):
+        members = np.flatnonzero(client_domain == domain)
+        parts = ratio ** np.arange(len(members))
+        shares[domain, :, members] = (parts / parts.sum() * ratio ** -rank[domain])[:, None]
     return shares
 
 
@@ -203,7 +223,7 @@ _REDRAWN = {"dirichlet": "a larger alpha", "pachinko": "a larger beta"}  # rando
 
 
 def split_by_shares(
-    domains: np.ndarray, labels: np.ndarray, shares: np.ndarray, rng: np.random.Generator
+    domains: np.ndarray, labels: np.ndarray, shares: np.ndarray, rng: np.random.Generator, partial: bool = False
 ) -> np.ndarray:
     """Client id (int64) per sample.
 
@@ -212,7 +232,8 @@ def split_by_shares(
     its expected total the most (largest remainder, carried across cells; ties broken at random). So
     every sample of a cell whose shares sum to 1 goes to exactly one client, never to a client whose
     share is 0, and each client's total stays within one sample of its expectation over all cells.
-    Cells whose shares are all 0 get -1.
+    Cells whose shares are all 0 get -1. ``partial``: a cell whose shares sum to f < 1 deals only
+    ``round(f * n)`` of its samples, the rest -1 (without it, its samples are all dealt in its shares' proportions).
     """
     num_domains, num_classes, num_clients = shares.shape
     cell = np.asarray(domains, dtype=np.int64) * num_classes + np.asarray(labels, dtype=np.int64)
@@ -223,18 +244,20 @@ def split_by_shares(
     lag = np.zeros(num_clients)  # expected minus received, summed over the cells dealt so far
     for k in np.flatnonzero(sizes):
         row = shares[k // num_classes, k % num_classes]
-        if row.sum() <= 0:
+        total = row.sum()
+        if total <= 0:
             continue
-        expected = row / row.sum() * sizes[k]
+        dealt = int(np.floor(total * sizes[k] + 0.5)) if partial and total < 1 - 1e-9 else sizes[k]
+        expected = row / total * dealt
         counts = np.floor(expected).astype(np.int64)
-        leftover = sizes[k] - counts.sum()
+        leftover = dealt - counts.sum()
         holders = np.flatnonzero(row > 0)
         holders = holders[rng.permutation(len(holders))]  # random tie-break
         priority = (lag + expected - counts)[holders]
         counts[holders[np.argsort(-priority, kind="stable")[:leftover]]] += 1
         lag += expected - counts
         members = rng.permutation(order[starts[k] : starts[k + 1]])
-        client[members] = np.repeat(np.arange(num_clients), counts)
+        client[members[:dealt]] = np.repeat(np.arange(num_clients), counts)
     return client
 
 
@@ -319,7 +342,7 @@ def partition(
     draws = _MAX_REDRAWS + 1 if name in _REDRAWN else 1
     for _ in range(draws):
         shares = fn(num_domains, num_classes, num_clients, params, share_rng, coarse_of_class)
-        train_client = split_by_shares(train_domains, train_labels, shares, train_rng)
+        train_client = split_by_shares(train_domains, train_labels, shares, train_rng, partial=True)
         sizes = np.bincount(train_client[train_client >= 0], minlength=num_clients)
         if sizes.min() >= min_train_samples:
             break
@@ -335,7 +358,7 @@ def partition(
             f"(< min_train_samples={min_train_samples}) with num_clients={num_clients}; use fewer clients"
         )
     test_client = split_by_shares(test_domains, test_labels, shares, test_rng)
-    unheld = int((train_client < 0).sum())
+    unheld = int((shares.sum(axis=2) <= 0)[np.asarray(train_domains), np.asarray(train_labels)].sum())
     if unheld:  # pathological with s * M < C: the classes no client holds
         log.warning(
             "partition %s leaves %d of %d training rows to no client (classes no client holds); raise data.s or the "

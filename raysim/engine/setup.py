@@ -67,6 +67,7 @@ def prepare_shards(config: Config) -> ShardStore:
         beta_fine=data.beta_fine,
         dif=data.dif,
         domain_order=info.imbalance_order if data.domain_order == "paper" else None,
+        domain_sizes=data.domain_sizes,
     )
     coarse = np.asarray(info.coarse_of_class) if info.coarse_of_class is not None else None
     part = partition(

@@ -392,6 +392,46 @@ def test_domains_clients_see_only_their_domain():
         assert own.sum() == 1000  # 10 classes x 100 samples of this domain
 
 
+def test_domains_geometric_sizes_shrink_each_domain_and_grow_its_clients_as_fedgcrs_code():
+    """DIF 4 over 3 domains, r = 2, 7 clients (4, 2, 1), 60 training rows per (domain, class): the k-th domain
+    keeps 60 / 2^k rows per class and its j-th client 2^j parts of them (fedgcr ``prepare_digit_uneven``): domain 0
+    4, 8, 16, 32; domain 1 10, 20; domain 2 15. The test rows all stay, dealt in the same proportions within each
+    domain (30 per cell: domain 1 10, 20; domain 2 30)."""
+    part, (labels, _), _ = _run(
+        "domains",
+        num_classes=2,
+        num_domains=3,
+        num_clients=7,
+        train_per_cell=60,
+        test_per_cell=30,
+        dif=4.0,
+        domain_sizes="geometric",
+    )
+    assert np.bincount(part.client_domain).tolist() == [4, 2, 1]
+    per_class = [np.bincount(labels[part.train_client == i], minlength=2).tolist() for i in range(7)]
+    assert per_class == [[4, 4], [8, 8], [16, 16], [32, 32], [10, 10], [20, 20], [15, 15]]
+    assert (part.train_client < 0).sum() == 2 * (30 + 45)  # domain 1 drops half its rows, domain 2 three quarters
+    assert np.bincount(part.test_client, minlength=7).tolist() == [4, 8, 16, 32, 20, 40, 60]
+    reordered, _, _ = _run(
+        "domains",
+        num_classes=2,
+        num_domains=3,
+        num_clients=7,
+        train_per_cell=60,
+        dif=4.0,
+        domain_sizes="geometric",
+        domain_order=(2, 1, 0),
+    )
+    assert np.bincount(reordered.client_domain).tolist() == [1, 2, 4]
+    assert np.bincount(reordered.train_client[reordered.train_client >= 0]).tolist()[:3] == [30, 20, 40]
+
+
+def test_domains_geometric_sizes_at_dif_1_are_the_full_split():
+    full, _, _ = _run("domains", num_domains=4, num_clients=8, dif=1.0)
+    geometric, _, _ = _run("domains", num_domains=4, num_clients=8, dif=1.0, domain_sizes="geometric")
+    np.testing.assert_array_equal(full.train_client, geometric.train_client)
+
+
 # --- errors -------------------------------------------------------------------------------------------
 
 
