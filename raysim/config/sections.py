@@ -239,7 +239,8 @@ class DataConfig:
         "full",
         "Domains under a DIF: 'full', every domain's rows all dealt, equally among its clients (FedGCR's text sets "
         "only the client counts), or 'geometric', as FedGCR's authors' code: with r = dif^(1/(D-1)) the k-th domain "
-        "keeps r^-k of its training rows and its j-th client holds r^j parts of them.",
+        "keeps r^-k of its training rows and its j-th client holds r^j parts of them (test rows: all, equally among "
+        "a domain's clients).",
         choices=("full", "geometric"),
     )
     min_train_samples: int = setting(1, "Fewest training rows a client may hold.", checks=(at_least(1),))

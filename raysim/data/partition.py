@@ -54,8 +54,9 @@ class PartitionParams:
 
 @dataclass(frozen=True)
 class Partitioner:
-    """A registered partitioner; ``fn(D, C, M, params, rng, coarse_of_class)`` returns shares [D, C, M]; ``reads``:
-    the :class:`PartitionParams` it uses (they name a partition, e.g. in run names)."""
+    """A registered partitioner; ``fn(D, C, M, params, rng, coarse_of_class)`` returns shares [D, C, M], or (train
+    shares, test shares) where the test rows are dealt otherwise; ``reads``: the :class:`PartitionParams` it uses
+    (they name a partition, e.g. in run names)."""
 
     name: str
     description: str
@@ -67,7 +68,8 @@ class Partitioner:
 
 @dataclass(frozen=True)
 class Partition:
-    """The result of :func:`partition`. Client id -1 marks a sample of a class no client holds."""
+    """The result of :func:`partition`. Client id -1 marks a sample no client holds: of a class no client holds, or a
+    training row a domain does not keep (``domain_sizes=geometric``). ``shares``: the training rows'."""
 
     train_client: np.ndarray
     test_client: np.ndarray
@@ -168,27 +170,27 @@ def _domain_client_counts(num_domains: int, num_clients: int, dif: float) -> np.
 
 
 def _domains(num_domains, num_classes, num_clients, params, rng, coarse_of_class):
-    counts = np.empty(num_domains, dtype=np.int64)  # the geometric series' k-th count to the k-th domain in order
-    counts[list(params.domain_order or range(num_domains))] = _domain_client_counts(
-        num_domains, num_clients, params.dif
-    )
+    order = list(params.domain_order or range(num_domains))  # the k-th domain gets the series' k-th count
+    counts, rank = np.empty(num_domains, dtype=np.int64), np.empty(num_domains, dtype=np.int64)
+    counts[order], rank[order] = _domain_client_counts(num_domains, num_clients, params.dif), np.arange(num_domains)
     client_domain = np.repeat(np.arange(num_domains), counts)
     shares = np.zeros((num_domains, num_classes, num_clients))
-    if params.domain_sizes == "geometric" and num_domains > 1:
-        return _geometric_domain_shares(shares, client_domain, params)
     shares[client_domain, :, np.arange(num_clients)] = 1.0 / counts[client_domain, None]
+    if params.domain_sizes == "geometric":
+        return _geometric_domain_shares(client_domain, rank, num_classes, params.dif), shares
     return shares
 
 
-def _geometric_domain_shares(shares: np.ndarray, client_domain: np.ndarray, params: PartitionParams) -> np.ndarray:
-    """FedGCR's authors' domain sizes (fedgcr ``utils/util.py``, ``prepare_digit_uneven``): with r = dif^(1/(D-1))
-    the k-th domain of ``domain_order`` keeps r^-k of its rows (the rest go to no client; its test rows all stay),
-    and its j-th client holds r^j parts of them. So under DIF 10 the rarest domain has a tenth of the clients and
-    a tenth of the rows, and a domain's clients differ in size as its authors' do."""
-    num_domains = shares.shape[0]
-    ratio = params.dif ** (1 / (num_domains - 1))
-    rank = np.empty(num_domains, dtype=np.int64)
-    rank[list(params.domain_order or range(num_domains))] = np.arange(num_domains)
+def _geometric_domain_shares(client_domain: np.ndarray, rank: np.ndarray, num_classes: int, dif: float) -> np.ndarray:
+    """The training shares of FedGCR's authors' domain sizes (fedgcr ``utils/util.py``, ``prepare_digit_uneven``):
+    with r = dif^(1/(D-1)) the domain of ``rank`` k keeps r^-k of its training rows (the rest go to no client) and
+    its j-th client holds r^j parts of them. So under DIF 10 the rarest domain has a tenth of the clients and a
+    tenth of the rows. The authors take r^-k of the first domain's size, the same where the domains are the same
+    size (the bundled digits5). Their clients each evaluate on their domain's whole test set; here a domain's test
+    rows are dealt equally among its clients (:func:`_domains` returns the equal shares for them)."""
+    num_domains = len(rank)
+    ratio = dif ** (1 / (num_domains - 1))
+    shares = np.zeros((num_domains, num_classes, len(client_domain)))
     for domain in range(num_domains):
         members = np.flatnonzero(client_domain == domain)
         parts = ratio ** np.arange(len(members))
@@ -232,8 +234,10 @@ def split_by_shares(
     its expected total the most (largest remainder, carried across cells; ties broken at random). So
     every sample of a cell whose shares sum to 1 goes to exactly one client, never to a client whose
     share is 0, and each client's total stays within one sample of its expectation over all cells.
-    Cells whose shares are all 0 get -1. ``partial``: a cell whose shares sum to f < 1 deals only
-    ``round(f * n)`` of its samples, the rest -1 (without it, its samples are all dealt in its shares' proportions).
+    Cells whose shares are all 0 get -1. ``partial``: a cell whose shares sum to f < 1 deals only about f * n of
+    its samples, the rest -1, rounded with the remainder carried from cell to cell within a domain, so a domain
+    keeps within one sample of its expected total (without it, a cell's samples are all dealt in its shares'
+    proportions); each client's total then stays within one sample of its expectation given what was kept.
     """
     num_domains, num_classes, num_clients = shares.shape
     cell = np.asarray(domains, dtype=np.int64) * num_classes + np.asarray(labels, dtype=np.int64)
@@ -242,12 +246,17 @@ def split_by_shares(
     starts = np.concatenate([[0], np.cumsum(sizes)])
     client = np.full(len(cell), -1, dtype=np.int64)
     lag = np.zeros(num_clients)  # expected minus received, summed over the cells dealt so far
+    carry = np.zeros(num_domains)  # partial: rows kept minus rows expected, per domain, over the cells dealt so far
     for k in np.flatnonzero(sizes):
         row = shares[k // num_classes, k % num_classes]
         total = row.sum()
         if total <= 0:
             continue
-        dealt = int(np.floor(total * sizes[k] + 0.5)) if partial and total < 1 - 1e-9 else sizes[k]
+        dealt = sizes[k]
+        if partial and total < 1 - 1e-9:
+            domain = k // num_classes
+            dealt = int(np.clip(np.floor(total * sizes[k] - carry[domain] + 0.5), 0, sizes[k]))
+            carry[domain] += dealt - total * sizes[k]
         expected = row / total * dealt
         counts = np.floor(expected).astype(np.int64)
         leftover = dealt - counts.sum()
@@ -341,7 +350,8 @@ def partition(
     fn = PARTITIONERS[name].fn
     draws = _MAX_REDRAWS + 1 if name in _REDRAWN else 1
     for _ in range(draws):
-        shares = fn(num_domains, num_classes, num_clients, params, share_rng, coarse_of_class)
+        drawn = fn(num_domains, num_classes, num_clients, params, share_rng, coarse_of_class)
+        shares, test_shares = drawn if isinstance(drawn, tuple) else (drawn, drawn)
         train_client = split_by_shares(train_domains, train_labels, shares, train_rng, partial=True)
         sizes = np.bincount(train_client[train_client >= 0], minlength=num_clients)
         if sizes.min() >= min_train_samples:
@@ -357,7 +367,7 @@ def partition(
             f"partition {name!r} gives client {int(sizes.argmin())} only {sizes.min()} training samples "
             f"(< min_train_samples={min_train_samples}) with num_clients={num_clients}; use fewer clients"
         )
-    test_client = split_by_shares(test_domains, test_labels, shares, test_rng)
+    test_client = split_by_shares(test_domains, test_labels, test_shares, test_rng)
     unheld = int((shares.sum(axis=2) <= 0)[np.asarray(train_domains), np.asarray(train_labels)].sum())
     if unheld:  # pathological with s * M < C: the classes no client holds
         log.warning(

@@ -1,5 +1,7 @@
 """Tests of the partitioners, split_by_shares and the partition summary/plot."""
 
+import hashlib
+
 import numpy as np
 import pytest
 
@@ -395,8 +397,9 @@ def test_domains_clients_see_only_their_domain():
 def test_domains_geometric_sizes_shrink_each_domain_and_grow_its_clients_as_fedgcrs_code():
     """DIF 4 over 3 domains, r = 2, 7 clients (4, 2, 1), 60 training rows per (domain, class): the k-th domain
     keeps 60 / 2^k rows per class and its j-th client 2^j parts of them (fedgcr ``prepare_digit_uneven``): domain 0
-    4, 8, 16, 32; domain 1 10, 20; domain 2 15. The test rows all stay, dealt in the same proportions within each
-    domain (30 per cell: domain 1 10, 20; domain 2 30)."""
+    4, 8, 16, 32; domain 1 10, 20; domain 2 15. The test rows all stay, dealt equally among a domain's clients (60
+    a domain: 15 each in domain 0, 30 in domain 1, 60 in domain 2), as near as one split gets to the authors' clients
+    each evaluating on their domain's whole test set."""
     part, (labels, _), _ = _run(
         "domains",
         num_classes=2,
@@ -411,7 +414,7 @@ def test_domains_geometric_sizes_shrink_each_domain_and_grow_its_clients_as_fedg
     per_class = [np.bincount(labels[part.train_client == i], minlength=2).tolist() for i in range(7)]
     assert per_class == [[4, 4], [8, 8], [16, 16], [32, 32], [10, 10], [20, 20], [15, 15]]
     assert (part.train_client < 0).sum() == 2 * (30 + 45)  # domain 1 drops half its rows, domain 2 three quarters
-    assert np.bincount(part.test_client, minlength=7).tolist() == [4, 8, 16, 32, 20, 40, 60]
+    assert np.bincount(part.test_client, minlength=7).tolist() == [15, 15, 15, 15, 30, 30, 60]
     reordered, _, _ = _run(
         "domains",
         num_classes=2,
@@ -424,6 +427,30 @@ def test_domains_geometric_sizes_shrink_each_domain_and_grow_its_clients_as_fedg
     )
     assert np.bincount(reordered.client_domain).tolist() == [1, 2, 4]
     assert np.bincount(reordered.train_client[reordered.train_client >= 0]).tolist()[:3] == [30, 20, 40]
+
+
+@pytest.mark.parametrize(
+    "name, params, digest",
+    [
+        ("iid", {}, "48f164f2326c"),
+        ("dirichlet", {"alpha": 0.3}, "005447662792"),
+        ("pathological", {"s": 3}, "bb8a9cd548c7"),
+        ("pachinko", {"beta": 0.5, "coarse_of_class": np.arange(10) // 2}, "09816eeae994"),
+        ("domains", {"num_domains": 4, "dif": 3.0}, "e26b57d4bc6b"),
+    ],
+)
+def test_every_default_partition_deals_the_rows_it_always_dealt(name, params, digest):
+    """Pinned at 63596b4 (checked equal to it after the geometric domain sizes came): a change that moves a default
+    partition's rows changes every published figure on it, so it must be an option with a new config hash."""
+    part, _, _ = _run(name, **params)
+    assert hashlib.sha256(part.train_client.tobytes() + part.test_client.tobytes()).hexdigest()[:12] == digest
+
+
+def test_domains_geometric_sizes_round_each_domains_total_not_each_cell():
+    """DIF 10 over 2 domains (r = 10; one client each), 3 rows per (domain, class), 10 classes: the second domain
+    keeps a tenth, 0.3 rows a class, which rounds to 0 in every cell but must come to 3 rows in all."""
+    part, _, _ = _run("domains", num_domains=2, num_clients=2, train_per_cell=3, dif=10.0, domain_sizes="geometric")
+    assert np.bincount(part.train_client[part.train_client >= 0]).tolist() == [30, 3]
 
 
 def test_domains_geometric_sizes_at_dif_1_are_the_full_split():
