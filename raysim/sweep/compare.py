@@ -51,6 +51,7 @@ from raysim.tracking.comparison import (
     NAME,
     TUNED,
     TUNING,
+    TUNING_SEED,
     VARIANT,
     Arranged,
     cell_label,
@@ -277,6 +278,7 @@ def _cell(params: dict[str, Any], comparison: Comparison, tuned: dict, shards: d
         HASH: provenance.config_hash(config),
         TUNING: comparison.tuning(),
         TUNED: json.dumps(tuned[label], sort_keys=True),
+        **({TUNING_SEED: str(comparison.seeds[0])} if comparison.tune_budget else {}),
         MLFLOW_PARENT_RUN_ID: parent,
         MLFLOW_SOURCE_NAME: command,
     }

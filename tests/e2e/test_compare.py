@@ -19,7 +19,7 @@ from scipy import stats
 from raysim.cli import main
 from raysim.sweep.sole_runner import sole_runner
 from raysim.testing.console import own_lines
-from raysim.tracking.comparison import tuning_seed
+from raysim.tracking.comparison import TUNING_SEED, tuning_seeds
 
 VARIANT = "fedvpt:prompt_length=2"
 # VARIANT named first: the paired rows are fedavg - VARIANT, whatever the alphabet says
@@ -156,7 +156,7 @@ def test_a_tuning_budget_tunes_every_method_alike_and_runs_its_best_values(ray_s
         assert {key: cell.data.params[key] for key in sampled[method]} == best[method]
         assert {key: str(value) for key, value in json.loads(cell.data.tags["raysim.tuned"]).items()} == best[method]
     assert cell.data.tags["raysim.tuning"].startswith("1 raysim tune trials per method")
-    assert tuning_seed([{"tags": cell.data.tags}]) == 0  # the report reads the tuning seed back from the tag
+    assert cell.data.tags[TUNING_SEED] == "0" and tuning_seeds([{"tags": cell.data.tags}]) == {0}
     assert set(json.loads((folder / "tuned.json").read_text())) == {VARIANT, "fedavg"}
     assert json.loads((folder / "tuning.json").read_text()) == {}  # no tuning left to resume
 

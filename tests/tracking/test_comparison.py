@@ -16,6 +16,7 @@ from raysim.tracking.comparison import (
     CELL,
     NAME,
     TUNING,
+    TUNING_SEED,
     VARIANT,
     Arranged,
     comparison_metrics,
@@ -23,7 +24,8 @@ from raysim.tracking.comparison import (
     metric_segments,
     paired,
     pareto_front,
-    tuning_seed,
+    tuning_seeds,
+    write_arranged,
     write_comparison,
 )
 from raysim.tracking.mlflow import summary_metrics
@@ -71,17 +73,17 @@ def _log_cells(
     experiment: str,
     figures: dict[str, dict[str, list[float]]],
     plain: dict | None = None,
-    tuning: str | None = None,
+    tags: dict | None = None,
 ) -> None:
     """One FINISHED cell per method and seed, as ``raysim compare`` tags and summarises them; ``plain``: metrics
-    logged as they are (not summaries), per method; ``tuning``: the cells' :data:`TUNING` tag."""
+    logged as they are (not summaries), per method; ``tags``: more tags on every cell."""
     client = MlflowClient(uri)
     experiment_id = client.create_experiment(experiment)
     for method, metrics in figures.items():
         for seed in range(3):
-            tags = {NAME: experiment, CELL: f"{method}/s{seed}", VARIANT: method, "method": method, "seed": str(seed)}
-            tags.update({TUNING: tuning} if tuning else {})
-            run_id = client.create_run(experiment_id, run_name=f"{method}/s{seed}", tags=tags).info.run_id
+            own = {NAME: experiment, CELL: f"{method}/s{seed}", VARIANT: method, "method": method, "seed": str(seed)}
+            own.update(tags or {})
+            run_id = client.create_run(experiment_id, run_name=f"{method}/s{seed}", tags=own).info.run_id
             summary = summary_metrics({key: {"mean": values[seed]} for key, values in metrics.items()})
             logged = {"global_acc": metrics["global_acc"][seed], "bytes_up": 10.0, "bytes_down": 10.0}
             logged.update({key: values[seed] for key, values in (plain or {}).get(method, {}).items()})
@@ -229,24 +231,36 @@ def test_the_comparisons_own_report_keeps_only_the_cells_it_asked_for(tmp_path, 
 
 
 def test_tuned_cells_are_paired_again_without_the_seed_they_were_tuned_on(tmp_path, tracking_uri):
-    """The tuning ranks its trials on the tuning seed's test rows, which flatters the winner there: the report pairs
-    the methods again over the other seeds (here b - a: 10, 1, 3; without seed 0: 1, 3)."""
+    """The tuning ranks its trials on the tuning seed's evaluation, which flatters the winner there: the report pairs
+    the methods again over the other seeds (here b - a: 10, 1, 3; without seed 0: 1, 3). These cells name the seed
+    only in their tuning text, as cells logged before the tuning-seed tag do."""
     tuning = "4 raysim tune trials per method (its tune_spaces/ space, FIFO, this setting) on seed 0, ranked by ..."
     a = {"global_acc": [50.0, 60.0, 70.0], "local_acc": [50.0, 60.0, 70.0], "worst_local_acc": [0.0, 0.0, 0.0]}
     b = {**a, "global_acc": [60.0, 61.0, 73.0]}
-    _log_cells(tracking_uri, "tuned", {"a": a, "b": b}, tuning=tuning)
+    _log_cells(tracking_uri, "tuned", {"a": a, "b": b}, tags={TUNING: tuning})
     write_comparison(tracking_uri, "tuned", tmp_path / "report", order=["a", "b"])
     lines = (tmp_path / "report" / "report.md").read_text().splitlines()
-    assert "## Paired with a on the seeds not tuned on (all but seed 0)" in lines
+    assert "## Paired with a without the tuning seed (all but seed 0)" in lines
     heads = [i for i, line in enumerate(lines) if line.startswith("| method - a |")]
     every, held_out = ([c.strip() for c in lines[i + 2].strip("|").split("|")] for i in heads)
     assert every[1] == f"4.67 ± {T_975_2DF * statistics.stdev([10, 1, 3]) / math.sqrt(3):.2f} (3/3 seeds agree)"
     assert held_out[1] == f"2.00 ± {T_975_1DF:.2f} (2/2 seeds agree)"  # sd sqrt(2), over sqrt(2) seeds
 
 
+def test_the_tuning_seed_tag_names_the_seeds_left_out_and_two_must_remain(tmp_path, tracking_uri):
+    accuracy = {"global_acc": [1.0, 2.0, 3.0], "local_acc": [1.0, 2.0, 3.0], "worst_local_acc": [0.0, 0.0, 0.0]}
+    _log_cells(tracking_uri, "tagged", {"a": accuracy, "b": accuracy}, tags={TUNING: "...", TUNING_SEED: "1"})
+    write_comparison(tracking_uri, "tagged", tmp_path / "report", order=["a", "b"])
+    assert "without the tuning seed (all but seed 1)" in (tmp_path / "report" / "report.md").read_text()
+    arranged = Arranged(tracking_uri, "tagged", ["a", "b"], {(m, s) for m in "ab" for s in (0, 1)})
+    assert tuning_seeds(arranged.runs) == {1}
+    write_arranged(arranged, tmp_path / "two")  # seeds 0 and 1, one left without the tuning seed: nothing to pair
+    assert "without the tuning seed" not in (tmp_path / "two" / "report.md").read_text()
+
+
 def test_cells_at_the_presets_have_no_tuning_seed(tmp_path, tracking_uri):
     accuracy = {"global_acc": [1.0, 2.0, 3.0], "local_acc": [1.0, 2.0, 3.0], "worst_local_acc": [0.0, 0.0, 0.0]}
     _log_cells(tracking_uri, "presets", {"a": accuracy, "b": accuracy})
     write_comparison(tracking_uri, "presets", tmp_path / "report", order=["a", "b"])
-    assert "not tuned on" not in (tmp_path / "report" / "report.md").read_text()
-    assert tuning_seed([{"tags": {TUNING: "presets (no tuning)"}}]) is None
+    assert "without the tuning seed" not in (tmp_path / "report" / "report.md").read_text()
+    assert tuning_seeds([{"tags": {TUNING: "presets (no tuning)"}}]) == set()
