@@ -32,6 +32,7 @@ from raysim.engine.driver import run
 from raysim.tracking.comparison import interval, paired
 
 PRESET = "offline-s10"
+OWN_KEYS = ("federation.rounds", "federation.seed")  # with resources.* and tracking.*: the script's own arguments
 SETTING = {"federation": {"eval_every": 2}}
 METHODS = (
     "fedvpt",
@@ -95,6 +96,9 @@ def main() -> None:
     overrides: dict = {}
     for text in args.overrides:
         section, key, value = parse_override(text)
+        if f"{section}.{key}" in OWN_KEYS or section in ("resources", "tracking"):
+            flags = "--rounds, --seeds, --threads or --tracking-uri"
+            parser.error(f"--set {text}: the script sets {section}.{key} itself; use {flags}")
         overrides.setdefault(section, {})[key] = value
     methods = args.methods.split(",") if args.methods else METHODS
     changed = "".join(f", {text}" for text in args.overrides)
