@@ -400,31 +400,14 @@ def test_domains_geometric_sizes_shrink_each_domain_and_grow_its_clients_as_fedg
     4, 8, 16, 32; domain 1 10, 20; domain 2 15. The test rows all stay, dealt equally among a domain's clients (60
     a domain: 15 each in domain 0, 30 in domain 1, 60 in domain 2), as near as one split gets to the authors' clients
     each evaluating on their domain's whole test set."""
-    part, (labels, _), _ = _run(
-        "domains",
-        num_classes=2,
-        num_domains=3,
-        num_clients=7,
-        train_per_cell=60,
-        test_per_cell=30,
-        dif=4.0,
-        domain_sizes="geometric",
-    )
+    setting = {"num_classes": 2, "num_domains": 3, "num_clients": 7, "train_per_cell": 60, "dif": 4.0}
+    part, (labels, _), _ = _run("domains", **setting, test_per_cell=30, domain_sizes="geometric")
     assert np.bincount(part.client_domain).tolist() == [4, 2, 1]
     per_class = [np.bincount(labels[part.train_client == i], minlength=2).tolist() for i in range(7)]
     assert per_class == [[4, 4], [8, 8], [16, 16], [32, 32], [10, 10], [20, 20], [15, 15]]
     assert (part.train_client < 0).sum() == 2 * (30 + 45)  # domain 1 drops half its rows, domain 2 three quarters
     assert np.bincount(part.test_client, minlength=7).tolist() == [15, 15, 15, 15, 30, 30, 60]
-    reordered, _, _ = _run(
-        "domains",
-        num_classes=2,
-        num_domains=3,
-        num_clients=7,
-        train_per_cell=60,
-        dif=4.0,
-        domain_sizes="geometric",
-        domain_order=(2, 1, 0),
-    )
+    reordered, _, _ = _run("domains", **setting, domain_sizes="geometric", domain_order=(2, 1, 0))
     assert np.bincount(reordered.client_domain).tolist() == [1, 2, 4]
     assert np.bincount(reordered.train_client[reordered.train_client >= 0]).tolist()[:3] == [30, 20, 40]
 
