@@ -244,6 +244,13 @@ class DataConfig:
         choices=("full", "geometric"),
     )
     min_train_samples: int = setting(1, "Fewest training rows a client may hold.", checks=(at_least(1),))
+    holdout: str = setting(
+        "test",
+        "The rows evaluation scores: 'test', the data set's test split, or 'validation', a fixed fifth of every "
+        "(domain, class) cell of its training rows, the test rows left out (raysim compare --tune-budget tunes on "
+        "it, so its picks are never chosen on the test images).",
+        choices=("test", "validation"),
+    )
 
     def __post_init__(self):
         if self.dataset not in SOURCES:

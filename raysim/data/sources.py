@@ -33,6 +33,7 @@ from raysim.data.npy_file import write_npy
 from raysim.data.shards import DatasetInfo
 
 SPLIT_SEED = 20240611
+VALIDATION_SEED = SPLIT_SEED + 1  # the validation rows' draw, apart from the test split's
 
 
 def cache_dir() -> Path:
@@ -63,9 +64,11 @@ def rows_table(images: np.ndarray, labels: np.ndarray, domains: np.ndarray, is_t
     )
 
 
-def fixed_test_split(labels: np.ndarray, domains: np.ndarray, fraction: float = TEST_FRACTION) -> np.ndarray:
+def fixed_test_split(
+    labels: np.ndarray, domains: np.ndarray, fraction: float = TEST_FRACTION, seed: int = SPLIT_SEED
+) -> np.ndarray:
     """``is_test`` per row: a ``fraction`` of every (domain, class) cell, chosen with a fixed seed."""
-    rng = np.random.default_rng(SPLIT_SEED)
+    rng = np.random.default_rng(seed)
     is_test = np.zeros(len(labels), dtype=bool)
     for cell in np.unique(np.stack([domains, labels], axis=1), axis=0):
         rows = np.flatnonzero((domains == cell[0]) & (labels == cell[1]))
@@ -323,6 +326,16 @@ def _stop_ray_data() -> None:
             ray.kill(ray.get_actor(name, namespace=namespace))
 
 
+def validation_rows(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The training rows alone, a fixed fifth of each (domain, class) cell of them marked as the rows to evaluate on
+    (``data.holdout=validation``): what a tuning ranks its trials on, so the values it picks are never chosen on the
+    test images that report the comparison."""
+    train = ~np.asarray(arrays["is_test"], dtype=bool)
+    kept = {key: np.asarray(values)[train] for key, values in arrays.items()}
+    kept["is_test"] = fixed_test_split(kept["label"], kept["domain"], seed=VALIDATION_SEED)
+    return kept
+
+
 def load_dataset(cfg) -> tuple[DatasetInfo, dict[str, np.ndarray]]:
     """``cfg.dataset``'s rows as numpy arrays (in source order; the image block may be a read-only map).
 
@@ -336,4 +349,4 @@ def load_dataset(cfg) -> tuple[DatasetInfo, dict[str, np.ndarray]]:
         _stop_ray_data()
     if len(arrays["label"]) == 0:
         raise ConfigError(f"dataset {cfg.dataset} has no rows")
-    return info, arrays
+    return info, validation_rows(arrays) if cfg.holdout == "validation" else arrays

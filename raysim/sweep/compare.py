@@ -8,7 +8,8 @@ Seed s is the run seed ``base + s`` (``base``: ``--seed``, default 0): it draws 
 the sampling together, and every method of seed s sees the same partition. With ``--tune-budget B`` each method
 first gets B trials of ``raysim tune`` over its own space (``tune_spaces/METHOD.yaml``), FIFO so that every trial
 runs all rounds, on the first seed only, at the comparison's own setting (its preset and flags win over the space's
-``fixed`` values); its best sampled values then run on every seed. Without it every method runs at the preset.
+``fixed`` values), scored on validation rows (``data.holdout=validation``: a fifth of the training rows, the test
+rows unseen); its best sampled values then run on every seed. Without it every method runs at the preset.
 
 Every (method, seed) cell is a whole ``raysim run``, an MLflow run in the comparison's experiment nested under the
 comparison's own run, which ends with the report (:mod:`raysim.tracking.comparison`) as artifacts and its figures
@@ -125,7 +126,8 @@ class Comparison:
             return "presets (no tuning)"
         return (
             f"{self.tune_budget} raysim tune trials per method (its tune_spaces/ space, FIFO, this setting) on seed "
-            f"{self.seeds[0]}, ranked by global_acc's last-10 mean; the best values run on every seed"
+            f"{self.seeds[0]}, ranked by global_acc's last-10 mean on validation rows (a fifth of the training rows; "
+            "the test rows unseen); the best values run on every seed"
         )
 
 
@@ -227,11 +229,12 @@ def tuned_values(comparison: Comparison) -> dict[str, dict[str, Any]]:
 
 
 def _arm_sweep(comparison: Comparison, label: str) -> sweeping.Sweep:
-    """A new sweep of ``label``'s space (its run opened): FIFO, on the first seed, at the comparison's setting (its
-    preset and flags after the space's fixed values), logged to the experiment ``<comparison>-tuning``."""
+    """A new sweep of ``label``'s space (its run opened): FIFO, on the first seed and the validation rows, at the
+    comparison's setting (its preset and flags after the space's fixed values), logged to the experiment
+    ``<comparison>-tuning``."""
     method, own = arm(label)
     layers = [*comparison.layers(label), own, {"tracking": {"experiment": f"{comparison.name}-tuning"}}]
-    layers.append({"federation": {"seed": comparison.seeds[0]}})
+    layers.append({"federation": {"seed": comparison.seeds[0]}, "data": {"holdout": "validation"}})
     name = f"{comparison.name}-{method}-{time.strftime('%Y%m%d-%H%M%S')}"
     space = arm_space(comparison, label)
     sweep = sweeping.plan(method, space, comparison.tune_budget, None, "global_acc", "max", "fifo", name, None, layers)

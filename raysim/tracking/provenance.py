@@ -80,8 +80,9 @@ LATER_KEYS = ("federation.deadline_s", "federation.stragglers", "federation.over
 # Added later (2026-11-29), each changing what one partition computes where it holds its new value: pathological
 # class sets drawn at random, where they were a ring; an imbalanced domains partition's counts in the data set's
 # paper order, where they were by domain id; its domains' sizes shrinking as FedGCR's authors' do, where every row
-# was dealt. Hashed only there, so every hash published before stays what it was, the old values included (a table
-# rerun "as it ran" joins its experiment), and a new setting never joins an old one.
+# was dealt; evaluation on validation rows of the training split, where it was on the test split. Hashed only
+# there, so every hash published before stays what it was, the old values included (a table rerun "as it ran" joins
+# its experiment), and a new setting never joins an old one.
 NEW_DATA = {
     "data.class_sets": lambda data: data.partition == "pathological" and data.class_sets != "ring",
     "data.domain_order": lambda data: (
@@ -91,6 +92,7 @@ NEW_DATA = {
         and data.dataset in IMBALANCE_ORDERED
     ),
     "data.domain_sizes": lambda data: data.partition == "domains" and data.dif != 1 and data.domain_sizes != "full",
+    "data.holdout": lambda data: data.holdout != "test",
 }
 # Methods whose numbers changed on a date, for the same config: a revision joins their hash, so a resumed comparison
 # never mixes cells from before and after

@@ -49,6 +49,21 @@ def test_fixed_test_split_takes_a_fifth_of_every_cell():
     assert (is_test == fixed_test_split(labels, domains)).all()
 
 
+def test_validation_rows_are_a_fifth_of_the_training_rows_and_leave_the_test_rows_out():
+    """``data.holdout=validation`` (what a comparison tunes on): the test images never reach the run; a fixed fifth
+    of every training cell is scored instead."""
+    _, rows = load_dataset(DataConfig(dataset="synthetic"))
+    _, held = load_dataset(DataConfig(dataset="synthetic", holdout="validation"))
+    train = ~rows["is_test"]
+    assert len(held["label"]) == train.sum() == 30 * 40  # 3 domains x 10 classes x 40 training rows
+    np.testing.assert_array_equal(held["image"], rows["image"][train])  # the training rows, in their order
+    cells = held["domain"] * 10 + held["label"]
+    assert (np.bincount(cells[held["is_test"]], minlength=30) == 8).all()  # 0.2 x 40 of every cell
+    assert not (held["is_test"] == rows["is_test"][train]).all()  # its own draw (all False there)
+    _, again = load_dataset(DataConfig(dataset="synthetic", holdout="validation"))
+    np.testing.assert_array_equal(again["is_test"], held["is_test"])
+
+
 def _png(array: np.ndarray) -> bytes:
     from PIL import Image
 

@@ -149,11 +149,13 @@ def test_a_tuning_budget_tunes_every_method_alike_and_runs_its_best_values(ray_s
     tuning = client.search_runs([client.get_experiment_by_name("budget-tuning").experiment_id])
     sampled = {"fedvpt": ("train.optimizer", "train.lr"), "fedavg": ("train.lr",)}  # less the arm's prompt_length
     trials = [r for r in tuning if r.data.tags.get("raysim.trial")]
+    assert {r.data.params["data.holdout"] for r in trials} == {"validation"}  # the test rows never rank a trial
     best = {r.data.tags["method"]: {key: r.data.params[key] for key in sampled[r.data.tags["method"]]} for r in trials}
     assert len(best) == 2 and best["fedvpt"]["train.lr"] != best["fedavg"]["train.lr"]  # each its own space's draw
     for cell in cells:  # the best (here: the only) trial's values, on every seed
         method = cell.data.tags["method"]
         assert {key: cell.data.params[key] for key in sampled[method]} == best[method]
+        assert cell.data.params["data.holdout"] == "test"
         assert {key: str(value) for key, value in json.loads(cell.data.tags["raysim.tuned"]).items()} == best[method]
     assert cell.data.tags["raysim.tuning"].startswith("1 raysim tune trials per method")
     assert cell.data.tags[TUNING_SEED] == "0" and tuning_seeds([{"tags": cell.data.tags}]) == {0}

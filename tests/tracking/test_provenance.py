@@ -176,6 +176,7 @@ def test_a_setting_whose_data_did_not_change_keeps_its_published_hash(method, pr
         ("harmofl", None, {}, "53862a"),  # its amplitude swap moved to pixel space
         ("fedvpt", "offline-digit5-dif10", {"federation": {"unseen_fraction": 0.1}}, "c67bc2"),  # held out by domain
         ("fedvpt", "offline-digit5-dif10", {"data": {"domain_sizes": "geometric"}}, "e681b2"),  # the authors' sizes
+        ("fedvpt", None, {"data": {"holdout": "validation"}}, "a6abab"),  # scored on validation rows
     ],
 )
 def test_a_setting_whose_data_or_numbers_changed_gets_a_new_hash(method, preset, layer, published):
