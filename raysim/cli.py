@@ -248,9 +248,10 @@ def compare(methods, seeds, tune_budget, max_concurrent, preset, overrides, **fl
     found = comparing.plan(tuple(methods), seeds, tune_budget, max_concurrent, preset, flag_layers(overrides, flags))
     what = f"comparison {found.name!r}"
     with sole_runner(found.folder, what, "run this command again to resume"):
+        tuning = found.tuning(comparing.scoring(found))
         click.echo(
             f"comparison {found.name}: {len(found.methods)} methods x {len(found.seeds)} seeds, "
-            f"{found.max_concurrent} run(s) at once, {found.tuning()}; MLflow experiment {found.name!r}; to resume, "
+            f"{found.max_concurrent} run(s) at once, {tuning}; MLflow experiment {found.name!r}; to resume, "
             f"run the same command",
             err=True,
         )

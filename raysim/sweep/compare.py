@@ -64,6 +64,11 @@ from raysim.tracking.mlflow import COMPARE, KIND, Tracker, check_store, end_runn
 HASH = "raysim.config_hash"
 TUNED_FILE = "tuned.json"
 TUNING_FILE = "tuning.json"  # method -> its sweep's folder while it is tuned: a stopped tuning resumes
+SCORED_FILE = "scored.json"  # method -> the rows its trials were scored on (data.holdout; none before 2026-11-29)
+SCORED_ON = {
+    "validation": "validation rows (a fifth of the training rows; the test rows unseen)",
+    "test": "the test rows",  # a method tuned before 2026-11-29
+}
 
 
 def arm(label: str) -> tuple[str, dict[str, dict[str, Any]]]:
@@ -120,14 +125,16 @@ class Comparison:
         """The tracking store every cell logs to."""
         return self.pinned["tracking"]["tracking_uri"]
 
-    def tuning(self) -> str:
-        """How the methods' hyperparameters were chosen, as the report says it."""
+    def tuning(self, scored: dict[str, str]) -> str:
+        """How the methods' hyperparameters were chosen, as the report says it; ``scored``: the rows each method's
+        trials were scored on (:func:`tuned_values`)."""
         if not self.tune_budget:
             return "presets (no tuning)"
+        rows = {SCORED_ON[holdout] for holdout in scored.values()}
+        on = rows.pop() if len(rows) == 1 else ", ".join(f"{m} {SCORED_ON[h]}" for m, h in sorted(scored.items()))
         return (
             f"{self.tune_budget} raysim tune trials per method (its tune_spaces/ space, FIFO, this setting) on seed "
-            f"{self.seeds[0]}, ranked by global_acc's last-10 mean on validation rows (a fifth of the training rows; "
-            "the test rows unseen); the best values run on every seed"
+            f"{self.seeds[0]}, ranked by global_acc's last-10 mean on {on}; the best values run on every seed"
         )
 
 
@@ -189,15 +196,18 @@ def default_name(methods: tuple[str, ...], preset: str | None) -> str:
     return "-".join(["compare", *methods, *([preset_name] if preset_name else [])])
 
 
-def tuned_values(comparison: Comparison) -> dict[str, dict[str, Any]]:
-    """Each method's best sampled values after its ``tune_budget`` trials (empty without a budget); a tuning that
-    finished before (``tuned.json`` in the comparison's folder) is not run again, and one that was stopped
-    (``tuning.json``: its sweep's folder) resumes from its trials' checkpoints."""
+def tuned_values(comparison: Comparison) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """Each method's best sampled values after its ``tune_budget`` trials (empty without a budget), and the rows its
+    trials were scored on (``data.holdout``); a tuning that finished before (``tuned.json`` in the comparison's
+    folder, ``scored.json`` beside it) is not run again, and one that was stopped (``tuning.json``: its sweep's
+    folder) resumes from its trials' checkpoints."""
     if not comparison.tune_budget:
-        return {method: {} for method in comparison.methods}
-    path, stopped_path = Path(comparison.folder) / TUNED_FILE, Path(comparison.folder) / TUNING_FILE
+        return {method: {} for method in comparison.methods}, {}
+    own = Path(comparison.folder)
+    path, stopped_path, scored_path = own / TUNED_FILE, own / TUNING_FILE, own / SCORED_FILE
     done = json.loads(path.read_text()) if path.exists() else {}
     stopped = json.loads(stopped_path.read_text()) if stopped_path.exists() else {}
+    scored = json.loads(scored_path.read_text()) if scored_path.exists() else {}
     for label in comparison.methods:
         if label in done:
             continue
@@ -221,11 +231,23 @@ def tuned_values(comparison: Comparison) -> dict[str, dict[str, Any]]:
                 f"stopped comparison {comparison.name} while tuning {label}; run the same command to resume (the "
                 f"methods tuned so far keep their values; {label}'s tuning resumes from its trials' checkpoints)"
             ) from None
-        done[label] = best["params"]
+        done[label], scored[label] = best["params"], sweep.trial_config({}).data.holdout
         _write_json(path, done)
+        _write_json(scored_path, scored)
         del stopped[label]
         _write_json(stopped_path, stopped)
-    return done
+    return done, scoring(comparison)
+
+
+def scoring(comparison: Comparison) -> dict[str, str]:
+    """The rows each method's trials were (or, not tuned yet, will be) scored on: ``scored.json``'s record, else
+    the test rows for a method tuned before the record (2026-11-29), else the validation rows (:func:`_arm_sweep`)."""
+    if not comparison.tune_budget:
+        return {}
+    folder = Path(comparison.folder)
+    done = json.loads((folder / TUNED_FILE).read_text()) if (folder / TUNED_FILE).exists() else {}
+    scored = json.loads((folder / SCORED_FILE).read_text()) if (folder / SCORED_FILE).exists() else {}
+    return {label: scored.get(label, "test" if label in done else "validation") for label in comparison.methods}
 
 
 def _arm_sweep(comparison: Comparison, label: str) -> sweeping.Sweep:
@@ -265,7 +287,9 @@ def arm_space(comparison: Comparison, label: str) -> str:
     return str(path)
 
 
-def _cell(params: dict[str, Any], comparison: Comparison, tuned: dict, shards: dict, parent: str, command: str):
+def _cell(
+    params: dict[str, Any], comparison: Comparison, tuned: dict, scored: dict, shards: dict, parent: str, command: str
+):
     """One (method, seed): a whole raysim run, nested under the comparison's run and named as its cell
     (``sgpt:bcd=joint/s1``), so MLflow's runs table and charts tell the arms apart."""
     label, seed = params["cell"]
@@ -279,7 +303,7 @@ def _cell(params: dict[str, Any], comparison: Comparison, tuned: dict, shards: d
         CELL: cell_label(label, seed),
         VARIANT: label,
         HASH: provenance.config_hash(config),
-        TUNING: comparison.tuning(),
+        TUNING: comparison.tuning({label: scored[label]} if scored else {}),
         TUNED: json.dumps(tuned[label], sort_keys=True),
         **({TUNING_SEED: str(comparison.seeds[0])} if comparison.tune_budget else {}),
         MLFLOW_PARENT_RUN_ID: parent,
@@ -312,8 +336,8 @@ def finished_cells(comparison: Comparison, tuned: dict) -> set[tuple[str, int]]:
     return done
 
 
-def open_run(comparison: Comparison) -> Tracker:
-    """The comparison's own MLflow run (re-opened when the comparison resumes)."""
+def open_run(comparison: Comparison, scored: dict[str, str]) -> Tracker:
+    """The comparison's own MLflow run (re-opened when the comparison resumes); ``scored``: :func:`scoring`'s."""
     uri = comparison.uri
     tracker = Tracker(uri)
     experiment = tracker.client.get_experiment_by_name(comparison.name)
@@ -324,7 +348,7 @@ def open_run(comparison: Comparison) -> Tracker:
             return tracker
     first = comparison.config(comparison.methods[0], comparison.seeds[0], {})
     note = (
-        f"raysim compare {' '.join(comparison.methods)}: seeds {list(comparison.seeds)}; {comparison.tuning()}; "
+        f"raysim compare {' '.join(comparison.methods)}: seeds {list(comparison.seeds)}; {comparison.tuning(scored)}; "
         f"each cell {provenance.describe(first, first)}"
     )
     tags = {
@@ -348,15 +372,15 @@ def open_run(comparison: Comparison) -> Tracker:
 def execute(comparison: Comparison) -> tuple[str, list[Path]]:
     """Tune (if asked), run the missing cells, and write the report (inside ``sole_runner``, which the CLI holds);
     the comparison's run ends FINISHED with the report, FAILED, or KILLED after Ctrl-C."""
-    tuned = tuned_values(comparison)
-    tracker = open_run(comparison)
+    tuned, scored = tuned_values(comparison)
+    tracker = open_run(comparison, scored)
     end_stopped_cells(comparison, tracker.run_id)  # a killed comparison's cells: RUNNING in MLflow beside their reruns
     status, stopped = "FAILED", None
     try:
         done = finished_cells(comparison, tuned)
         todo = [(m, s) for s in comparison.seeds for m in comparison.methods if (m, s) not in done]
         if todo:
-            _run_cells(comparison, tuned, todo, tracker.run_id)
+            _run_cells(comparison, tuned, scored, todo, tracker.run_id)
         asked = {(m, s) for m in comparison.methods for s in comparison.seeds}
         missing = asked - finished_cells(comparison, tuned)
         if missing:
@@ -390,7 +414,7 @@ def end_stopped_cells(comparison: Comparison, own_run: str, stopped: float | Non
     end_running(comparison.uri, comparison.name, NAME, comparison.name, own_run, failed_since=stopped)
 
 
-def _run_cells(comparison: Comparison, tuned: dict, todo: list[tuple[str, int]], parent: str) -> None:
+def _run_cells(comparison: Comparison, tuned: dict, scored: dict, todo: list[tuple[str, int]], parent: str) -> None:
     """The cells as Tune trials (FIFO, all at their full length), each seed's data partitioned once, here."""
     shards = {seed: prepare_shards(comparison.config(comparison.methods[0], seed, {})) for seed in {s for _, s in todo}}
     first = comparison.config(*todo[0], tuned[todo[0][0]])
@@ -398,7 +422,13 @@ def _run_cells(comparison: Comparison, tuned: dict, todo: list[tuple[str, int]],
     finished = len(comparison.methods) * len(comparison.seeds) - len(todo)
     trainable = tune.with_resources(
         tune.with_parameters(
-            _cell, comparison=comparison, tuned=tuned, shards=shards, parent=parent, command=provenance.command_line()
+            _cell,
+            comparison=comparison,
+            tuned=tuned,
+            scored=scored,
+            shards=shards,
+            parent=parent,
+            command=provenance.command_line(),
         ),
         tune.PlacementGroupFactory(sweeping.bundles(first)),
     )

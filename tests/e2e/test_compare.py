@@ -160,6 +160,8 @@ def test_a_tuning_budget_tunes_every_method_alike_and_runs_its_best_values(ray_s
     assert cell.data.tags["raysim.tuning"].startswith("1 raysim tune trials per method")
     assert cell.data.tags[TUNING_SEED] == "0" and tuning_seeds([{"tags": cell.data.tags}]) == {0}
     assert set(json.loads((folder / "tuned.json").read_text())) == {VARIANT, "fedavg"}
+    assert json.loads((folder / "scored.json").read_text()) == {VARIANT: "validation", "fedavg": "validation"}
+    assert "mean on validation rows" in cell.data.tags["raysim.tuning"]
     assert json.loads((folder / "tuning.json").read_text()) == {}  # no tuning left to resume
 
 

@@ -1,8 +1,9 @@
 """The arms of ``raysim compare``: ``METHOD:KEY=VALUE`` parsing, the search space an arm tunes (its method's, less
-what the arm sets itself), and the cells a stopped comparison leaves behind."""
+what the arm sets itself), the rows its trials are scored on, and the cells a stopped comparison leaves behind."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from raysim.core.errors import ConfigError
-from raysim.sweep.compare import Comparison, arm, arm_space, default_name, end_stopped_cells
+from raysim.sweep.compare import Comparison, arm, arm_space, default_name, end_stopped_cells, scoring
 from raysim.sweep.space import default_space_file
 
 
@@ -69,6 +70,25 @@ def test_an_arm_tunes_its_space_less_the_keys_it_sets(tmp_path):
 def test_an_arm_that_sets_every_tuned_key_has_nothing_to_tune(tmp_path):
     with pytest.raises(ConfigError, match="sets every key of fedavg.yaml itself"):
         arm_space(comparison(tmp_path), "fedavg:train.lr=0.01")
+
+
+def test_the_tuning_says_which_rows_scored_each_methods_trials(tmp_path):
+    """New tunings score on validation rows; a method a comparison tuned before that record (2026-11-29) was scored
+    on the test rows, and its cells and report say so, not what the code does now."""
+    tuned = Comparison("c", ("sgpt", "fedavg"), (3, 4), None, [], {}, 4, str(tmp_path))
+    assert scoring(tuned) == {"sgpt": "validation", "fedavg": "validation"}
+    assert (
+        "on seed 3, ranked by global_acc's last-10 mean on validation rows (a fifth of the training rows; the test"
+        " rows unseen);" in tuned.tuning(scoring(tuned))
+    )
+    (tmp_path / "tuned.json").write_text(json.dumps({"sgpt": {"train.lr": 0.1}}))  # tuned before the record
+    assert scoring(tuned) == {"sgpt": "test", "fedavg": "validation"}
+    assert "mean on fedavg validation rows (a fifth" in tuned.tuning(scoring(tuned))
+    assert "mean on the test rows;" in tuned.tuning({"sgpt": "test"})
+    (tmp_path / "scored.json").write_text(json.dumps({"sgpt": "validation"}))
+    assert scoring(tuned) == {"sgpt": "validation", "fedavg": "validation"}
+    untuned = Comparison("c", ("sgpt", "fedavg"), (3, 4), None, [], {}, 0, str(tmp_path))
+    assert untuned.tuning({}) == "presets (no tuning)" and scoring(untuned) == {}
 
 
 def test_cells_a_stopped_comparison_left_running_end_killed(tracking_uri):
