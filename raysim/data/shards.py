@@ -146,7 +146,7 @@ def build_shards(
 
     Args:
         arrays: ``image``, ``label``, ``domain`` and ``is_test`` per row (train and test together); ``image`` may be
-            a memory map.
+            a memory map; with ``row``, each row's image is ``image[row]`` (a subset of the block's rows).
         part: the partition, with a client id per train row and per test row.
         folder: write the image block to a file here and map it (removed when no store of this process maps it any
             more), instead of holding it in memory.
@@ -162,10 +162,11 @@ def build_shards(
         order.append(rows[by_client])
         offsets.append(np.searchsorted(owner[by_client], np.arange(num_clients + 1)))
     order_all = np.concatenate(order)
+    in_block = arrays["row"][order_all] if "row" in arrays else order_all
     images = (
-        np.ascontiguousarray(arrays["image"][order_all])
+        np.ascontiguousarray(arrays["image"][in_block])
         if folder is None
-        else _gather(arrays["image"], order_all, folder)
+        else _gather(arrays["image"], in_block, folder)
     )
     store = ShardStore(
         info=info,

@@ -329,11 +329,12 @@ def _stop_ray_data() -> None:
 def validation_rows(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The training rows alone, a fixed fifth of each (domain, class) cell of them marked as the rows to evaluate on
     (``data.holdout=validation``): what a tuning ranks its trials on, so the values it picks are never chosen on the
-    test images that report the comparison."""
-    train = ~np.asarray(arrays["is_test"], dtype=bool)
-    kept = {key: np.asarray(values)[train] for key, values in arrays.items()}
-    kept["is_test"] = fixed_test_split(kept["label"], kept["domain"], seed=VALIDATION_SEED)
-    return kept
+    test images that report the comparison. The image block stays as it is (it may be a map larger than memory);
+    ``row`` gives each kept row's place in it."""
+    train = np.flatnonzero(~np.asarray(arrays["is_test"], dtype=bool))
+    labels, domains = np.asarray(arrays["label"])[train], np.asarray(arrays["domain"])[train]
+    is_validation = fixed_test_split(labels, domains, seed=VALIDATION_SEED)
+    return {"image": arrays["image"], "row": train, "label": labels, "domain": domains, "is_test": is_validation}
 
 
 def load_dataset(cfg) -> tuple[DatasetInfo, dict[str, np.ndarray]]:

@@ -56,12 +56,28 @@ def test_validation_rows_are_a_fifth_of_the_training_rows_and_leave_the_test_row
     _, held = load_dataset(DataConfig(dataset="synthetic", holdout="validation"))
     train = ~rows["is_test"]
     assert len(held["label"]) == train.sum() == 30 * 40  # 3 domains x 10 classes x 40 training rows
-    np.testing.assert_array_equal(held["image"], rows["image"][train])  # the training rows, in their order
+    assert held["image"] is rows["image"] or (held["image"] == rows["image"]).all()  # the block is not copied
+    np.testing.assert_array_equal(held["row"], np.flatnonzero(train))  # the training rows, in their order
+    np.testing.assert_array_equal(held["label"], rows["label"][train])
     cells = held["domain"] * 10 + held["label"]
     assert (np.bincount(cells[held["is_test"]], minlength=30) == 8).all()  # 0.2 x 40 of every cell
     assert not (held["is_test"] == rows["is_test"][train]).all()  # its own draw (all False there)
     _, again = load_dataset(DataConfig(dataset="synthetic", holdout="validation"))
     np.testing.assert_array_equal(again["is_test"], held["is_test"])
+
+
+def test_shards_on_validation_rows_hold_training_images_only_with_their_labels():
+    from raysim.engine.setup import prepare_shards
+    from raysim.testing.smoke import smoke_config
+
+    _, rows = load_dataset(DataConfig(dataset="synthetic"))
+    origin = {rows["image"][i].tobytes(): i for i in range(len(rows["label"]))}  # every synthetic image differs
+    assert len(origin) == len(rows["label"])
+    shards = prepare_shards(smoke_config("fedavg", {"data": {"holdout": "validation"}}))
+    found = np.array([origin[image.tobytes()] for image in shards.images])
+    assert not rows["is_test"][found].any()  # no test image reaches the run
+    np.testing.assert_array_equal(shards.labels, rows["label"][found])  # each image with its own label
+    assert len(found) == len(set(found.tolist())) == (~rows["is_test"]).sum()  # all training rows, once
 
 
 def _png(array: np.ndarray) -> bytes:
