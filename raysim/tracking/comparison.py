@@ -46,6 +46,7 @@ SELECTION = (  # the group-prompt methods' selection diagnostics at the final ev
     ("selection_instability", "selection instability", 1.0, 3),
 )
 BYTES = "bytes_per_round"
+GIT_COMMIT, GIT_DIRTY = "mlflow.source.git.commit", "mlflow.source.git.dirty"  # MLflow's tags of a run's checkout
 CLOCK = "sim_time_s"  # the virtual clock (docs/systems.md)
 LEVEL = 0.95
 TIE = 1e-9  # a paired difference this close to 0 is a tie: float rounding, not a side
@@ -179,7 +180,24 @@ def _described(runs: list[dict]) -> list[str]:
         f"- CPU: {tags.get('hardware.cpu', 'unknown')}; GPU: {tags.get('hardware.gpu', 'none')}; precision: "
         f"{', '.join(sorted({r['tags'].get('precision', '?') for r in runs}))}",
         f"- evaluation: {tags.get('evaluation', 'all clients')}",
+        *_code_line(runs),
     ]
+
+
+def _code_line(runs: list[dict]) -> list[str]:
+    """The commits the cells ran at (``+dirty``: with uncommitted changes), as MLflow tagged them; a comparison
+    resumed after the checkout moved on has several, which the line says."""
+    commits = sorted(
+        {
+            tags[GIT_COMMIT][:7] + ("+dirty" if tags.get(GIT_DIRTY) == "true" else "")
+            for tags in (run["tags"] for run in runs)
+            if GIT_COMMIT in tags
+        }
+    )
+    if not commits:
+        return []
+    several = " (the cells ran at different commits: compare figures across them only where the change left them)"
+    return [f"- code: {', '.join(commits)}{several if len(commits) > 1 else ''}"]
 
 
 def _selection_table(methods: list[str], by_method: dict[str, list[dict]]) -> str:

@@ -14,11 +14,14 @@ from mlflow.tracking import MlflowClient
 
 from raysim.tracking.comparison import (
     CELL,
+    GIT_COMMIT,
+    GIT_DIRTY,
     NAME,
     TUNING,
     TUNING_SEED,
     VARIANT,
     Arranged,
+    _code_line,
     comparison_metrics,
     interval,
     metric_segments,
@@ -264,3 +267,16 @@ def test_cells_at_the_presets_have_no_tuning_seed(tmp_path, tracking_uri):
     write_comparison(tracking_uri, "presets", tmp_path / "report", order=["a", "b"])
     assert "without the tuning seed" not in (tmp_path / "report" / "report.md").read_text()
     assert tuning_seeds([{"tags": {TUNING: "presets (no tuning)"}}]) == set()
+
+
+def test_the_report_names_the_commits_its_cells_ran_at(tmp_path, tracking_uri):
+    """A comparison resumed after the checkout moved on ran its cells at several commits: the report says which."""
+    accuracy = {"global_acc": [1.0, 2.0, 3.0], "local_acc": [1.0, 2.0, 3.0], "worst_local_acc": [0.0, 0.0, 0.0]}
+    commit = {GIT_COMMIT: "63596b4a3812" + "0" * 28, GIT_DIRTY: "false"}
+    _log_cells(tracking_uri, "one", {"a": accuracy, "b": accuracy}, tags=commit)
+    write_comparison(tracking_uri, "one", tmp_path / "one", order=["a", "b"])
+    assert "- code: 63596b4\n" in (tmp_path / "one" / "report.md").read_text()
+    later = {GIT_COMMIT: "d50110b8e73b" + "0" * 28, GIT_DIRTY: "true"}
+    [line] = _code_line([{"tags": commit}, {"tags": later}, {"tags": commit}])
+    assert line.startswith("- code: 63596b4, d50110b+dirty (the cells ran at different commits")
+    assert _code_line([{"tags": {}}]) == []  # no checkout (an installed package): no line
