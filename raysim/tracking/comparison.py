@@ -277,24 +277,27 @@ def _held_out_pairs(arranged: Arranged) -> str:
     def held_out(method: str, column) -> dict[int, float]:
         return {seed: v for seed, v in arranged.values(method, column).items() if seed not in chosen_on}
 
-    columns = arranged.paired_columns
-    rows = [
-        f"| {method} | " + " | ".join(_paired_cell(held_out(first, c), held_out(method, c)) for c in columns) + " |"
-        for method in methods
-    ]
     named = ", ".join(map(str, sorted(chosen_on)))
     return (
         f"\n## Paired with {first} without the tuning seed (all but seed {named})\n\n"
         f"The tuned values were picked on seed {named}'s evaluation, which flatters them there; the other seeds draw "
-        "new partitions, initialisations and samplings. The test images are the same on every seed, dealt anew, so "
-        "the choice still rests on them.\n\n" + "\n".join(_paired_header(first, columns) + rows) + "\n"
+        "new partitions, initialisations and samplings. Where the trials were scored on the test rows (the tuning "
+        "line says), the choice also rests on the test images, the same on every seed.\n\n"
+        + "\n".join(_paired_table(arranged, held_out))
+        + "\n"
     )
 
 
-def _paired_header(first: str, columns) -> list[str]:
-    """The head of a table of paired differences with ``first`` over ``columns``."""
+def _paired_table(arranged: Arranged, values) -> list[str]:
+    """Every method but the first minus the first, paired over the seeds ``values(method, column)`` gives, in the
+    sigmas and accuracies where they were logged: the table's lines."""
+    first, columns = arranged.methods[0], arranged.paired_columns
     named = [f"{k} (last-10 mean{'; lower is fairer' if k.startswith('sigma') else ''})" for k, _ in columns]
-    return [f"| method - {first} | " + " | ".join(named) + " |", "|---" * (1 + len(columns)) + "|"]
+    lines = [f"| method - {first} | " + " | ".join(named) + " |", "|---" * (1 + len(columns)) + "|"]
+    for method in arranged.methods[1:]:
+        row = [_paired_cell(values(first, column), values(method, column)) for column in columns]
+        lines.append(f"| {method} | " + " | ".join(row) + " |")
+    return lines
 
 
 class Arranged:
@@ -380,11 +383,7 @@ def write_arranged(arranged: Arranged, folder: str | Path) -> tuple[str, list[Pa
         lines.append(f"| {method} | {seeds} | {shown} | " + " | ".join(figures) + " |")
     table = "\n".join(lines)
     first = methods[0]
-    paired_columns = arranged.paired_columns  # the sigmas where they were logged
-    pairs = _paired_header(first, paired_columns)
-    for method in methods[1:]:
-        row = [_paired_cell(values(first, column), values(method, column)) for column in paired_columns]
-        pairs.append(f"| {method} | " + " | ".join(row) + " |")
+    pairs = _paired_table(arranged, values)
     selection = _selection_table(methods, by_method)
     held_out = _held_out_pairs(arranged)
     folder = Path(folder)
