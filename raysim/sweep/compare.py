@@ -205,9 +205,7 @@ def tuned_values(comparison: Comparison) -> tuple[dict[str, dict[str, Any]], dic
         return {method: {} for method in comparison.methods}, {}
     own = Path(comparison.folder)
     path, stopped_path, scored_path = own / TUNED_FILE, own / TUNING_FILE, own / SCORED_FILE
-    done = json.loads(path.read_text()) if path.exists() else {}
-    stopped = json.loads(stopped_path.read_text()) if stopped_path.exists() else {}
-    scored = json.loads(scored_path.read_text()) if scored_path.exists() else {}
+    done, stopped, scored = _read_json(path), _read_json(stopped_path), _read_json(scored_path)
     for label in comparison.methods:
         if label in done:
             continue
@@ -236,18 +234,21 @@ def tuned_values(comparison: Comparison) -> tuple[dict[str, dict[str, Any]], dic
         _write_json(scored_path, scored)
         del stopped[label]
         _write_json(stopped_path, stopped)
-    return done, scoring(comparison)
+    return done, _scored_on(comparison.methods, done, scored)
 
 
 def scoring(comparison: Comparison) -> dict[str, str]:
-    """The rows each method's trials were (or, not tuned yet, will be) scored on: ``scored.json``'s record, else
-    the test rows for a method tuned before the record (2026-11-29), else the validation rows (:func:`_arm_sweep`)."""
+    """The rows each method's trials were (or, not tuned yet, will be) scored on, from the comparison's folder."""
     if not comparison.tune_budget:
         return {}
     folder = Path(comparison.folder)
-    done = json.loads((folder / TUNED_FILE).read_text()) if (folder / TUNED_FILE).exists() else {}
-    scored = json.loads((folder / SCORED_FILE).read_text()) if (folder / SCORED_FILE).exists() else {}
-    return {label: scored.get(label, "test" if label in done else "validation") for label in comparison.methods}
+    return _scored_on(comparison.methods, _read_json(folder / TUNED_FILE), _read_json(folder / SCORED_FILE))
+
+
+def _scored_on(methods: tuple[str, ...], done: dict, scored: dict) -> dict[str, str]:
+    """``scored.json``'s record, else the test rows for a method tuned before the record (2026-11-29), else the
+    validation rows (:func:`_arm_sweep`)."""
+    return {label: scored.get(label, "test" if label in done else "validation") for label in methods}
 
 
 def _arm_sweep(comparison: Comparison, label: str) -> sweeping.Sweep:
@@ -261,6 +262,10 @@ def _arm_sweep(comparison: Comparison, label: str) -> sweeping.Sweep:
     space = arm_space(comparison, label)
     sweep = sweeping.plan(method, space, comparison.tune_budget, None, "global_acc", "max", "fifo", name, None, layers)
     return sweeping.open_parent(sweep)
+
+
+def _read_json(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.exists() else {}
 
 
 def _write_json(path: Path, record: dict) -> None:
