@@ -29,7 +29,7 @@ from rich.console import Console
 
 from raysim.config import build_config, load_preset, parse_override, preset_for_method
 from raysim.engine.driver import run
-from raysim.tracking.comparison import interval, paired
+from raysim.tracking.statistics import interval, paired
 
 PRESET = "offline-s10"
 OWN_KEYS = ("federation.rounds", "federation.seed")  # with resources.* and tracking.*: the script's own arguments

@@ -179,8 +179,8 @@ def accuracy(argv: list[str]) -> None:
     from raysim.core.errors import ConfigError
     from raysim.core.precision import native_bf16_cpu
     from raysim.core.registry import METHODS, get_method
-    from raysim.tracking.comparison import interval, paired
     from raysim.tracking.provenance import cpu_model
+    from raysim.tracking.statistics import interval, paired
 
     parser = argparse.ArgumentParser(description="bf16 against float32 accuracy, per setting and method")
     parser.add_argument("--accuracy", action="store_true")

@@ -20,12 +20,12 @@ from pathlib import Path
 
 import numpy as np
 from mlflow.tracking import MlflowClient
-from scipy import stats
 
 from raysim.core.errors import ConfigError
 from raysim.tracking.mlflow import COMPARE, KIND, TRAINABLE
 from raysim.tracking.plots import plot_compared_curves, plot_tradeoff
 from raysim.tracking.report import collect, latest_by_step
+from raysim.tracking.statistics import finite, interval, paired, pareto_front
 
 NAME, CELL, VARIANT = "raysim.compare", "raysim.cell", "raysim.variant"  # tags of every cell
 TUNING, TUNED = "raysim.tuning", "raysim.tuned"  # how its values were chosen, and the tuned values (JSON)
@@ -48,49 +48,11 @@ SELECTION = (  # the group-prompt methods' selection diagnostics at the final ev
 BYTES = "bytes_per_round"
 GIT_COMMIT, GIT_DIRTY = "mlflow.source.git.commit", "mlflow.source.git.dirty"  # MLflow's tags of a run's checkout
 CLOCK = "sim_time_s"  # the virtual clock (docs/systems.md)
-LEVEL = 0.95
-TIE = 1e-9  # a paired difference this close to 0 is a tie: float rounding, not a side
 
 
 def cell_label(method: str, seed: int) -> str:
     """A cell's name, as its :data:`CELL` tag and the comparison's messages give it: ``METHOD/sSEED``."""
     return f"{method}/s{seed}"
-
-
-def interval(values) -> tuple[float, float]:
-    """(mean, half-width of the two-sided 95% Student-t interval); the half-width is NaN for fewer than 2 values."""
-    values = np.asarray(values, dtype=np.float64)
-    if len(values) < 2:
-        return float(values.mean()) if len(values) else float("nan"), float("nan")
-    half = stats.t.ppf(0.5 + LEVEL / 2, len(values) - 1) * values.std(ddof=1) / np.sqrt(len(values))
-    return float(values.mean()), float(half)
-
-
-def paired(first: dict[int, float], other: dict[int, float]) -> tuple[float, float, int, int]:
-    """Over the seeds both have: (mean of other - first, its CI half-width, seeds whose difference has the mean's
-    sign, seeds). A difference or mean within :data:`TIE` of 0 has no sign: it agrees with nothing."""
-    seeds = sorted(set(first) & set(other))
-    differences = np.array([other[s] - first[s] for s in seeds])
-    mean, half = interval(differences)
-    side = np.sign(mean) if abs(mean) > TIE else 0.0
-    agree = int((np.sign(np.where(np.abs(differences) > TIE, differences, 0.0)) == side).sum()) if side else 0
-    return mean, half, agree, len(seeds)
-
-
-def finite(values: dict[int, float]) -> dict[int, float]:
-    """The seeds whose value is a number: a diagnostic without rows to rest on (NaN) leaves its seed out of the
-    interval instead of blanking it."""
-    return {seed: value for seed, value in values.items() if np.isfinite(value)}
-
-
-def pareto_front(points: dict[str, tuple[float, float]]) -> list[str]:
-    """The labels no other point beats on both axes (higher y, lower x), ordered by x."""
-    front = [
-        label
-        for label, (x, y) in points.items()
-        if not any(ox <= x and oy >= y and (ox, oy) != (x, y) for ox, oy in points.values())
-    ]
-    return sorted(front, key=lambda label: points[label][0])
 
 
 def _bytes_per_round(client: MlflowClient, run_id: str) -> float:
@@ -367,8 +329,8 @@ def write_comparison(
 
 
 def write_arranged(arranged: Arranged, folder: str | Path) -> tuple[str, list[Path]]:
-    """``report.md`` (methods with CIs, paired comparisons with the first method) and the two Pareto figures
-    under ``folder``; returns the methods' table and the paths."""
+    """``report.md`` (methods with CIs, paired comparisons with the first method) and the two Pareto figures (each
+    where some method logged both its axes) under ``folder``; returns the methods' table and the paths."""
     uri, experiment = arranged.uri, arranged.experiment
     runs, by_method, methods, columns = arranged.runs, arranged.by_method, arranged.methods, arranged.columns
     values = arranged.values
