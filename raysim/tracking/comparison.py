@@ -350,7 +350,7 @@ def write_arranged(arranged: Arranged, folder: str | Path) -> tuple[str, list[Pa
     held_out = _held_out_pairs(arranged)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    paths = [folder / "report.md", folder / "accuracy_vs_fairness.png", folder / "accuracy_vs_bytes.png"]
+    paths = [folder / "report.md"]
     paths[0].write_text(
         f"# {experiment}: {len(methods)} methods x {len({r['seed'] for r in runs})} seeds ({uri})\n\n"
         + "\n".join(_described(runs))
@@ -362,15 +362,19 @@ def write_arranged(arranged: Arranged, folder: str | Path) -> tuple[str, list[Pa
     )
     accuracy = ("global_acc", "mean")
     fairness = ("sigma_type", "mean") if ("sigma_type", "mean") in columns else ("sigma_client", "mean")
-    for path, x, label, log in (
-        (paths[1], fairness, f"{fairness[0]} (pp, last-10 mean; lower is fairer)", False),
-        (paths[2], (BYTES, "mean"), "bytes per round (down + up)", True),
+    for name, x, label, log in (
+        ("accuracy_vs_fairness.png", fairness, f"{fairness[0]} (pp, last-10 mean; lower is fairer)", False),
+        ("accuracy_vs_bytes.png", (BYTES, "mean"), "bytes per round (down + up)", True),
     ):
         points = {
             m: (*interval(list(values(m, x).values())), *interval(list(values(m, accuracy).values()))) for m in methods
         }
-        front = pareto_front({m: (p[0], p[2]) for m, p in points.items() if not np.isnan(p[0])})
-        plot_tradeoff(points, front, label, f"{experiment}\nglobal accuracy vs {x[0]}", path, log_x=log)
+        drawn = {m: (p[0], p[2]) for m, p in points.items() if not (np.isnan(p[0]) or np.isnan(p[2]))}
+        if drawn:  # no method logged both figures: no empty axes
+            paths.append(folder / name)
+            plot_tradeoff(
+                points, pareto_front(drawn), label, f"{experiment}\nglobal accuracy vs {x[0]}", paths[-1], log
+            )
     timed = {r["id"]: r["timed_curve"] for r in runs if "timed_curve" in r}
     if timed:
         paths.append(folder / "time_to_accuracy.png")

@@ -232,6 +232,15 @@ def test_cells_at_the_presets_have_no_tuning_seed(tmp_path, tracking_uri):
     assert tuning_seeds([{"tags": {TUNING: "presets (no tuning)"}}]) == set()
 
 
+def test_a_figure_no_method_logged_both_axes_of_is_left_out(tmp_path, tracking_uri):
+    """Cells without a sigma (clients without types or local evaluation) draw no accuracy-vs-fairness axes."""
+    accuracy = {"global_acc": [1.0, 2.0, 3.0], "worst_local_acc": [0.0, 0.0, 0.0]}
+    _log_cells(tracking_uri, "untyped", {"a": accuracy, "b": accuracy})
+    _, paths = write_comparison(tracking_uri, "untyped", tmp_path / "report", order=["a", "b"])
+    assert [p.name for p in paths] == ["report.md", "accuracy_vs_bytes.png"]
+    assert sorted(p.name for p in (tmp_path / "report").iterdir()) == ["accuracy_vs_bytes.png", "report.md"]
+
+
 def test_the_report_names_the_commits_its_cells_ran_at(tmp_path, tracking_uri):
     """A comparison resumed after the checkout moved on ran its cells at several commits: the report says which."""
     accuracy = {"global_acc": [1.0, 2.0, 3.0], "local_acc": [1.0, 2.0, 3.0], "worst_local_acc": [0.0, 0.0, 0.0]}
