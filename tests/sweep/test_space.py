@@ -5,6 +5,7 @@ from __future__ import annotations
 from importlib import resources
 
 import pytest
+import yaml
 
 from raysim.core.errors import ConfigError
 from raysim.core.registry import METHODS
@@ -84,6 +85,22 @@ def test_every_shipped_space_is_valid_for_its_methods():
     assert {"fedmix", "fedsam", "moon", "harmofl", "pfedhn", "pfedpg", "fedem", "fedpr", "fed-dualprompt"} <= set(
         covered
     )
+
+
+def test_every_shipped_space_samples_the_client_lr_and_comparison_partners_sample_it_alike():
+    """An equal tuning budget is fair only if no method's search has a lever its partner's lacks: every method trains
+    on clients, so every space samples train.lr; the methods compared in docs/evidence.md's tuned tables sample the
+    client's optimiser and lr over the same ranges."""
+    spaces = {
+        p.name[:-5]: yaml.safe_load(p.read_text())["space"]
+        for p in resources.files("raysim.tune_spaces").iterdir()
+        if p.name.endswith(".yaml")
+    }
+    assert [name for name, space in spaces.items() if "train.lr" not in space] == []
+    for partners in (("sgpt", "fgpt", "fedvpt"), ("fedgcr", "qffl", "fedvpt")):
+        levers = [{k: v for k, v in spaces[name].items() if k.startswith("train.")} for name in partners]
+        assert levers[0] == {"train.optimizer": {"choice": ["sgd", "adamw"]}, "train.lr": {"loguniform": [3e-4, 3e-2]}}
+        assert all(lever == levers[0] for lever in levers), partners
 
 
 def test_the_line_of_what_every_trial_runs_names_no_key_the_trials_sample(tmp_path):
