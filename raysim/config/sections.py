@@ -228,6 +228,14 @@ class DataConfig:
     alpha: float = setting(0.5, "Dirichlet concentration over labels.", checks=(POSITIVE,))
     beta: float = setting(0.5, "Pachinko: Dirichlet concentration over coarse labels.", checks=(POSITIVE,))
     beta_fine: float = setting(10.0, "Pachinko: Dirichlet concentration over fine labels.", checks=(POSITIVE,))
+    pachinko: str = setting(
+        "reddi",
+        "Pachinko: 'reddi', every client's N // M rows drawn one at a time from its coarse and fine multinomials, a "
+        "label leaving the draw when its rows run out (Reddi et al. 2021, App. C, which FGPT cites), or "
+        "'proportional', each class split over the clients in proportion to their drawn probabilities of it, so "
+        "client sizes vary (raysim before 2026-11-29).",
+        choices=("reddi", "proportional"),
+    )
     dif: float = setting(1.0, "Domains: the domain imbalance factor (1 is balanced).", checks=(at_least(1),))
     domain_order: str = setting(
         "paper",

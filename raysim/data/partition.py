@@ -11,7 +11,9 @@ follows its train proportions by construction. The rules follow METHODS.md:
   2024, App. E.1).
 * ``dirichlet``: per class, shares over clients ``~ Dirichlet(alpha)``.
 * ``pachinko``: per client, ``Dirichlet(beta)`` over coarse labels, then ``Dirichlet(beta_fine)`` over
-  the fine labels of each coarse label (FGPT, appendix).
+  the fine labels of each coarse label (FGPT, appendix), every client's N // M rows drawn one at a time, a label
+  leaving the draw when its rows run out (Reddi et al., ICLR 2021, App. C, which FGPT cites; ``pachinko=reddi``), or
+  each class split in proportion to the clients' drawn probabilities of it (``proportional``: client sizes vary).
 * ``domains``: each client holds one domain; clients per domain form a geometric series whose
   largest/smallest ratio is the domain imbalance factor ``dif`` (FedGCR, AAAI 2024), the most clients to the first
   domain of ``domain_order``. ``domain_sizes``: each domain's rows all dealt, equally among its clients (``full``),
@@ -47,6 +49,7 @@ class PartitionParams:
     alpha: float = 0.5  # dirichlet concentration
     beta: float = 0.5  # pachinko: concentration over coarse labels
     beta_fine: float = 10.0  # pachinko: concentration over fine labels inside a coarse label
+    pachinko: str = "reddi"  # pachinko: N // M rows a client drawn one by one (reddi) | class shares (proportional)
     dif: float = 1.0  # domains: domain imbalance factor (largest/smallest clients per domain)
     domain_order: tuple[int, ...] | None = None  # domains: most clients first (DatasetInfo.imbalance_order)
     domain_sizes: str = "full"  # domains: every domain's rows dealt equally among its clients | geometric
@@ -54,9 +57,9 @@ class PartitionParams:
 
 @dataclass(frozen=True)
 class Partitioner:
-    """A registered partitioner; ``fn(D, C, M, params, rng, coarse_of_class)`` returns shares [D, C, M], or (train
-    shares, test shares) where the test rows are dealt otherwise; ``reads``: the :class:`PartitionParams` it uses
-    (they name a partition, e.g. in run names)."""
+    """A registered partitioner; ``fn(D, C, M, params, rng, coarse_of_class, class_sizes)`` (``class_sizes``: the
+    training rows of each class) returns shares [D, C, M], or (train shares, test shares) where the test rows are
+    dealt otherwise; ``reads``: the :class:`PartitionParams` it uses (they name a partition, e.g. in run names)."""
 
     name: str
     description: str
@@ -82,7 +85,7 @@ def _per_class(num_domains: int, class_shares: np.ndarray) -> np.ndarray:
     return np.repeat(class_shares[None], num_domains, axis=0).astype(np.float64)
 
 
-def _iid(num_domains, num_classes, num_clients, params, rng, coarse_of_class):
+def _iid(num_domains, num_classes, num_clients, params, rng, coarse_of_class, class_sizes):
     return np.full((num_domains, num_classes, num_clients), 1.0 / num_clients)
 
 
@@ -110,7 +113,7 @@ def ring_class_sets(num_classes: int, num_clients: int, s: int, rng: np.random.G
 CLASS_SETS = {"random": random_class_sets, "ring": ring_class_sets}
 
 
-def _pathological(num_domains, num_classes, num_clients, params, rng, coarse_of_class):
+def _pathological(num_domains, num_classes, num_clients, params, rng, coarse_of_class, class_sizes):
     # With s*M < C some classes have no holder: their rows stay zero and their samples are unassigned.
     held = CLASS_SETS[params.class_sets](num_classes, num_clients, params.s, rng)
     weights = np.zeros((num_classes, num_clients))
@@ -119,22 +122,64 @@ def _pathological(num_domains, num_classes, num_clients, params, rng, coarse_of_
     return _per_class(num_domains, np.divide(weights, total, out=np.zeros_like(weights), where=total > 0))
 
 
-def _dirichlet(num_domains, num_classes, num_clients, params, rng, coarse_of_class):
+def _dirichlet(num_domains, num_classes, num_clients, params, rng, coarse_of_class, class_sizes):
     return _per_class(num_domains, rng.dirichlet(np.full(num_clients, params.alpha), size=num_classes))
 
 
-def _pachinko(num_domains, num_classes, num_clients, params, rng, coarse_of_class):
+def _pachinko(num_domains, num_classes, num_clients, params, rng, coarse_of_class, class_sizes):
     coarse_ids, coarse = np.unique(coarse_of_class, return_inverse=True)
+    fine_of = [np.flatnonzero(coarse == k) for k in range(len(coarse_ids))]
+    if params.pachinko == "reddi":
+        counts = _pachinko_draws(fine_of, class_sizes, num_clients, params, rng)
+        return _per_class(num_domains, counts / np.maximum(class_sizes, 1)[:, None])
     proportions = np.empty((num_clients, num_classes))  # p_i[c]
     for i in range(num_clients):
-        coarse_p = rng.dirichlet(np.full(len(coarse_ids), params.beta))
-        for k in range(len(coarse_ids)):
-            fine = np.flatnonzero(coarse == k)
+        coarse_p = rng.dirichlet(np.full(len(fine_of), params.beta))
+        for k, fine in enumerate(fine_of):
             proportions[i, fine] = coarse_p[k] * rng.dirichlet(np.full(len(fine), params.beta_fine))
     total = proportions.sum(axis=0)
     # A class that every client draws with probability exactly 0 (tiny beta) is split equally.
     class_shares = np.divide(proportions, total, out=np.full_like(proportions, 1.0 / num_clients), where=total > 0)
     return _per_class(num_domains, class_shares.T)
+
+
+def _pachinko_draws(fine_of: list[np.ndarray], class_sizes, num_clients: int, params, rng) -> np.ndarray:
+    """[C, M] rows of each class each client draws, as Reddi et al. (ICLR 2021, App. C) deal CIFAR-100 (FedEM's
+    ``pachinko_allocation_split`` likewise): client by client, a coarse multinomial ~ Dirichlet(beta) over the coarse
+    labels with rows left and, per coarse label, a fine one ~ Dirichlet(beta_fine) over its fine labels with rows
+    left; then N // M draws of a coarse and a fine label, one row each. A fine label whose rows run out leaves the
+    draw (its coarse label's fine multinomial renormalised), and a coarse label with none left likewise. The N % M
+    rows left over stay with no client."""
+    left = np.asarray(class_sizes, dtype=np.int64).copy()
+    counts = np.zeros((len(left), num_clients), dtype=np.int64)
+    for i in range(num_clients):
+        fine = [f[left[f] > 0] for f in fine_of]
+        fine = [f for f in fine if len(f)]  # the coarse labels with rows left
+        coarse_p = rng.dirichlet(np.full(len(fine), params.beta))
+        fine_p = [rng.dirichlet(np.full(len(f), params.beta_fine)) for f in fine]
+        for _ in range(int(np.asarray(class_sizes).sum()) // num_clients):
+            k = _draw(coarse_p, rng)
+            j = _draw(fine_p[k], rng)
+            label = fine[k][j]
+            counts[label, i] += 1
+            left[label] -= 1
+            if left[label] == 0:
+                fine[k], fine_p[k] = np.delete(fine[k], j), _renormalised(np.delete(fine_p[k], j))
+                if not len(fine[k]):
+                    del fine[k], fine_p[k]
+                    coarse_p = _renormalised(np.delete(coarse_p, k))
+    return counts
+
+
+def _draw(p: np.ndarray, rng: np.random.Generator) -> int:
+    """One index drawn with probabilities ``p``."""
+    return min(int(np.searchsorted(np.cumsum(p), rng.random() * p.sum(), side="right")), len(p) - 1)
+
+
+def _renormalised(p: np.ndarray) -> np.ndarray:
+    """``p`` over what is left; uniform where the labels left had no mass (a Dirichlet with a tiny concentration)."""
+    total = p.sum()
+    return p / total if total > 0 else np.full(len(p), 1.0 / max(len(p), 1))
 
 
 def _domain_client_counts(num_domains: int, num_clients: int, dif: float) -> np.ndarray:
@@ -169,7 +214,7 @@ def _domain_client_counts(num_domains: int, num_clients: int, dif: float) -> np.
     return np.concatenate([[high], np.sort(inner)[::-1], [low]]).astype(np.int64)
 
 
-def _domains(num_domains, num_classes, num_clients, params, rng, coarse_of_class):
+def _domains(num_domains, num_classes, num_clients, params, rng, coarse_of_class, class_sizes):
     order = list(params.domain_order or range(num_domains))  # the k-th domain gets the series' k-th count
     counts, rank = np.empty(num_domains, dtype=np.int64), np.empty(num_domains, dtype=np.int64)
     counts[order], rank[order] = _domain_client_counts(num_domains, num_clients, params.dif), np.arange(num_domains)
@@ -207,7 +252,8 @@ for _partitioner in (
     Partitioner("dirichlet", "per class, client shares ~ Dirichlet(alpha)", _dirichlet, reads=("alpha",)),
     Partitioner(
         "pachinko",
-        "per client, Dirichlet(beta) over coarse labels then Dirichlet(beta_fine) over fine labels (FGPT)",
+        "per client, Dirichlet(beta) over coarse labels then Dirichlet(beta_fine) over fine labels, N/M rows drawn "
+        "one by one (FGPT, after Reddi et al.)",
         _pachinko,
         needs_coarse=True,
         reads=("beta", "beta_fine"),
@@ -222,7 +268,13 @@ for _partitioner in (
     ),
 ):
     PARTITIONERS.add(_partitioner.name, _partitioner)
-_REDRAWN = {"dirichlet": "a larger alpha", "pachinko": "a larger beta"}  # random shares: redraw on failure
+_REDRAWN = {"dirichlet": "a larger alpha", "pachinko": "a larger beta"}  # random client sizes: redraw on failure
+
+
+def _redraws(name: str, params: PartitionParams) -> bool:
+    """Whether a draw that leaves a client too few rows is drawn again: where client sizes are random (not under
+    ``pachinko=reddi``, whose clients all draw N // M rows)."""
+    return name in _REDRAWN and not (name == "pachinko" and params.pachinko == "reddi")
 
 
 def split_by_shares(
@@ -287,6 +339,8 @@ def _validate(name, num_classes, num_domains, num_clients, params, coarse_of_cla
     if name == "dirichlet" and not params.alpha > 0:
         raise ConfigError(f"alpha={params.alpha} must be positive; use e.g. alpha=0.5")
     if name == "pachinko":
+        if params.pachinko not in ("reddi", "proportional"):
+            raise ConfigError(f"pachinko={params.pachinko!r} is not one of: reddi, proportional")
         for key in ("beta", "beta_fine"):
             if not getattr(params, key) > 0:
                 raise ConfigError(f"{key}={getattr(params, key)} must be positive; use e.g. {key}=0.5")
@@ -342,23 +396,24 @@ def partition(
     Raises:
         ConfigError: for an unknown name, invalid parameters, or when some client ends up with fewer
             than ``min_train_samples`` training samples (after up to 100 redraws for dirichlet and
-            pachinko).
+            proportional pachinko).
     """
     _validate(name, num_classes, num_domains, num_clients, params, coarse_of_class)
     _check_data("train", train_labels, train_domains, num_classes, num_domains)
     _check_data("test", test_labels, test_domains, num_classes, num_domains)
     share_rng, train_rng, test_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(3))
     fn = PARTITIONERS[name].fn
-    draws = _MAX_REDRAWS + 1 if name in _REDRAWN else 1
+    draws = _MAX_REDRAWS + 1 if _redraws(name, params) else 1
+    class_sizes = np.bincount(np.asarray(train_labels, dtype=np.int64), minlength=num_classes)
     for _ in range(draws):
-        drawn = fn(num_domains, num_classes, num_clients, params, share_rng, coarse_of_class)
+        drawn = fn(num_domains, num_classes, num_clients, params, share_rng, coarse_of_class, class_sizes)
         shares, test_shares = drawn if isinstance(drawn, tuple) else (drawn, drawn)
         train_client = split_by_shares(train_domains, train_labels, shares, train_rng, partial=True)
         sizes = np.bincount(train_client[train_client >= 0], minlength=num_clients)
         if sizes.min() >= min_train_samples:
             break
     else:
-        if name in _REDRAWN:
+        if _redraws(name, params):
             raise ConfigError(
                 f"partition {name!r} left a client with {sizes.min()} training samples (< min_train_samples="
                 f"{min_train_samples}) in {draws} draws with {num_clients} clients; use fewer clients or "

@@ -65,6 +65,7 @@ def prepare_shards(config: Config) -> ShardStore:
         alpha=data.alpha,
         beta=data.beta,
         beta_fine=data.beta_fine,
+        pachinko=data.pachinko,
         dif=data.dif,
         domain_order=info.imbalance_order if data.domain_order == "paper" else None,
         domain_sizes=data.domain_sizes,

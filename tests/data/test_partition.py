@@ -330,12 +330,48 @@ def test_pachinko_small_beta_concentrates_clients_on_few_coarse_labels():
     assert top_coarse_mass(100.0) < 0.35  # close to the even 1/5
 
 
-def test_pachinko_fine_labels_within_coarse_follow_beta_fine():
-    part, _, _ = _run("pachinko", num_classes=20, coarse_of_class=COARSE, beta_fine=1e4, num_clients=5)
+def test_proportional_pachinko_fine_labels_within_coarse_follow_beta_fine():
+    part, _, _ = _run(
+        "pachinko", num_classes=20, coarse_of_class=COARSE, beta_fine=1e4, num_clients=5, pachinko="proportional"
+    )
     # With a huge beta_fine, the four fine classes of a coarse label get the same client proportions.
     for k in range(5):
         block = part.shares[0, k == COARSE]
         np.testing.assert_allclose(block, block[:1].repeat(4, axis=0), rtol=0.05, atol=1e-3)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_reddi_pachinko_gives_every_client_n_over_m_rows_and_a_label_leaves_the_draw_when_it_runs_out(seed):
+    """Two coarse labels of one class each, 2 and 8 rows, two clients of 5 rows: with beta 1e-3 a client's coarse
+    multinomial is all but one-hot, so the first client often wants class 0's rows six times over; it gets its 2
+    and then draws class 1, and the second client takes what is left. Every row is dealt, each to one client."""
+    labels = np.repeat([0, 1], [2, 8])
+    part = partition(
+        "pachinko",
+        train_labels=labels,
+        train_domains=np.zeros(10, dtype=np.int64),
+        test_labels=labels,
+        test_domains=np.zeros(10, dtype=np.int64),
+        num_classes=2,
+        num_domains=1,
+        num_clients=2,
+        params=PartitionParams(beta=1e-3),
+        seed=seed,
+        coarse_of_class=np.array([0, 1]),
+    )
+    counts = _counts(part.train_client, labels, 2, 2)
+    assert counts.sum(axis=1).tolist() == [5, 5] and counts.sum(axis=0).tolist() == [2, 8]
+    np.testing.assert_allclose(part.shares[0], counts.T / np.array([[2], [8]]))  # each class's rows as drawn
+
+
+def test_reddi_pachinko_leaves_the_n_mod_m_rows_to_no_client_and_follows_beta_and_beta_fine():
+    part, (labels, _), _ = _run("pachinko", num_classes=20, coarse_of_class=COARSE, num_clients=7, beta_fine=1e4)
+    sizes = np.bincount(part.train_client[part.train_client >= 0], minlength=7)
+    assert sizes.tolist() == [2000 // 7] * 7 and (part.train_client < 0).sum() == 2000 % 7
+    counts = _counts(part.train_client[part.train_client >= 0], labels[part.train_client >= 0], 7, 20)
+    fine = counts[:, COARSE == 0] / np.maximum(counts[:, COARSE == 0].sum(axis=1, keepdims=True), 1)
+    held = counts[:, COARSE == 0].sum(axis=1) >= 40  # clients with 40+ rows of coarse label 0: its 4 classes ~even
+    assert held.any() and np.abs(fine[held] - 0.25).max() < 0.2
 
 
 # --- domains ------------------------------------------------------------------------------------------
@@ -418,7 +454,7 @@ def test_domains_geometric_sizes_shrink_each_domain_and_grow_its_clients_as_fedg
         ("iid", {}, "48f164f2326c"),
         ("dirichlet", {"alpha": 0.3}, "005447662792"),
         ("pathological", {"s": 3}, "bb8a9cd548c7"),
-        ("pachinko", {"beta": 0.5, "coarse_of_class": np.arange(10) // 2}, "09816eeae994"),
+        ("pachinko", {"beta": 0.5, "coarse_of_class": np.arange(10) // 2, "pachinko": "proportional"}, "09816eeae994"),
         ("domains", {"num_domains": 4, "dif": 3.0}, "e26b57d4bc6b"),
     ],
 )

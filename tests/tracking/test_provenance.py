@@ -153,6 +153,7 @@ PUBLISHED = [  # hashes of 45a766e (2026-11-29 morning): the old forms of the la
     ("fedvpt", "offline-digit5-dif10", {"federation": {"clients": 20}, "data": {"domain_order": "id"}}, "04cd9b"),
     ("fedvpt", None, {"data": {"dataset": "pacs", "partition": "domains", "dif": 10.0}}, "4f76ba"),  # no paper order
     ("sgpt", "offline-five-sources", {"federation": {"rounds": 30}}, "3d5c1d"),  # DIF 1: no domain is rarer
+    ("fedvpt", None, {"data": {"partition": "pachinko", "pachinko": "proportional"}}, "bc49f8"),  # at 4e676fa
 ]
 
 
@@ -177,6 +178,7 @@ def test_a_setting_whose_data_did_not_change_keeps_its_published_hash(method, pr
         ("fedvpt", "offline-digit5-dif10", {"federation": {"unseen_fraction": 0.1}}, "c67bc2"),  # held out by domain
         ("fedvpt", "offline-digit5-dif10", {"data": {"domain_sizes": "geometric"}}, "e681b2"),  # the authors' sizes
         ("fedvpt", None, {"data": {"holdout": "validation"}}, "a6abab"),  # scored on validation rows
+        ("fedvpt", None, {"data": {"partition": "pachinko"}}, "bc49f8"),  # Reddi et al.'s draw
     ],
 )
 def test_a_setting_whose_data_or_numbers_changed_gets_a_new_hash(method, preset, layer, published):
