@@ -57,9 +57,10 @@ class PartitionParams:
 
 @dataclass(frozen=True)
 class Partitioner:
-    """A registered partitioner; ``fn(D, C, M, params, rng, coarse_of_class, class_sizes)`` (``class_sizes``: the
-    training rows of each class) returns shares [D, C, M], or (train shares, test shares) where the test rows are
-    dealt otherwise; ``reads``: the :class:`PartitionParams` it uses (they name a partition, e.g. in run names)."""
+    """A registered partitioner; ``fn(D, C, M, params, rng, coarse_of_class, cell_sizes)`` (``cell_sizes``: the
+    training rows of each (domain, class) cell, [D, C]) returns shares [D, C, M], or (train shares, test shares)
+    where the test rows are dealt otherwise; ``reads``: the :class:`PartitionParams` it uses (they name a
+    partition, e.g. in run names)."""
 
     name: str
     description: str
@@ -85,7 +86,7 @@ def _per_class(num_domains: int, class_shares: np.ndarray) -> np.ndarray:
     return np.repeat(class_shares[None], num_domains, axis=0).astype(np.float64)
 
 
-def _iid(num_domains, num_classes, num_clients, params, rng, coarse_of_class, class_sizes):
+def _iid(num_domains, num_classes, num_clients, params, rng, coarse_of_class, cell_sizes):
     return np.full((num_domains, num_classes, num_clients), 1.0 / num_clients)
 
 
@@ -113,7 +114,7 @@ def ring_class_sets(num_classes: int, num_clients: int, s: int, rng: np.random.G
 CLASS_SETS = {"random": random_class_sets, "ring": ring_class_sets}
 
 
-def _pathological(num_domains, num_classes, num_clients, params, rng, coarse_of_class, class_sizes):
+def _pathological(num_domains, num_classes, num_clients, params, rng, coarse_of_class, cell_sizes):
     # With s*M < C some classes have no holder: their rows stay zero and their samples are unassigned.
     held = CLASS_SETS[params.class_sets](num_classes, num_clients, params.s, rng)
     weights = np.zeros((num_classes, num_clients))
@@ -122,16 +123,16 @@ def _pathological(num_domains, num_classes, num_clients, params, rng, coarse_of_
     return _per_class(num_domains, np.divide(weights, total, out=np.zeros_like(weights), where=total > 0))
 
 
-def _dirichlet(num_domains, num_classes, num_clients, params, rng, coarse_of_class, class_sizes):
+def _dirichlet(num_domains, num_classes, num_clients, params, rng, coarse_of_class, cell_sizes):
     return _per_class(num_domains, rng.dirichlet(np.full(num_clients, params.alpha), size=num_classes))
 
 
-def _pachinko(num_domains, num_classes, num_clients, params, rng, coarse_of_class, class_sizes):
+def _pachinko(num_domains, num_classes, num_clients, params, rng, coarse_of_class, cell_sizes):
     coarse_ids, coarse = np.unique(coarse_of_class, return_inverse=True)
     fine_of = [np.flatnonzero(coarse == k) for k in range(len(coarse_ids))]
     if params.pachinko == "reddi":
-        counts = _pachinko_draws(fine_of, class_sizes, num_clients, params, rng)
-        return _per_class(num_domains, counts / np.maximum(class_sizes, 1)[:, None])
+        counts = _pachinko_draws(fine_of, cell_sizes.sum(axis=0), num_clients, params, rng)
+        return _cell_counts(counts, cell_sizes, rng) / np.maximum(cell_sizes, 1)[:, :, None]
     proportions = np.empty((num_clients, num_classes))  # p_i[c]
     for i in range(num_clients):
         coarse_p = rng.dirichlet(np.full(len(fine_of), params.beta))
@@ -171,9 +172,24 @@ def _pachinko_draws(fine_of: list[np.ndarray], class_sizes, num_clients: int, pa
     return counts
 
 
+def _cell_counts(counts: np.ndarray, cell_sizes: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """[D, C, M] rows of each (domain, class) cell per client, from the [C, M] rows of each class drawn: a class's
+    rows are dealt to its clients in a random order of their domains, so every count is whole (each client then
+    gets exactly the rows it drew) and a client's rows of a class come from its domains in their sizes' proportion
+    on average."""
+    num_domains, num_classes = cell_sizes.shape
+    cells = np.zeros((num_domains, num_classes, counts.shape[1]), dtype=np.int64)
+    for label in range(num_classes):
+        domains = rng.permutation(np.repeat(np.arange(num_domains), cell_sizes[:, label]))
+        owner = np.repeat(np.arange(counts.shape[1]), counts[label])
+        np.add.at(cells[:, label], (domains[: len(owner)], owner), 1)
+    return cells
+
+
 def _draw(p: np.ndarray, rng: np.random.Generator) -> int:
-    """One index drawn with probabilities ``p``."""
-    return min(int(np.searchsorted(np.cumsum(p), rng.random() * p.sum(), side="right")), len(p) - 1)
+    """One index drawn with probabilities ``p`` (a label without mass is never drawn)."""
+    cumulative = np.cumsum(p)
+    return int(np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right"))
 
 
 def _renormalised(p: np.ndarray) -> np.ndarray:
@@ -214,7 +230,7 @@ def _domain_client_counts(num_domains: int, num_clients: int, dif: float) -> np.
     return np.concatenate([[high], np.sort(inner)[::-1], [low]]).astype(np.int64)
 
 
-def _domains(num_domains, num_classes, num_clients, params, rng, coarse_of_class, class_sizes):
+def _domains(num_domains, num_classes, num_clients, params, rng, coarse_of_class, cell_sizes):
     order = list(params.domain_order or range(num_domains))  # the k-th domain gets the series' k-th count
     counts, rank = np.empty(num_domains, dtype=np.int64), np.empty(num_domains, dtype=np.int64)
     counts[order], rank[order] = _domain_client_counts(num_domains, num_clients, params.dif), np.arange(num_domains)
@@ -252,8 +268,8 @@ for _partitioner in (
     Partitioner("dirichlet", "per class, client shares ~ Dirichlet(alpha)", _dirichlet, reads=("alpha",)),
     Partitioner(
         "pachinko",
-        "per client, Dirichlet(beta) over coarse labels then Dirichlet(beta_fine) over fine labels, N/M rows drawn "
-        "one by one (FGPT, after Reddi et al.)",
+        "per client, Dirichlet(beta) over coarse labels then Dirichlet(beta_fine) over fine labels (FGPT); "
+        "pachinko=reddi (default): N // M rows a client, drawn one by one as Reddi et al.",
         _pachinko,
         needs_coarse=True,
         reads=("beta", "beta_fine"),
@@ -404,9 +420,10 @@ def partition(
     share_rng, train_rng, test_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(3))
     fn = PARTITIONERS[name].fn
     draws = _MAX_REDRAWS + 1 if _redraws(name, params) else 1
-    class_sizes = np.bincount(np.asarray(train_labels, dtype=np.int64), minlength=num_classes)
+    cells = np.asarray(train_domains, dtype=np.int64) * num_classes + np.asarray(train_labels, dtype=np.int64)
+    cell_sizes = np.bincount(cells, minlength=num_domains * num_classes).reshape(num_domains, num_classes)
     for _ in range(draws):
-        drawn = fn(num_domains, num_classes, num_clients, params, share_rng, coarse_of_class, class_sizes)
+        drawn = fn(num_domains, num_classes, num_clients, params, share_rng, coarse_of_class, cell_sizes)
         shares, test_shares = drawn if isinstance(drawn, tuple) else (drawn, drawn)
         train_client = split_by_shares(train_domains, train_labels, shares, train_rng, partial=True)
         sizes = np.bincount(train_client[train_client >= 0], minlength=num_clients)
@@ -425,13 +442,14 @@ def partition(
         )
     test_client = split_by_shares(test_domains, test_labels, test_shares, test_rng)
     unheld = int((shares.sum(axis=2) <= 0)[np.asarray(train_domains), np.asarray(train_labels)].sum())
-    if unheld:  # pathological with s * M < C: the classes no client holds
+    if unheld:  # pathological with s * M < C, or a pachinko class all of whose rows were left over: no client has it
         log.warning(
-            "partition %s leaves %d of %d training rows to no client (classes no client holds); raise data.s or the "
-            "number of clients to use them",
+            "partition %s leaves %d of %d training rows, and their classes' test rows, to no client (classes no "
+            "client holds); %s",
             name,
             unheld,
             len(train_client),
+            "raise data.s or the number of clients to use them" if name == "pathological" else "use fewer clients",
         )
     client_domain = shares.sum(axis=1).argmax(axis=0).astype(np.int64) if PARTITIONERS[name].needs_domains else None
     return Partition(train_client, test_client, client_domain, shares)

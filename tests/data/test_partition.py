@@ -247,7 +247,7 @@ def test_pathological_uneven_holder_counts_differ_by_at_most_one():
 def test_pathological_too_few_holdings_leave_classes_unassigned(caplog):
     with caplog.at_level("WARNING", logger="raysim"):
         part, (labels, _), (test_labels, _) = _run("pathological", s=1, num_clients=4)  # 4 holdings, 10 classes
-    assert "leaves 600 of 1000 training rows to no client" in caplog.text  # 6 classes x 100 rows
+    assert "leaves 600 of 1000 training rows, and their classes' test rows, to no client" in caplog.text  # 6 x 100
     held_classes = np.flatnonzero(part.shares[0].sum(axis=1) > 0)
     assert len(held_classes) == 4 and (part.shares[0] > 0).sum(axis=0).tolist() == [1, 1, 1, 1]
     for client, y in ((part.train_client, labels), (part.test_client, test_labels)):
@@ -364,7 +364,7 @@ def test_reddi_pachinko_gives_every_client_n_over_m_rows_and_a_label_leaves_the_
     np.testing.assert_allclose(part.shares[0], counts.T / np.array([[2], [8]]))  # each class's rows as drawn
 
 
-def test_reddi_pachinko_leaves_the_n_mod_m_rows_to_no_client_and_follows_beta_and_beta_fine():
+def test_reddi_pachinko_leaves_the_n_mod_m_rows_to_no_client_and_follows_beta_fine():
     part, (labels, _), _ = _run("pachinko", num_classes=20, coarse_of_class=COARSE, num_clients=7, beta_fine=1e4)
     sizes = np.bincount(part.train_client[part.train_client >= 0], minlength=7)
     assert sizes.tolist() == [2000 // 7] * 7 and (part.train_client < 0).sum() == 2000 % 7
@@ -372,6 +372,30 @@ def test_reddi_pachinko_leaves_the_n_mod_m_rows_to_no_client_and_follows_beta_an
     fine = counts[:, COARSE == 0] / np.maximum(counts[:, COARSE == 0].sum(axis=1, keepdims=True), 1)
     held = counts[:, COARSE == 0].sum(axis=1) >= 40  # clients with 40+ rows of coarse label 0: its 4 classes ~even
     assert held.any() and np.abs(fine[held] - 0.25).max() < 0.2
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_reddi_pachinko_deals_whole_rows_per_domain_so_clients_get_exactly_what_they_drew(seed):
+    """Over several domains a class's drawn rows are dealt cell by cell in whole rows: each client holds exactly
+    N // M rows, N % M rows stay with no client, and no cell deals more rows than it has."""
+    rng = np.random.default_rng(seed)
+    labels, domains = rng.integers(0, 20, 997), rng.integers(0, 10, 997)  # 200 cells of unequal sizes
+    part = partition(
+        "pachinko",
+        train_labels=labels,
+        train_domains=domains,
+        test_labels=labels,
+        test_domains=domains,
+        num_classes=20,
+        num_domains=10,
+        num_clients=7,
+        params=PartitionParams(beta=0.1),
+        seed=seed,
+        coarse_of_class=COARSE,
+    )
+    assert np.bincount(part.train_client[part.train_client >= 0], minlength=7).tolist() == [997 // 7] * 7
+    assert (part.train_client < 0).sum() == 997 % 7
+    assert (part.shares.sum(axis=2) <= 1 + 1e-9).all()
 
 
 # --- domains ------------------------------------------------------------------------------------------
@@ -455,6 +479,7 @@ def test_domains_geometric_sizes_shrink_each_domain_and_grow_its_clients_as_fedg
         ("dirichlet", {"alpha": 0.3}, "005447662792"),
         ("pathological", {"s": 3}, "bb8a9cd548c7"),
         ("pachinko", {"beta": 0.5, "coarse_of_class": np.arange(10) // 2, "pachinko": "proportional"}, "09816eeae994"),
+        ("pachinko", {"beta": 0.5, "coarse_of_class": np.arange(10) // 2}, "aefbd8180c11"),  # reddi, since e10dede
         ("domains", {"num_domains": 4, "dif": 3.0}, "e26b57d4bc6b"),
     ],
 )

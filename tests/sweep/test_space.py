@@ -5,8 +5,8 @@ from __future__ import annotations
 from importlib import resources
 
 import pytest
-import yaml
 
+from raysim.config import yaml12
 from raysim.core.errors import ConfigError
 from raysim.core.registry import METHODS
 from raysim.sweep.space import default_space_file, load_space
@@ -89,18 +89,23 @@ def test_every_shipped_space_is_valid_for_its_methods():
 
 def test_every_shipped_space_samples_the_client_lr_and_comparison_partners_sample_it_alike():
     """An equal tuning budget is fair only if no method's search has a lever its partner's lacks: every method trains
-    on clients, so every space samples train.lr; the methods compared in docs/evidence.md's tuned tables sample the
-    client's optimiser and lr over the same ranges."""
+    on clients, so every space samples train.lr; the methods compared in docs/evidence.md's tuned tables (and the
+    FedV table's other baselines) sample the client's training levers over the same ranges."""
     spaces = {
-        p.name[:-5]: yaml.safe_load(p.read_text())["space"]
+        p.name[:-5]: yaml12.load(p.read_text())["space"]
         for p in resources.files("raysim.tune_spaces").iterdir()
         if p.name.endswith(".yaml")
     }
     assert [name for name, space in spaces.items() if "train.lr" not in space] == []
-    for partners in (("sgpt", "fgpt", "fedvpt"), ("fedgcr", "qffl", "fedvpt")):
-        levers = [{k: v for k, v in spaces[name].items() if k.startswith("train.")} for name in partners]
-        assert levers[0] == {"train.optimizer": {"choice": ["sgd", "adamw"]}, "train.lr": {"loguniform": [3e-4, 3e-2]}}
-        assert all(lever == levers[0] for lever in levers), partners
+    prompts = {"train.optimizer": {"choice": ["sgd", "adamw"]}, "train.lr": {"loguniform": [3e-4, 3e-2]}}
+    split = {"train.lr": {"loguniform": [1e-4, 1e-2]}}
+    for partners, expected in (
+        (("sgpt", "fgpt", "fedvpt"), prompts),
+        (("fedgcr", "qffl", "fedvpt"), prompts),
+        (("fedv", "fedvz", "festa", "fedavg", "ditto", "fedrod"), split),
+    ):
+        levers = {name: {k: v for k, v in spaces[name].items() if k.startswith("train.")} for name in partners}
+        assert levers == dict.fromkeys(partners, expected)
 
 
 def test_the_line_of_what_every_trial_runs_names_no_key_the_trials_sample(tmp_path):
