@@ -340,25 +340,30 @@ def test_proportional_pachinko_fine_labels_within_coarse_follow_beta_fine():
         np.testing.assert_allclose(block, block[:1].repeat(4, axis=0), rtol=0.05, atol=1e-3)
 
 
+def _pachinko_on(labels, domains, coarse_of_class, num_clients, beta, seed):
+    """pachinko (reddi) over the given rows, the same rows standing for the test set."""
+    return partition(
+        "pachinko",
+        train_labels=labels,
+        train_domains=domains,
+        test_labels=labels,
+        test_domains=domains,
+        num_classes=len(coarse_of_class),
+        num_domains=int(domains.max()) + 1,
+        num_clients=num_clients,
+        params=PartitionParams(beta=beta),
+        seed=seed,
+        coarse_of_class=coarse_of_class,
+    )
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_reddi_pachinko_gives_every_client_n_over_m_rows_and_a_label_leaves_the_draw_when_it_runs_out(seed):
     """Two coarse labels of one class each, 2 and 8 rows, two clients of 5 rows: with beta 1e-3 a client's coarse
     multinomial is all but one-hot, so the first client often wants class 0's rows six times over; it gets its 2
     and then draws class 1, and the second client takes what is left. Every row is dealt, each to one client."""
     labels = np.repeat([0, 1], [2, 8])
-    part = partition(
-        "pachinko",
-        train_labels=labels,
-        train_domains=np.zeros(10, dtype=np.int64),
-        test_labels=labels,
-        test_domains=np.zeros(10, dtype=np.int64),
-        num_classes=2,
-        num_domains=1,
-        num_clients=2,
-        params=PartitionParams(beta=1e-3),
-        seed=seed,
-        coarse_of_class=np.array([0, 1]),
-    )
+    part = _pachinko_on(labels, np.zeros(10, dtype=np.int64), np.array([0, 1]), 2, beta=1e-3, seed=seed)
     counts = _counts(part.train_client, labels, 2, 2)
     assert counts.sum(axis=1).tolist() == [5, 5] and counts.sum(axis=0).tolist() == [2, 8]
     np.testing.assert_allclose(part.shares[0], counts.T / np.array([[2], [8]]))  # each class's rows as drawn
@@ -380,19 +385,7 @@ def test_reddi_pachinko_deals_whole_rows_per_domain_so_clients_get_exactly_what_
     N // M rows, N % M rows stay with no client, and no cell deals more rows than it has."""
     rng = np.random.default_rng(seed)
     labels, domains = rng.integers(0, 20, 997), rng.integers(0, 10, 997)  # 200 cells of unequal sizes
-    part = partition(
-        "pachinko",
-        train_labels=labels,
-        train_domains=domains,
-        test_labels=labels,
-        test_domains=domains,
-        num_classes=20,
-        num_domains=10,
-        num_clients=7,
-        params=PartitionParams(beta=0.1),
-        seed=seed,
-        coarse_of_class=COARSE,
-    )
+    part = _pachinko_on(labels, domains, COARSE, 7, beta=0.1, seed=seed)
     assert np.bincount(part.train_client[part.train_client >= 0], minlength=7).tolist() == [997 // 7] * 7
     assert (part.train_client < 0).sum() == 997 % 7
     assert (part.shares.sum(axis=2) <= 1 + 1e-9).all()
