@@ -28,7 +28,7 @@ from raysim.engine.callbacks import Callback, Checkpointing
 from raysim.engine.client_states import ClientStates
 from raysim.engine.devices import Devices
 from raysim.engine.executors import Pool, start_executor
-from raysim.ops.metrics import accuracy_metrics, client_accuracies
+from raysim.ops.metrics import accuracy_metrics, client_accuracies, generic_accuracy
 from raysim.systems.profiles import draw_profiles
 from raysim.systems.tiers import ALL
 from raysim.tracking.checkpoint import Checkpoint
@@ -270,6 +270,9 @@ class Simulation:
         states = self.clients if isinstance(self.method, Personalised) else {}
         counts = self.executor.evaluate(self.state.params, self.eval_seen + self.eval_unseen, states)
         report.metrics.update(accuracy_metrics(counts, self.eval_seen, self.eval_unseen, self.shards.client_domain))
+        if isinstance(self.method, Personalised):  # the global model too, on the same rows (as newcomers get it)
+            generic = self.executor.evaluate(self.state.params, self.eval_seen, {})
+            report.metrics["generic_acc"] = generic_accuracy(generic, self.eval_seen)
         report.metrics["eval_time_s"] = time.perf_counter() - start
         report.client_acc = client_accuracies(counts)
 

@@ -16,6 +16,7 @@ ACCURACY_KEYS = (
     "sigma_client",
     "sigma_type",
     "unseen_acc",
+    "generic_acc",
     "cluster_acc",
 )
 ROUND_KEYS = (
@@ -76,6 +77,12 @@ def accuracy_metrics(
     if held:
         out["unseen_acc"] = 100.0 * sum(counts[c][0] for c in held) / sum(counts[c][1] for c in held)
     return out
+
+
+def generic_accuracy(counts: dict[int, tuple[int, int]], seen: list[int]) -> float:
+    """A personalised method's ``generic_acc``: the global model's accuracy pooled over the test rows of the clients
+    that train, each of whom ``global_acc`` evaluates with its own model (Fed-RoD's G-FL beside its P-FL)."""
+    return accuracy_metrics(counts, seen, [])["global_acc"]
 
 
 def type_means(per_client: np.ndarray, types: np.ndarray) -> dict[int, float]:

@@ -1,5 +1,5 @@
 """The personalised baselines' formulas on tiny tensors: Fed-RoD's balanced softmax loss and its one head g + p,
-and which model Ditto evaluates a client with."""
+and which model Ditto evaluates a client with; a personalised run's generic accuracy (its global model's)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import torch
 
 from raysim.algorithms.ditto import Ditto
 from raysim.algorithms.fedrod import FedRoD, balanced_softmax_loss
+from raysim.config import build_config
+from raysim.testing.smoke import FAST, run_rounds
 
 
 def test_balanced_softmax_adds_the_clients_log_label_frequencies_to_the_logits():
@@ -37,3 +39,16 @@ def test_ditto_evaluates_with_the_personal_model_once_a_client_has_one():
     shared, personal = {"w": torch.zeros(1)}, {"w": torch.ones(1)}
     assert Ditto.eval_params(None, shared, personal) is personal
     assert Ditto.eval_params(None, shared, None) is shared
+
+
+def test_a_personalised_run_reports_its_global_models_accuracy_beside_its_clients_own():
+    """Ditto's global model w is trained as FedAvg's (Li et al. 2021, Alg. 1: the personal v never feeds w), so
+    its generic_acc, the global model on the clients' rows, is FedAvg's global_acc round by round, while its
+    global_acc evaluates each client with its own v."""
+    setting = {k: v for k, v in FAST.items() if k != "fedvpt"}
+    sgd = {"train": {"optimizer": "sgd", "lr": 1e-3}, "resources": {"backend": "sequential"}}
+    runs = {m: run_rounds(build_config(m, [setting, sgd]))[1] for m in ("fedavg", "ditto")}
+    fedavg = [r.metrics["global_acc"] for r in runs["fedavg"]]
+    assert [r.metrics["generic_acc"] for r in runs["ditto"]] == pytest.approx(fedavg) and len(set(fedavg)) > 1
+    assert [r.metrics["global_acc"] for r in runs["ditto"]] != pytest.approx(fedavg)
+    assert not any("generic_acc" in r.metrics for r in runs["fedavg"])
