@@ -270,7 +270,7 @@ class Simulation:
         states = self.clients if isinstance(self.method, Personalised) else {}
         counts = self.executor.evaluate(self.state.params, self.eval_seen + self.eval_unseen, states)
         report.metrics.update(accuracy_metrics(counts, self.eval_seen, self.eval_unseen, self.shards.client_domain))
-        if isinstance(self.method, Personalised):  # the global model too, on the same rows (as newcomers get it)
+        if isinstance(self.method, Personalised):  # the global model too, on the same rows (as held-out clients)
             generic = self.executor.evaluate(self.state.params, self.eval_seen, {})
             report.metrics["generic_acc"] = generic_accuracy(generic, self.eval_seen)
         report.metrics["eval_time_s"] = time.perf_counter() - start

@@ -19,7 +19,7 @@ CURVES = (
     ("local_acc", "local (mean client)"),
     ("worst_local_acc", "worst client"),
     ("unseen_acc", "unseen clients"),
-    ("generic_acc", "global model (personalised methods)"),
+    ("generic_acc", "generic (the global model)"),
 )
 
 
