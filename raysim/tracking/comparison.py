@@ -33,6 +33,7 @@ TUNING_SEED = "raysim.tuning_seed"  # the seed the tuned values were chosen on (
 STATISTICS = (
     ("global_acc", "final"),
     ("global_acc", "mean"),
+    ("generic_acc", "mean"),  # a personalised method's global model (its global_acc: the clients' own models)
     ("local_acc", "mean"),
     ("worst_local_acc", "mean"),
     ("sigma_type", "mean"),

@@ -232,6 +232,17 @@ def test_cells_at_the_presets_have_no_tuning_seed(tmp_path, tracking_uri):
     assert tuning_seeds([{"tags": {TUNING: "presets (no tuning)"}}]) == set()
 
 
+def test_a_personalised_methods_generic_accuracy_has_a_column_blank_for_the_others(tmp_path, tracking_uri):
+    accuracy = {"global_acc": [50.0, 60.0, 70.0], "local_acc": [50.0, 60.0, 70.0], "worst_local_acc": [0.0] * 3}
+    _log_cells(tracking_uri, "personal", {"fedavg": accuracy, "ditto": {**accuracy, "generic_acc": [40.0, 41.0, 45.0]}})
+    table, _ = write_comparison(tracking_uri, "personal", tmp_path / "report", order=["fedavg", "ditto"])
+    header, _, fedavg, ditto = table.splitlines()
+    column = [cell.strip() for cell in header.strip("|").split("|")].index("generic_acc (last-10 mean)")
+    half = T_975_2DF * statistics.stdev([40.0, 41.0, 45.0]) / math.sqrt(3)
+    assert [cell.strip() for cell in ditto.strip("|").split("|")][column] == f"42.00 ± {half:.2f}"
+    assert [cell.strip() for cell in fedavg.strip("|").split("|")][column] == ""
+
+
 def test_a_figure_no_method_logged_both_axes_of_is_left_out(tmp_path, tracking_uri):
     """Cells without a sigma (clients without types or local evaluation) draw no accuracy-vs-fairness axes."""
     accuracy = {"global_acc": [1.0, 2.0, 3.0], "worst_local_acc": [0.0, 0.0, 0.0]}
