@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from raysim.core.errors import ConfigError, unknown_name
-from raysim.data.partition import CLASS_SETS, PARTITIONERS
+from raysim.data.partition import CLASS_SETS, PACHINKO_FORMS, PARTITIONERS
 from raysim.data.sources import SOURCES
 from raysim.systems import traces
 from raysim.systems.distributions import parse_distribution
@@ -234,7 +234,7 @@ class DataConfig:
         "label leaving the draw when its rows run out (Reddi et al. 2021, App. C, which FGPT cites), or "
         "'proportional', each class split over the clients in proportion to their drawn probabilities of it, so "
         "client sizes vary (raysim before 2026-11-29).",
-        choices=("reddi", "proportional"),
+        choices=PACHINKO_FORMS,
     )
     dif: float = setting(1.0, "Domains: the domain imbalance factor (1 is balanced).", checks=(at_least(1),))
     domain_order: str = setting(

@@ -40,6 +40,9 @@ log = logging.getLogger("raysim")
 _MAX_REDRAWS = 100
 
 
+PACHINKO_FORMS = ("reddi", "proportional")  # N // M rows a client drawn one by one | each class split by shares
+
+
 @dataclass(frozen=True)
 class PartitionParams:
     """Knobs of the partitioners; each partitioner reads only its own."""
@@ -49,7 +52,7 @@ class PartitionParams:
     alpha: float = 0.5  # dirichlet concentration
     beta: float = 0.5  # pachinko: concentration over coarse labels
     beta_fine: float = 10.0  # pachinko: concentration over fine labels inside a coarse label
-    pachinko: str = "reddi"  # pachinko: N // M rows a client drawn one by one (reddi) | class shares (proportional)
+    pachinko: str = "reddi"  # pachinko: one of PACHINKO_FORMS
     dif: float = 1.0  # domains: domain imbalance factor (largest/smallest clients per domain)
     domain_order: tuple[int, ...] | None = None  # domains: most clients first (DatasetInfo.imbalance_order)
     domain_sizes: str = "full"  # domains: every domain's rows dealt equally among its clients | geometric
@@ -153,12 +156,13 @@ def _pachinko_draws(fine_of: list[np.ndarray], class_sizes, num_clients: int, pa
     rows left over stay with no client."""
     left = np.asarray(class_sizes, dtype=np.int64).copy()
     counts = np.zeros((len(left), num_clients), dtype=np.int64)
+    per_client = int(left.sum()) // num_clients
     for i in range(num_clients):
         fine = [f[left[f] > 0] for f in fine_of]
         fine = [f for f in fine if len(f)]  # the coarse labels with rows left
         coarse_p = rng.dirichlet(np.full(len(fine), params.beta))
         fine_p = [rng.dirichlet(np.full(len(f), params.beta_fine)) for f in fine]
-        for _ in range(int(np.asarray(class_sizes).sum()) // num_clients):
+        for _ in range(per_client):
             k = _draw(coarse_p, rng)
             j = _draw(fine_p[k], rng)
             label = fine[k][j]
@@ -293,6 +297,11 @@ def _redraws(name: str, params: PartitionParams) -> bool:
     return name in _REDRAWN and not (name == "pachinko" and params.pachinko == "reddi")
 
 
+def _cell_index(domains, labels, num_classes: int) -> np.ndarray:
+    """Each row's (domain, class) cell as one index, ``domain * C + class``."""
+    return np.asarray(domains, dtype=np.int64) * num_classes + np.asarray(labels, dtype=np.int64)
+
+
 def split_by_shares(
     domains: np.ndarray, labels: np.ndarray, shares: np.ndarray, rng: np.random.Generator, partial: bool = False
 ) -> np.ndarray:
@@ -309,7 +318,7 @@ def split_by_shares(
     proportions); each client's total then stays within one sample of its expectation given what was kept.
     """
     num_domains, num_classes, num_clients = shares.shape
-    cell = np.asarray(domains, dtype=np.int64) * num_classes + np.asarray(labels, dtype=np.int64)
+    cell = _cell_index(domains, labels, num_classes)
     order = np.argsort(cell, kind="stable")
     sizes = np.bincount(cell, minlength=num_domains * num_classes)
     starts = np.concatenate([[0], np.cumsum(sizes)])
@@ -355,8 +364,8 @@ def _validate(name, num_classes, num_domains, num_clients, params, coarse_of_cla
     if name == "dirichlet" and not params.alpha > 0:
         raise ConfigError(f"alpha={params.alpha} must be positive; use e.g. alpha=0.5")
     if name == "pachinko":
-        if params.pachinko not in ("reddi", "proportional"):
-            raise ConfigError(f"pachinko={params.pachinko!r} is not one of: reddi, proportional")
+        if params.pachinko not in PACHINKO_FORMS:
+            raise ConfigError(f"pachinko={params.pachinko!r} is not one of: {', '.join(PACHINKO_FORMS)}")
         for key in ("beta", "beta_fine"):
             if not getattr(params, key) > 0:
                 raise ConfigError(f"{key}={getattr(params, key)} must be positive; use e.g. {key}=0.5")
@@ -420,8 +429,8 @@ def partition(
     share_rng, train_rng, test_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(3))
     fn = PARTITIONERS[name].fn
     draws = _MAX_REDRAWS + 1 if _redraws(name, params) else 1
-    cells = np.asarray(train_domains, dtype=np.int64) * num_classes + np.asarray(train_labels, dtype=np.int64)
-    cell_sizes = np.bincount(cells, minlength=num_domains * num_classes).reshape(num_domains, num_classes)
+    cell = _cell_index(train_domains, train_labels, num_classes)
+    cell_sizes = np.bincount(cell, minlength=num_domains * num_classes).reshape(num_domains, num_classes)
     for _ in range(draws):
         drawn = fn(num_domains, num_classes, num_clients, params, share_rng, coarse_of_class, cell_sizes)
         shares, test_shares = drawn if isinstance(drawn, tuple) else (drawn, drawn)
