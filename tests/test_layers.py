@@ -233,7 +233,7 @@ def connect_ray(resources):  # Ray's start, stood in for: waits for the driver's
 ray_connect.connect_ray = connect_ray
 
 from raysim.cli import main
-main(["run", "fedvpt", "--dataset", "synthetic", "--backend", "sequential"])
+main(["run", "fedvpt", "--dataset", "synthetic"])
 """
 
 

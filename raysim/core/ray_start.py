@@ -1,6 +1,7 @@
 """Ray starting on one thread while another prepares the run (``engine.ray_connect.connect_ray_during``): code on
 the other thread that needs Ray (a data source's Ray Data, asking how many machines Ray runs on) calls
-:func:`wait_for_ray` first, so it waits for that start instead of racing it with a second ``ray.init``."""
+:func:`wait_for_ray` first, so it waits for that start instead of racing it with a second ``ray.init``; or, where the
+run starts no Ray (the sequential backend), :func:`ensure_ray`, to have it started."""
 
 from __future__ import annotations
 
@@ -35,3 +36,17 @@ def wait_for_ray() -> None:
         failed = getattr(threading.current_thread(), "ray_failed", None)
         if failed is not None:
             raise RayDidNotStart(f"Ray did not start: {failed}")
+
+
+def ensure_ray() -> None:
+    """:func:`wait_for_ray`; then, on the set-up thread of a run that starts no Ray unless asked (the sequential
+    backend), has the thread that runs the run start it (the set-up thread's ``ask_for_ray``, given it by
+    ``engine.ray_connect.connect_ray_during``), since Ray's daemons end with the thread that starts them. Raises
+    :class:`RayDidNotStart` where that start failed. Elsewhere Ray is up, or starts on first use."""
+    wait_for_ray()
+    ask = getattr(threading.current_thread(), "ask_for_ray", None)
+    if ask is not None:
+        started = threading.Event()
+        ask(started)
+        started.wait()
+        wait_for_ray()

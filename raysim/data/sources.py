@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from raysim.core.errors import ConfigError
 from raysim.core.named import Registry
-from raysim.core.ray_start import wait_for_ray
+from raysim.core.ray_start import ensure_ray
 from raysim.data import decode_cache
 from raysim.data.npy_file import write_npy
 from raysim.data.shards import DatasetInfo
@@ -303,10 +303,11 @@ def ray_data():
     """``ray.data``, set up as raysim's sources use it: rows in source order, no progress bars, its log at errors only.
     Imported here, by the sources that parallelise with it (glyph generation, decoding the papers' datasets), so a
     run whose source does not use it does not import it. Waits for a Ray that another thread is starting (its first
-    call would otherwise start a second one)."""
+    call would otherwise start a second one); in a run that starts no Ray unless asked (the sequential backend), has
+    the run's own local Ray started, not Ray's default (its dashboard, token authentication): :func:`ensure_ray`."""
     import ray.data
 
-    wait_for_ray()
+    ensure_ray()
     _ray_data_used.set()
 
     context = ray.data.DataContext.get_current()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import socket
 import threading
 from collections.abc import Callable
@@ -102,7 +103,16 @@ def connect_ray_during(resources, work: Callable[[], T], meanwhile: Callable[[],
     ready in that time (1.7 s less start-up in ``bench/scale.py`` at 100 x 200 with a cold decode cache). Ray stays
     on the calling thread, because the daemons it starts are killed when the thread that started them ends (Linux's
     parent-death signal is per thread).
+
+    The sequential backend without ``--address`` starts no Ray (its clients train in this process), unless ``work``
+    asks for it (:func:`raysim.core.ray_start.ensure_ray`: Ray Data generating a glyph set on its first run, decoding
+    the papers' data sets); then this thread starts the local one. ``work`` runs on its own thread there too:
+    the heap its reads and decodes free is handed back at the run's start (``core.memory.trim_memory``), while on
+    this thread's heap, under what stays, about 200 MB of it was not (``bench/scale.py`` at 100 x 200).
+    Where Ray is up already (a Tune trial), it is used.
     """
+    without_ray = resources.backend == "sequential" and not resources.address and not ray.is_initialized()
+    asked = queue.SimpleQueue()  # a request for Ray from ``work`` (an Event to set once it is up); None: work ended
     outcome = {}
 
     def target() -> None:
@@ -110,13 +120,27 @@ def connect_ray_during(resources, work: Callable[[], T], meanwhile: Callable[[],
             outcome["result"] = work()
         except BaseException as error:  # re-raised on the calling thread
             outcome["error"] = error
+        finally:
+            asked.put(None)
 
     thread = threading.Thread(target=target, name="raysim-setup", daemon=True)
-    with starting_ray(thread):
+    if without_ray:
+        thread.ask_for_ray = asked.put
         thread.start()
-        connect_ray(resources)
-    if meanwhile is not None and thread.is_alive():
-        meanwhile()
+        if meanwhile is not None:
+            meanwhile()
+        while (started := asked.get()) is not None:
+            try:
+                with starting_ray(thread):
+                    connect_ray(resources)  # once: then Ray is up
+            finally:
+                started.set()
+    else:
+        with starting_ray(thread):
+            thread.start()
+            connect_ray(resources)
+        if meanwhile is not None and thread.is_alive():
+            meanwhile()
     thread.join()
     if "error" in outcome:
         raise outcome["error"]

@@ -95,9 +95,10 @@ def prepare_shards(config: Config) -> ShardStore:
 
 
 def _one_machine() -> bool:
-    """Whether Ray runs on one live node (once Ray is up: this may run while it starts)."""
+    """Whether the run has one machine: no Ray (the sequential backend), or Ray on one live node (once Ray is up: this
+    may run while it starts)."""
     wait_for_ray()
-    return len([n for n in ray.nodes() if n["Alive"]]) == 1
+    return not ray.is_initialized() or len([n for n in ray.nodes() if n["Alive"]]) == 1
 
 
 def initial_state(

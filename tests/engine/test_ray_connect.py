@@ -4,6 +4,7 @@ the set-up needs Ray waits for it."""
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import subprocess
 import sys
@@ -89,6 +90,51 @@ def test_a_local_ray_started_beside_the_setup_outlives_the_setup_thread():
     assert done.returncode == 0, done.stderr[-2000:]
     assert "put and got 7" in done.stdout
     assert "a worker without GPUs sees ''" in done.stdout  # Ray 2.60 left CUDA_VISIBLE_DEVICES as it was (None)
+
+
+SEQUENTIAL = """
+import os
+import sys
+import threading
+import time
+
+import ray
+
+from raysim.cli import main
+from raysim.config import build_config
+from raysim.data.sources import ray_data
+from raysim.engine.ray_connect import connect_ray_during
+from raysim.testing.smoke import FAST
+
+try:
+    main(["run", "fedvpt", "--preset", "quick", "--backend", "sequential", "--no-progress", "--tracking-uri",
+          sys.argv[1]])
+except SystemExit as done:
+    assert done.code in (0, None), done.code
+print("after the run, Ray is up:", ray.is_initialized(), flush=True)
+
+def work():  # a source that generates with Ray Data (a glyph set's first run), on the set-up thread
+    return threading.current_thread() is threading.main_thread(), ray_data().range(8).count()
+
+print("on the main thread, rows:", connect_ray_during(build_config("fedvpt", [FAST]).resources, work), flush=True)
+time.sleep(1)  # the set-up thread has ended: daemons started from it would be gone by now
+print("put and got", ray.get(ray.put(7), timeout=30), "auth:", os.environ.get("RAY_AUTH_MODE"), flush=True)
+"""
+
+
+def test_the_sequential_backend_starts_no_ray_until_the_setup_needs_ray_data(tmp_path):
+    """Its clients train in the driver's process: no Ray daemons (390 MB and 3 s at start-up, docs/performance.md).
+    Ray Data on the set-up thread has the run's thread start the lean local Ray (not Ray's default: dashboard,
+    token auth), which outlives the set-up thread."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    done = subprocess.run(
+        [sys.executable, "-c", SEQUENTIAL, uri], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=180
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "after the run, Ray is up: False" in done.stdout
+    assert "on the main thread, rows: (False, 8)" in done.stdout
+    assert "put and got 7 auth: disabled" in done.stdout
 
 
 def test_a_run_started_beside_other_raysim_code_is_told_its_workers_would_import_that(tmp_path, caplog):
