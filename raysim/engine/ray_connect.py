@@ -105,11 +105,12 @@ def connect_ray_during(resources, work: Callable[[], T], meanwhile: Callable[[],
     parent-death signal is per thread).
 
     The sequential backend without ``--address`` starts no Ray (its clients train in this process), unless ``work``
-    asks for it (:func:`raysim.core.ray_start.ensure_ray`: Ray Data generating a glyph set on its first run, decoding
-    the papers' data sets); then this thread starts the local one. ``work`` runs on its own thread there too:
-    the heap its reads and decodes free is handed back at the run's start (``core.memory.trim_memory``), while on
-    this thread's heap, under what stays, about 200 MB of it was not (``bench/scale.py`` at 100 x 200).
-    Where Ray is up already (a Tune trial), it is used.
+    asks for it (:func:`raysim.core.ray_start.ensure_ray`: Ray Data generating a glyph set on its first run, reading
+    CIFAR or decoding image folders on every run); then this thread starts the local one, which stays up for the
+    run. ``work`` runs on its own thread there too: the heap its reads and decodes free is handed back at the run's
+    start (``core.memory.trim_memory``), while on this thread's heap, under what stays, about 200 MB of it was not
+    (``bench/scale.py`` at 100 x 200). ``meanwhile`` runs at once there, and this thread then waits for ``work``
+    (serving its requests for Ray). Where Ray is up already (a Tune trial), it is used.
     """
     without_ray = resources.backend == "sequential" and not resources.address and not ray.is_initialized()
     asked = queue.SimpleQueue()  # a request for Ray from ``work`` (an Event to set once it is up); None: work ended

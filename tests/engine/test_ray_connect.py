@@ -116,7 +116,8 @@ print("after the run, Ray is up:", ray.is_initialized(), flush=True)
 def work():  # a source that generates with Ray Data (a glyph set's first run), on the set-up thread
     return threading.current_thread() is threading.main_thread(), ray_data().range(8).count()
 
-print("on the main thread, rows:", connect_ray_during(build_config("fedvpt", [FAST]).resources, work), flush=True)
+sequential = build_config("fedvpt", [FAST, {"resources": {"backend": "sequential"}}]).resources
+print("on the main thread, rows:", connect_ray_during(sequential, work), flush=True)
 time.sleep(1)  # the set-up thread has ended: daemons started from it would be gone by now
 print("put and got", ray.get(ray.put(7), timeout=30), "auth:", os.environ.get("RAY_AUTH_MODE"), flush=True)
 """
