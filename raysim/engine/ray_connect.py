@@ -106,11 +106,13 @@ def connect_ray_during(resources, work: Callable[[], T], meanwhile: Callable[[],
 
     The sequential backend without ``--address`` starts no Ray (its clients train in this process), unless ``work``
     asks for it (:func:`raysim.core.ray_start.ensure_ray`: Ray Data generating a glyph set on its first run, reading
-    CIFAR or decoding image folders on every run); then this thread starts the local one, which stays up for the
-    run. ``work`` runs on its own thread there too: the heap its reads and decodes free is handed back at the run's
-    start (``core.memory.trim_memory``), while on this thread's heap, under what stays, about 200 MB of it was not
-    (``bench/scale.py`` at 100 x 200). ``meanwhile`` runs at once there, and this thread then waits for ``work``
-    (serving its requests for Ray). Where Ray is up already (a Tune trial), it is used.
+    CIFAR or decoding image folders on every run); then this thread starts the local one, and stops it once ``work``
+    ended (its rows are the process's own arrays by then: ``data.sources.load_dataset``), so that no daemon, Ray
+    Data worker or object store holds memory through the rounds. ``work`` runs on its own thread there too: the heap
+    its reads and decodes free is handed back at the run's start (``core.memory.trim_memory``), while on this
+    thread's heap, under what stays, about 200 MB of it was not (``bench/scale.py`` at 100 x 200). ``meanwhile`` runs
+    at once there, and this thread then waits for ``work`` (serving its requests for Ray). Where Ray is up already (a
+    Tune trial), it is used, and left up.
     """
     without_ray = resources.backend == "sequential" and not resources.address and not ray.is_initialized()
     asked = queue.SimpleQueue()  # a request for Ray from ``work`` (an Event to set once it is up); None: work ended
@@ -128,14 +130,18 @@ def connect_ray_during(resources, work: Callable[[], T], meanwhile: Callable[[],
     if without_ray:
         thread.ask_for_ray = asked.put
         thread.start()
-        if meanwhile is not None:
-            meanwhile()
-        while (started := asked.get()) is not None:
-            try:
-                with starting_ray(thread):
-                    connect_ray(resources)  # once: then Ray is up
-            finally:
-                started.set()
+        try:
+            if meanwhile is not None:
+                meanwhile()
+            while (started := asked.get()) is not None:
+                try:
+                    with starting_ray(thread):
+                        connect_ray(resources)  # once: then Ray is up
+                finally:
+                    started.set()
+        finally:
+            if ray.is_initialized():  # started here, for work's Ray Data, which is done with it
+                ray.shutdown()
     else:
         with starting_ray(thread):
             thread.start()

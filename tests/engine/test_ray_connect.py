@@ -93,10 +93,11 @@ def test_a_local_ray_started_beside_the_setup_outlives_the_setup_thread():
 
 
 SEQUENTIAL = """
+import glob
 import os
 import sys
 import threading
-import time
+from pathlib import Path
 
 import ray
 
@@ -106,6 +107,11 @@ from raysim.data.sources import ray_data
 from raysim.engine.ray_connect import connect_ray_during
 from raysim.testing.smoke import FAST
 
+def children():  # the processes this one started that still run (Ray's daemons, its workers)
+    stats = [Path(stat).read_text() for stat in glob.glob("/proc/[0-9]*/stat")]
+    fields = [stat.rsplit(")", 1)[1].split() for stat in stats]
+    return sum(1 for f in fields if f[0] != "Z" and int(f[1]) == os.getpid())
+
 try:
     main(["run", "fedvpt", "--preset", "quick", "--backend", "sequential", "--no-progress", "--tracking-uri",
           sys.argv[1]])
@@ -114,19 +120,20 @@ except SystemExit as done:
 print("after the run, Ray is up:", ray.is_initialized(), flush=True)
 
 def work():  # a source that generates with Ray Data (a glyph set's first run), on the set-up thread
-    return threading.current_thread() is threading.main_thread(), ray_data().range(8).count()
+    rows, put = ray_data().range(8).count(), ray.get(ray.put(7), timeout=30)
+    print("during the set-up, Ray's processes:", min(children(), 3), flush=True)  # GCS, raylet, ... (3 or more)
+    return threading.current_thread() is threading.main_thread(), rows, put, os.environ.get("RAY_AUTH_MODE")
 
 sequential = build_config("fedvpt", [FAST, {"resources": {"backend": "sequential"}}]).resources
-print("on the main thread, rows:", connect_ray_during(sequential, work), flush=True)
-time.sleep(1)  # the set-up thread has ended: daemons started from it would be gone by now
-print("put and got", ray.get(ray.put(7), timeout=30), "auth:", os.environ.get("RAY_AUTH_MODE"), flush=True)
+print("on the main thread, rows, put, auth:", connect_ray_during(sequential, work), flush=True)
+print("after the set-up, Ray is up:", ray.is_initialized(), "its processes:", children(), flush=True)
 """
 
 
 def test_the_sequential_backend_starts_no_ray_until_the_setup_needs_ray_data(tmp_path):
     """Its clients train in the driver's process: no Ray daemons (390 MB and 3 s at start-up, docs/performance.md).
     Ray Data on the set-up thread has the run's thread start the lean local Ray (not Ray's default: dashboard,
-    token auth), which outlives the set-up thread."""
+    token auth), which serves the whole set-up and is stopped, its processes gone, once the set-up ends."""
     env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     done = subprocess.run(
@@ -134,8 +141,9 @@ def test_the_sequential_backend_starts_no_ray_until_the_setup_needs_ray_data(tmp
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "after the run, Ray is up: False" in done.stdout
-    assert "on the main thread, rows: (False, 8)" in done.stdout
-    assert "put and got 7 auth: disabled" in done.stdout
+    assert "during the set-up, Ray's processes: 3" in done.stdout
+    assert "on the main thread, rows, put, auth: (False, 8, 7, 'disabled')" in done.stdout
+    assert "after the set-up, Ray is up: False its processes: 0" in done.stdout
 
 
 def test_a_run_started_beside_other_raysim_code_is_told_its_workers_would_import_that(tmp_path, caplog):
