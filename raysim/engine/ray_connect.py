@@ -130,18 +130,16 @@ def connect_ray_during(resources, work: Callable[[], T], meanwhile: Callable[[],
     if without_ray:
         thread.ask_for_ray = asked.put
         thread.start()
-        try:
-            if meanwhile is not None:
-                meanwhile()
-            while (started := asked.get()) is not None:
-                try:
-                    with starting_ray(thread):
-                        connect_ray(resources)  # once: then Ray is up
-                finally:
-                    started.set()
-        finally:
-            if ray.is_initialized():  # started here, for work's Ray Data, which is done with it
-                ray.shutdown()
+        if meanwhile is not None:
+            meanwhile()
+        while (started := asked.get()) is not None:
+            try:
+                with starting_ray(thread):
+                    connect_ray(resources)  # once: then Ray is up
+            finally:
+                started.set()
+        if ray.is_initialized():  # started here for work's Ray Data, which is done with it (Ctrl-C: left to exit)
+            ray.shutdown()
     else:
         with starting_ray(thread):
             thread.start()
