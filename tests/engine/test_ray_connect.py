@@ -97,6 +97,7 @@ import glob
 import os
 import sys
 import threading
+import time
 from pathlib import Path
 
 import ray
@@ -107,10 +108,15 @@ from raysim.data.sources import ray_data
 from raysim.engine.ray_connect import connect_ray_during
 from raysim.testing.smoke import FAST
 
-def children():  # the processes this one started that still run (Ray's daemons, its workers)
-    stats = [Path(stat).read_text() for stat in glob.glob("/proc/[0-9]*/stat")]
-    fields = [stat.rsplit(")", 1)[1].split() for stat in stats]
-    return sum(1 for f in fields if f[0] != "Z" and int(f[1]) == os.getpid())
+def children():  # the processes this one started that still run (Ray's daemons)
+    count = 0
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            state, parent = Path(stat).read_text().rsplit(")", 1)[1].split()[:2]
+        except OSError:  # it ended meanwhile
+            continue
+        count += state != "Z" and int(parent) == os.getpid()
+    return count
 
 try:
     main(["run", "fedvpt", "--preset", "quick", "--backend", "sequential", "--no-progress", "--tracking-uri",
@@ -126,7 +132,11 @@ def work():  # a source that generates with Ray Data (a glyph set's first run), 
 
 sequential = build_config("fedvpt", [FAST, {"resources": {"backend": "sequential"}}]).resources
 print("on the main thread, rows, put, auth:", connect_ray_during(sequential, work), flush=True)
-print("after the set-up, Ray is up:", ray.is_initialized(), "its processes:", children(), flush=True)
+up, waited = ray.is_initialized(), 0
+while children() and waited < 50:  # a slow machine's daemons may take a moment to exit
+    time.sleep(0.2)
+    waited += 1
+print("after the set-up, Ray is up:", up, "its processes:", children(), flush=True)
 """
 
 
