@@ -283,7 +283,9 @@ for _source in (
 
 
 def _to_numpy(rows) -> dict[str, np.ndarray]:
-    """A source's rows as numpy arrays: already arrays, or a Ray Dataset materialised."""
+    """A source's rows as numpy arrays: already arrays, or a Ray Dataset materialised into arrays of this process's
+    own (``np.concatenate`` copies; never views into Ray's object store, which the sequential backend stops once its
+    set-up ends: ``engine.ray_connect.connect_ray_during``)."""
     if isinstance(rows, dict):
         return rows
     batches = list(rows.iter_batches(batch_size=None, batch_format="numpy"))
@@ -318,9 +320,12 @@ def ray_data():
 
 
 def _stop_ray_data() -> None:
-    """Stops Ray Data's helper actors, so nothing of the data phase holds memory for the rest of the run."""
+    """Stops Ray Data's helper actors, so nothing of the data phase holds memory for the rest of the run; nothing
+    where Ray is down (the sequential backend stops it after its set-up): looking for them would start it."""
     import ray
 
+    if not ray.is_initialized():
+        return
     gc.collect()  # a finished dataset's executor tells Ray Data's actors it is done; let it, then stop them
     for name, namespace in RAY_DATA_ACTORS:
         with contextlib.suppress(ValueError):  # Ray Data did not start it
