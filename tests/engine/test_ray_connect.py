@@ -93,12 +93,10 @@ def test_a_local_ray_started_beside_the_setup_outlives_the_setup_thread():
 
 
 SEQUENTIAL = """
-import glob
 import os
 import sys
 import threading
 import time
-from pathlib import Path
 
 import ray
 
@@ -106,17 +104,11 @@ from raysim.cli import main
 from raysim.config import build_config
 from raysim.data.sources import ray_data
 from raysim.engine.ray_connect import connect_ray_during
+from raysim.testing.chaos import descendants
 from raysim.testing.smoke import FAST
 
-def children():  # the processes this one started that still run (Ray's daemons)
-    count = 0
-    for stat in glob.glob("/proc/[0-9]*/stat"):
-        try:
-            state, parent = Path(stat).read_text().rsplit(")", 1)[1].split()[:2]
-        except OSError:  # it ended meanwhile
-            continue
-        count += state != "Z" and int(parent) == os.getpid()
-    return count
+def children():  # the processes below this one (Ray's daemons and their workers)
+    return len(descendants(os.getpid()))
 
 def run_quick():  # a run on the synthetic set: its read needs no Ray Data
     try:
