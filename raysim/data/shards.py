@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from raysim.data.npy_file import release_pages, write_npy
+from raysim.data.npy_file import read_rows, write_npy
 from raysim.data.partition import Partition
 
 GATHER_ROWS = 16_384  # rows copied at a time when a block is written to disk (bounds the memory it takes)
@@ -185,16 +185,12 @@ def build_shards(
 
 def _gather(images: np.ndarray, order: np.ndarray, folder: Path) -> np.memmap:
     """``images[order]`` written to a new ``.npy`` file in ``folder`` a chunk at a time (:func:`write_npy`), then
-    mapped read-only. When ``images`` is a map (the decode cache), its pages are dropped after each chunk: the gather
-    reads all over it, and the pages read would otherwise count in this process until the run ends."""
+    mapped read-only. When ``images`` is a map (the decode cache), its rows are read without its pages counting in
+    this process (:func:`read_rows`): the gather reads all over it, and through the map a chunk of 16,384 rows mapped
+    all of it (the whole decode cache in the set-up's peak: 598 of 1,410 MB at 10,000 x 20, a cold cache)."""
     folder.mkdir(parents=True, exist_ok=True)
-
-    def chunks():
-        for start in range(0, len(order), GATHER_ROWS):
-            yield images[order[start : start + GATHER_ROWS]]  # a copy: the source's pages can go
-            release_pages(images)
-
-    return write_npy(folder / f"shards-{uuid.uuid4().hex}.npy", images.dtype, (len(order), *images.shape[1:]), chunks())
+    chunks = (read_rows(images, order[start : start + GATHER_ROWS]) for start in range(0, len(order), GATHER_ROWS))
+    return write_npy(folder / f"shards-{uuid.uuid4().hex}.npy", images.dtype, (len(order), *images.shape[1:]), chunks)
 
 
 def _mapped_store(path: str, fields: dict) -> ShardStore:

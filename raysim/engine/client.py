@@ -18,6 +18,7 @@ from raysim.core.protocol import ClientContext, Personalised, SplitLearning
 from raysim.core.registry import get_method
 from raysim.core.seeding import Purpose, derive_seed
 from raysim.core.training import EVAL_BATCH, correct_per_row
+from raysim.data.npy_file import release_pages
 from raysim.data.shards import ClientData, ShardStore
 from raysim.engine.capacity import sent_rows, tier_rows
 from raysim.engine.cohort import cohort_training, train_cohort
@@ -109,6 +110,7 @@ class ClientRuntime:
                 if trained:
                     sent_rows(update, broadcast, trained)
             updates += done
+        release_pages(shards.images)  # a mapped block's pages the clients read: not kept through the rounds
         return updates
 
     def _update(self, ctx: ClientContext, rows, broadcast: Broadcast, state, shards: ShardStore) -> ClientUpdate:
@@ -126,7 +128,8 @@ class ClientRuntime:
         self, params: Tensors, client_ids: list[int], states: dict[int, Tensors], shards: ShardStore, server=None
     ) -> dict[int, tuple[int, int]]:
         """(correct, total) on each client's test rows; clients evaluated with the global parameters run as one
-        batch, a personalised method's clients with their own."""
+        batch, a personalised method's clients with their own. A mapped block's pages are dropped as the rows are read
+        (:func:`~raysim.data.npy_file.release_pages`): evaluating every client reads all its test rows."""
         if self.remote is not None:
             self.remote.server = server
         out: dict[int, tuple[int, int]] = {}
@@ -143,12 +146,16 @@ class ClientRuntime:
                 self.model.load_trainable(own)
                 data = shards.test(client_id)
                 out[client_id] = (int(self._correct(data).sum()), len(data))
+                release_pages(shards.images)
         if shared:
             self.model.load_trainable(params)
             parts = [shards.test(c) for c in shared]
             owner = np.repeat(np.arange(len(shared)), [len(p) for p in parts])
-            correct = np.concatenate([np.zeros(0), *(self._correct(window) for window in windows(parts, EVAL_WINDOW))])
-            hits = np.bincount(owner, weights=correct, minlength=len(shared)).astype(np.int64)
+            correct = [np.zeros(0)]
+            for window in windows(parts, EVAL_WINDOW):  # a copy: the block's pages read for it can go
+                release_pages(shards.images)
+                correct.append(self._correct(window))
+            hits = np.bincount(owner, weights=np.concatenate(correct), minlength=len(shared)).astype(np.int64)
             out.update({c: (int(hits[i]), len(parts[i])) for i, c in enumerate(shared)})
         trim_memory()  # the evaluation batches' activations, larger than training's: not held through the rounds
         return out

@@ -5,24 +5,13 @@ from pathlib import Path
 
 import numpy as np
 
-from raysim.data.npy_file import read_through, release_pages, write_npy
+from raysim.data.npy_file import read_rows, read_through, release_pages, write_npy
 from raysim.data.shards import DatasetInfo, ShardStore
+from raysim.testing.memory import resident_kb
 from raysim.tracking.provenance import partition_digest
 
 MB = 2**20
 ROWS, ROW_BYTES = 256, 64 * 1024  # a 16 MB block
-
-
-def resident_kb(path: Path) -> int:
-    """This process's resident kB of its maps of ``path`` (/proc/self/smaps)."""
-    total, inside = 0, False
-    for line in Path("/proc/self/smaps").read_text().splitlines():
-        head = line.split()
-        if head and "-" in head[0] and len(head) >= 5:  # a mapping's first line
-            inside = line.endswith(str(path))
-        elif inside and line.startswith("Rss:"):
-            total += int(head[1])
-    return total
 
 
 def block(tmp_path) -> tuple[Path, np.ndarray]:
@@ -53,6 +42,21 @@ def test_read_through_holds_one_chunk_of_a_map(tmp_path):
     assert np.array_equal(np.concatenate(chunks), values)
     assert most * 1024 <= 2 * 32 * ROW_BYTES  # a 2 MB chunk (and a page either side), not the 16 MB block
     assert resident_kb(path) * 1024 <= 32 * ROW_BYTES
+
+
+def test_read_rows_copies_rows_of_a_mapped_file_without_mapping_its_pages(tmp_path):
+    path, values = block(tmp_path)
+    mapped = np.load(path, mmap_mode="r")
+    rows = np.concatenate([np.random.default_rng(1).permutation(ROWS)[:40], [7, 8, 9, 200, 3, 4, ROWS - 1]])
+    for wanted in (rows, np.arange(ROWS), rows[:1], rows[:0]):  # scattered, consecutive runs, one row, none
+        got = read_rows(mapped, wanted)
+        assert got.shape == (len(wanted), ROW_BYTES) and np.array_equal(got, values[wanted])
+        assert resident_kb(path) == 0  # plain reads: the pages went to the page cache, not this process
+    assert np.array_equal(read_rows(mapped[100:], rows[rows < 100]), values[100:][rows[rows < 100]])
+    assert resident_kb(path) == 0  # a view of the map (its offset is the map's): read through it, then dropped
+    assert np.array_equal(read_rows(values, rows), values[rows])  # not a map
+    mapped[rows].sum()
+    assert resident_kb(path) * 1024 >= len(rows) * ROW_BYTES  # through the map the same rows count here
 
 
 def test_partition_digest_reads_a_mapped_block_without_keeping_it(tmp_path):
