@@ -30,11 +30,12 @@ def write_npy(path: Path, dtype, shape: tuple[int, ...], chunks: Iterable[np.nda
 
 def release_pages(array: np.ndarray) -> None:
     """Drop the pages of the file map under ``array`` from this process; they stay in the page cache, so reading
-    them again costs a minor fault, not a disk read. Arrays not backed by a map are left alone."""
+    them again costs a minor fault, not a disk read. Arrays not backed by a map are left alone, and so is every
+    map where the system has no such advice (Windows)."""
     base = array
     while isinstance(base, np.ndarray):
         base = base.base
-    if isinstance(base, mmap.mmap):
+    if isinstance(base, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED"):
         base.madvise(mmap.MADV_DONTNEED)
 
 
@@ -47,21 +48,45 @@ def read_through(array: np.ndarray, rows: int) -> Iterator[np.ndarray]:
 
 
 def read_rows(array: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """``array[rows]`` (a copy). When ``array`` maps a whole ``.npy`` file (``np.load(..., mmap_mode="r")``), the rows
-    are read from the file with plain reads (one per run of consecutive rows), so none of its pages count in this
-    process: read through the map, 512 rows scattered over a 614 MB decode cache mapped 462 MB of it (ext4's large
-    folios, Linux 6.18). Other maps are read through and their pages dropped after (:func:`release_pages`)."""
-    if not (isinstance(array, np.memmap) and isinstance(array.base, mmap.mmap)):  # a view's offset is its map's
-        copy = array[rows]
-        release_pages(array)
-        return copy
+    """``array[rows]`` (a copy). When ``array`` maps a whole ``.npy`` file read-only (``np.load(..., mmap_mode="r")``)
+    and ``rows`` are row numbers within it, the rows are read from the file with plain reads (one per run of
+    consecutive rows), so none of its pages count in this process: read through the map, 512 rows scattered over a
+    614 MB decode cache mapped 462 MB of it (ext4's large folios, Linux 6.18). Otherwise the rows are read through
+    the map and its pages dropped after (:func:`release_pages`)."""
+    rows = np.asarray(rows)
+    if _whole_file(array) and rows.dtype.kind in "iu" and (not len(rows) or 0 <= rows.min() <= rows.max() < len(array)):
+        try:
+            with open(array.filename, "rb", buffering=0) as file:
+                return _read_runs(file, array, rows)
+        except FileNotFoundError:  # removed since it was mapped (a decode cache another run pruned): the map reads it
+            pass
+    copy = array[rows]
+    release_pages(array)
+    return copy
+
+
+def _whole_file(array: np.ndarray) -> bool:
+    """Whether ``array`` is a read-only C-order map of a whole ``.npy`` file (a view's ``offset`` is its map's)."""
+    return (
+        isinstance(array, np.memmap)
+        and isinstance(array.base, mmap.mmap)
+        and array.mode == "r"
+        and array.flags.c_contiguous
+    )
+
+
+def _read_runs(file, array: np.memmap, rows: np.ndarray) -> np.ndarray:
+    """``array[rows]`` read from ``file``, the file ``array`` maps, one run of consecutive rows at a time."""
     out = np.empty((len(rows), *array.shape[1:]), array.dtype)
     row_bytes = array.itemsize * int(np.prod(array.shape[1:]))
-    flat = out.reshape(-1).view(np.uint8).reshape(len(rows), row_bytes)
+    flat = memoryview(out.reshape(-1).view(np.uint8))
     starts = np.flatnonzero(np.diff(rows, prepend=-2) != 1)
-    with open(array.filename, "rb", buffering=0) as file:
-        for start, stop in zip(starts, [*starts[1:], len(rows)]):
-            file.seek(array.offset + int(rows[start]) * row_bytes)
-            if file.readinto(flat[start:stop]) != (stop - start) * row_bytes:
-                raise OSError(f"{array.filename} ended before row {rows[start:stop].max()} (was it truncated?)")
+    for start, stop in zip(starts, [*starts[1:], len(rows)]):
+        file.seek(array.offset + int(rows[start]) * row_bytes)
+        wanted, done = flat[start * row_bytes : stop * row_bytes], 0
+        while done < len(wanted):  # one read returns at most about 2 GB
+            got = file.readinto(wanted[done:])
+            if not got:
+                raise OSError(f"{array.filename} ended before its row {int(rows[stop - 1])} (was it truncated?)")
+            done += got
     return out
