@@ -33,6 +33,7 @@ from raysim.engine.driver import run
 from raysim.engine.ray_connect import connect_ray
 from raysim.engine.setup import prepare_shards, resolved
 from raysim.ops.metrics import SUMMARY_WINDOW, reported_metrics
+from raysim.sweep.lost_checkpoints import ForgetLostCheckpoints
 from raysim.sweep.sole_runner import sole_runner
 from raysim.sweep.space import SearchSpace, as_layer, default_space_file, load_space
 from raysim.sweep.trial_progress import RoundsToTune, SweepProgress
@@ -206,7 +207,7 @@ def run_sweep(sweep: Sweep, resume_path: str | None = None):
                 name=sweep.name,
                 storage_path=sweep.storage,
                 verbose=0,  # Tune's trial tables give way to SweepProgress
-                callbacks=[SweepProgress(sweep.num_samples, rounds, sweep.metric)],
+                callbacks=[SweepProgress(sweep.num_samples, rounds, sweep.metric), ForgetLostCheckpoints()],
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
             ),
         )
