@@ -1,23 +1,25 @@
-"""``ClientWorker``: a Ray actor of :class:`~raysim.engine.client.ClientRuntime` (one frozen model, any number of
-virtual clients). Resources (fractional CPUs and GPUs, its placement-group bundle) are set with ``.options``. The
-pool's first worker also runs the model's one build before round 1 (:meth:`ClientWorker.model_setup`)."""
+"""``ClientWorker``: a Ray actor holding a :class:`~raysim.engine.client.ClientRuntime` (one frozen model, any number
+of virtual clients). Resources (fractional CPUs and GPUs, its placement-group bundle) are set with ``.options``. The
+pool's first worker also runs the model's one build before round 1 (:meth:`ClientWorker.model_setup`).
+
+This module imports no torch: the driver, which creates the workers, imports it; the engine (torch, the model)
+loads in the worker's own process, in :meth:`ClientWorker.__init__`."""
 
 from __future__ import annotations
 
 import ray
-import torch
 
 from raysim.core.errors import ConfigError
-from raysim.engine.client import ClientRuntime
-from raysim.engine.model_setup import model_setup
 
 
 @ray.remote
-class ClientWorker(ClientRuntime):
+class ClientWorker:
     def __init__(self, config, num_classes: int):
-        self._setup_args, self._refused = (config, num_classes), None
+        from raysim.engine.client import ClientRuntime
+
+        self._setup_args, self._refused, self.runtime = (config, num_classes), None, None
         try:
-            super().__init__(config, num_classes)
+            self.runtime = ClientRuntime(config, num_classes)
         except ConfigError as error:  # bad input (a weights file, a prompt option): the first worker's model_setup
             self._refused = error  # says it in one line; raised here, Ray would print the actor's creation traceback
 
@@ -27,20 +29,45 @@ class ClientWorker(ClientRuntime):
             raise self._refused
         return True
 
+    def train(self, *args):
+        """:meth:`ClientRuntime.train <raysim.engine.client.ClientRuntime.train>`."""
+        return self.runtime.train(*args)
+
+    def evaluate(self, *args):
+        """:meth:`ClientRuntime.evaluate <raysim.engine.client.ClientRuntime.evaluate>`."""
+        return self.runtime.evaluate(*args)
+
+    def caches_rows(self) -> bool:
+        """Whether the run's method caches per-row values from the frozen backbone (which :meth:`model_setup` then
+        computes for the rows it is given)."""
+        from raysim.core.protocol import CachesRowFeatures
+
+        self.ready()
+        return isinstance(self.runtime.method, CachesRowFeatures) and self.runtime.method.caches_rows
+
+    @ray.method(num_returns=4)
     def model_setup(self, rows, threads: int):
         """:func:`~raysim.engine.model_setup.model_setup` for this worker's config (the numbers of a build in the
         driver, bit for bit), with ``threads`` torch threads (the CPUs the pool holds on this node: the other workers
         there build their models meanwhile, then wait for round 1), its own after. It runs on this worker's model, not
         a second build (one model on the device, even during the pass), unless the model is split: a split method's
-        set-up needs the server's blocks, which this model gave up."""
+        set-up needs the server's blocks, which this model gave up. Four objects, so that the caller takes the
+        options, the trainable count and the features without the initial state's tensors (the coordinator takes
+        those): options, initial state, trainable count, features."""
+        import torch
+
+        from raysim.engine.model_setup import model_setup, trainable_count
+
         self.ready()
         config, num_classes = self._setup_args
+        runtime = self.runtime
         torch.set_num_threads(threads)
-        own = self.model.cpu() if self.remote is None else None
+        own = runtime.model.cpu() if runtime.remote is None else None
         try:
-            return model_setup(config, num_classes, rows, own)
+            options, initial, features = model_setup(config, num_classes, rows, own)
+            return options, initial, trainable_count(initial), features
         finally:
-            self.model.to(self.device)
+            runtime.model.to(runtime.device)
             torch.set_num_threads(config.resources.torch_threads)
 
     def assigned_resources(self) -> dict:

@@ -187,7 +187,7 @@ class GroupDiagnostics(Diagnostics):
         return {} if np.isnan(value) else {INSTABILITY: value}
 
     def artifacts(self, records: list[dict[str, Any]], folder: Path) -> list[Path]:
-        from raysim.tracking.plots import plot_selection_map, plot_selection_stability  # matplotlib: the driver's
+        from raysim.tracking.plots import plot_selection_map, plot_selection_stability  # matplotlib: at the run's end
 
         evaluated = [r for r in records if "eval_counts" in r]
         if not evaluated:

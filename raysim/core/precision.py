@@ -17,18 +17,29 @@ from __future__ import annotations
 
 import contextlib
 import os
+import platform
 
 from raysim.core.errors import ConfigError
 
 _NATIVE_BF16_PROBES = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+_NATIVE_BF16_FLAGS = {"avx512_bf16", "amx_tile"}  # the same, as Linux names them in /proc/cpuinfo
 AUTO_ENV = "RAYSIM_PRECISION"  # decides train.precision=auto for every run of this environment (a test matrix)
 
 
 def native_bf16_cpu() -> bool:
-    """Whether this machine's CPU computes bf16 natively (x86 AVX-512 BF16 or AMX), as torch detects it."""
-    import torch
+    """Whether this machine's CPU computes bf16 natively (x86 AVX-512 BF16 or AMX), as torch detects it; without
+    torch where it can (a Ray run's driver imports none): no on a CPU that is not x86, the CPU's flags in
+    ``/proc/cpuinfo`` on Linux, torch's own probes elsewhere (macOS and Windows on x86)."""
+    if platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686", "x86"):
+        return False
+    try:
+        with open("/proc/cpuinfo") as info:
+            flags = {flag for line in info if line.startswith("flags") for flag in line.split(":", 1)[1].split()}
+    except OSError:
+        import torch
 
-    return any(getattr(torch.cpu, probe, lambda: False)() for probe in _NATIVE_BF16_PROBES)
+        return any(getattr(torch.cpu, probe, lambda: False)() for probe in _NATIVE_BF16_PROBES)
+    return bool(flags & _NATIVE_BF16_FLAGS)
 
 
 def resolve(precision: str, *, method_allows: bool) -> str:

@@ -193,7 +193,8 @@ class Diagnostics:
         raise NotImplementedError
 
     def artifacts(self, records: list[dict[str, Any]], folder: Path) -> list[Path]:
-        """Files made at the end from every round's records, logged to MLflow."""
+        """Files made at the end from every round's records, where the state lives (the coordinator on Ray), logged
+        to MLflow by the driver."""
         return []
 
     def run_metrics(self, records: list[dict[str, Any]]) -> dict[str, float]:

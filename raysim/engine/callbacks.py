@@ -3,7 +3,8 @@
 Two places run them. Where the state lives (the :class:`~raysim.engine.simulation.Simulation`, inside the
 coordinator on Ray): :class:`MethodDiagnostics`, :class:`CommunicationTotals` and :class:`Checkpointing`, so neither
 the state, the clients' states nor the history travel to the driver. In the driver: MLflow logging, the progress
-bar, Ctrl-C and (in a sweep) Tune reporting, which only need the round's report.
+bar, Ctrl-C and (in a sweep) Tune reporting, which only need the round's report (:class:`RoundReport`, which
+crosses to a Ray run's driver every round: this module imports no torch).
 """
 
 from __future__ import annotations
@@ -11,12 +12,27 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from raysim.core.protocol import Diagnostics
 from raysim.tracking import checkpoint as ckpt
 
 log = logging.getLogger("raysim")
+
+
+@dataclass
+class RoundReport:
+    """One round's metrics (MLflow keys), on evaluated rounds every client's accuracy, the method's diagnostic
+    records, and where this round's checkpoint was written (None if none was)."""
+
+    round: int
+    metrics: dict[str, float]
+    client_acc: dict[int, float] = field(default_factory=dict)
+    sampled: list[int] = field(default_factory=list)
+    records: dict[str, Any] = field(default_factory=dict)
+    evaluated: bool = False
+    checkpoint: str | None = None
 
 
 class Callback:
@@ -44,6 +60,8 @@ class MethodDiagnostics(Callback):
         self.simulation = simulation
 
     def on_round(self, round, report) -> None:
+        from raysim.core.protocol import Diagnostics  # torch: where the state lives, not in a Ray run's driver
+
         sim = self.simulation
         if isinstance(sim.method, Diagnostics):
             metrics, report.records = sim.method.diagnostics(

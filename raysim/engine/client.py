@@ -21,7 +21,8 @@ from raysim.core.training import EVAL_BATCH, correct_per_row
 from raysim.data.npy_file import release_pages
 from raysim.data.shards import ClientData, ShardStore
 from raysim.engine.capacity import sent_rows, tier_rows
-from raysim.engine.cohort import cohort_training, train_cohort
+from raysim.engine.cohort import train_cohort
+from raysim.engine.cohort_plan import cohort_training
 from raysim.systems.tiers import ALL
 
 # (client id, per-client instructions, client state[, work share[, capacity tier]]): a straggler's partial round has

@@ -17,20 +17,18 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-from safetensors.torch import save_file
 
 from raysim.actors.coordinator import Coordinator
 from raysim.actors.proxy import ActorProxy, unwrapped
 from raysim.config import Config, dump_yaml
 from raysim.core.errors import RunInterrupted, SimulationLost
 from raysim.core.memory import trim_memory
-from raysim.core.messages import GlobalState
 from raysim.core.precision import native_bf16_cpu
-from raysim.core.protocol import Diagnostics
 from raysim.core.ray_start import wait_for_ray
 from raysim.core.registry import get_method
 from raysim.data.partition_plot import partition_artifacts
@@ -44,17 +42,18 @@ from raysim.engine.callbacks import (
     ProgressBar,
     StopOnCtrlC,
 )
-from raysim.engine.executors import Pool
 from raysim.engine.ray_connect import connect_ray_during
-from raysim.engine.ray_session import PoolReservation
+from raysim.engine.ray_session import Pool, PoolReservation
 from raysim.engine.setup import initial_state, prepare_shards, resolved
-from raysim.engine.simulation import Simulation
 from raysim.ops.metrics import summarise
 from raysim.tracking import checkpoint as ckpt
 from raysim.tracking import provenance
 from raysim.tracking.mlflow import TRAINABLE, Tracker, check_run, check_store, import_store, summary_metrics
 from raysim.tracking.plots import plot_accuracy_curves, plot_client_accuracy, plot_type_accuracy, type_accuracy_table
 from raysim.tracking.progress import RoundProgress, print_summary
+
+if TYPE_CHECKING:
+    from raysim.core.messages import GlobalState
 
 log = logging.getLogger("raysim")
 
@@ -93,7 +92,9 @@ def make_simulation(
     the store, or (Ray) the object :func:`shared` put it in."""
     callbacks = [MethodDiagnostics(), CommunicationTotals(), *callbacks]
     if pool is None:
-        return Simulation(config, shards, start, None, callbacks)
+        from raysim.engine.simulation import Simulation  # torch: the sequential backend's driver runs the rounds
+
+        return Simulation(config, shards, ckpt.with_tensors(start), None, callbacks)
     placed = shards if isinstance(shards, ray.ObjectRef) else ray.put(shards)
     simulation = ActorProxy(coordinator or start_coordinator(), "the coordinator")
     simulation.begin(config, [placed], start, pool, callbacks)  # start-up happens here, not in round 1
@@ -102,7 +103,7 @@ def make_simulation(
 
 def stop(simulation, graceful: bool) -> None:
     """Stop the pool and the coordinator; ``graceful=False`` (an error or a second Ctrl-C) kills at once."""
-    if isinstance(simulation, Simulation):
+    if not isinstance(simulation, ActorProxy):
         simulation.shutdown()
         return
     try:
@@ -114,11 +115,13 @@ def stop(simulation, graceful: bool) -> None:
 
 @dataclass
 class Outcome:
-    """Where the rounds ended: the last checkpoint written (the final round's when they ran to the end) and whether
-    the user stopped them early."""
+    """Where the rounds ended: the last checkpoint written (the final round's when they ran to the end; its manifest
+    only), whether the user stopped them early, and else the run's results (:meth:`Simulation.results
+    <raysim.engine.simulation.Simulation.results>`: the method's run metrics and the final files)."""
 
     last: ckpt.Checkpoint
     interrupted: bool
+    results: tuple[dict[str, float], list[str]] = ({}, [])
 
 
 def shared(shards: ShardStore) -> tuple[ray.ObjectRef, ShardStore]:
@@ -136,11 +139,13 @@ def drive(
     pool: Pool | None,
     run_folder: Path,
     callbacks: list[Callback],
+    results_folder: Path,
     coordinator=None,
 ) -> Outcome:
     """Rounds ``start.round + 1 .. config.federation.rounds`` with the driver's ``callbacks``; the simulation writes
-    checkpoints every ``checkpoint.every`` rounds, after the last and when a callback stops the run early.
-    ``coordinator``: the one :func:`start_coordinator` started for the first simulation (a recovery starts anew)."""
+    checkpoints every ``checkpoint.every`` rounds, after the last and when a callback stops the run early, and after
+    the last round its results into ``results_folder``. ``coordinator``: the one :func:`start_coordinator` started
+    for the first simulation (a recovery starts anew)."""
     rounds = config.federation.rounds
     last_folder, last_round, failures, graceful = None, start.round, 0, False
 
@@ -162,7 +167,7 @@ def drive(
                     raise
                 log.warning("round %d: %s; restarting from the checkpoint of round %d", round, error, last_round)
                 stop(simulation, graceful=False)
-                simulation = simulate(ckpt.load(last_folder) if last_folder else start)
+                simulation = simulate(ckpt.load(last_folder, tensors=False) if last_folder else start)
                 round = last_round + 1
                 continue
             failures = 0
@@ -171,8 +176,9 @@ def drive(
             if folder:
                 last_folder, last_round = folder, round
             round += 1
+        results = ({}, []) if stopped else simulation.results(str(results_folder))
         graceful = True
-        return Outcome(ckpt.load(last_folder, clients=False), interrupted=stopped)
+        return Outcome(ckpt.load(last_folder, clients=False, tensors=False), interrupted=stopped, results=results)
     finally:
         for callback in callbacks:
             callback.on_end()
@@ -221,7 +227,9 @@ def run(
     meanwhile = partial(_while_the_model_builds, uri, shards if resume is None else None, drawn)
     with PoolReservation(config) if config.resources.backend == "ray" else nullcontext() as reservation:
         set_up = partial(_set_up, config, shards, uri, reservation)
-        config, initial, shards, tracker, coordinator = connect_ray_during(config.resources, set_up, meanwhile)
+        config, initial, trainable, shards, tracker, coordinator = connect_ray_during(
+            config.resources, set_up, meanwhile
+        )
         if resume is None:
             config = named(config)
         pool = reservation.start(config, shards.info.num_classes) if reservation is not None else None
@@ -240,29 +248,31 @@ def run(
                 start = ckpt.Checkpoint(run_id, 0, config.to_dict(), initial, {}, uri)
                 run_folder = config.checkpoint.root(uri) / run_id
                 _log_setup(tracker, record, drawn[0] if drawn else partition_artifacts(shards))
-                tracker.log_metrics({TRAINABLE: float(sum(t.numel() for t in initial.params.values()))}, step=0)
+                tracker.log_metrics({TRAINABLE: trainable}, step=0)
             else:
                 tracker.attach(resume.run_id)
                 run_id, start, run_folder = resume.run_id, resume, resume.folder.parent
             trim_memory()  # what the set-up thread freed (reads, decodes, imports): glibc keeps it until asked
-            with RoundProgress(
-                config.federation.rounds,
-                describe(config, shards),
-                enabled=show_progress,
-                console=console,
-                done=start.round,
-            ) as progress:
-                built_in = [MLflowLogger(tracker), ProgressBar(progress), StopOnCtrlC(progress.note)]
-                outcome = drive(config, placed, start, pool, run_folder, [*built_in, *callbacks], coordinator)
-            last = outcome.last
-            if outcome.interrupted:
-                status = "KILLED"
-                raise RunInterrupted(
-                    f"stopped after round {last.round} of {config.federation.rounds}; checkpoint "
-                    f"{last.folder}; resume with: {resume_command(config, run_id, run_folder)}"
-                )
-            summary = summarise(last.history)
-            _log_results(tracker, config, last, summary, shards)
+            with tempfile.TemporaryDirectory() as folder:  # the run's final files, written where the state lives
+                with RoundProgress(
+                    config.federation.rounds,
+                    describe(config, shards),
+                    enabled=show_progress,
+                    console=console,
+                    done=start.round,
+                ) as progress:
+                    built_in = [MLflowLogger(tracker), ProgressBar(progress), StopOnCtrlC(progress.note)]
+                    every = [*built_in, *callbacks]
+                    outcome = drive(config, placed, start, pool, run_folder, every, Path(folder), coordinator)
+                last = outcome.last
+                if outcome.interrupted:
+                    status = "KILLED"
+                    raise RunInterrupted(
+                        f"stopped after round {last.round} of {config.federation.rounds}; checkpoint "
+                        f"{last.folder}; resume with: {resume_command(config, run_id, run_folder)}"
+                    )
+                summary = summarise(last.history)
+                _log_results(tracker, config, last, summary, shards, outcome.results)
             print_summary(summary, run_id, config, console, last.history)
             status = "FINISHED"
             return RunResult(run_id, last.history, summary, last.client_acc, last.records)
@@ -287,7 +297,7 @@ def checked(config: Config, resume: ckpt.Checkpoint | None = None) -> Config:
 
 def _set_up(
     config: Config, shards: ShardStore | None, uri: str, reservation: PoolReservation | None
-) -> tuple[Config, GlobalState, ShardStore, Tracker, object]:
+) -> tuple[Config, GlobalState | ray.ObjectRef, float, ShardStore, Tracker, object]:
     """While Ray starts (``connect_ray_during``): the run's data (unless given), its initial state (with the cached
     features; built in ``reservation``'s pool on the Ray backend, while the coordinator's process starts), and then
     its tracker on the store ``uri`` (checked by :func:`check_store`), which MLflow opens (0.5-1 s; 1-1.7 s to create
@@ -300,11 +310,11 @@ def _set_up(
         wait_for_ray()
         coordinator = start_coordinator()
     try:
-        config, initial, shards = initial_state(config, shards, reservation)
+        config, initial, trainable, shards = initial_state(config, shards, reservation)
         if coordinator is not None and get_method(config.method).split_learning:
             pool = reservation.start(config, shards.info.num_classes)  # the pool the set-up started
             unwrapped(coordinator.start_server.remote(config, shards.info.num_classes, pool))
-        return config, initial, shards, Tracker(uri), coordinator
+        return config, initial, trainable, shards, Tracker(uri), coordinator
     except BaseException:
         end_coordinator(coordinator)
         raise
@@ -363,8 +373,17 @@ def _log_setup(tracker: Tracker, config: Config, partition: tuple[dict, bytes]) 
     tracker.log_bytes(picture, "partition.png")
 
 
-def _log_results(tracker: Tracker, config: Config, last: ckpt.Checkpoint, summary, shards: ShardStore) -> None:
-    history, client_acc, state = last.history, last.client_acc, last.state
+def _log_results(
+    tracker: Tracker,
+    config: Config,
+    last: ckpt.Checkpoint,
+    summary,
+    shards: ShardStore,
+    results: tuple[dict[str, float], list[str]],
+) -> None:
+    """The run's summary, its figures, and the simulation's ``results`` (:attr:`Outcome.results`: the method's run
+    metrics, the final global state and the method's figures, which its files are already)."""
+    history, client_acc = last.history, last.client_acc
     title = f"{config.method} on {config.data.dataset}/{config.data.partition}"
     result = {
         "run_id": last.run_id,
@@ -375,6 +394,9 @@ def _log_results(tracker: Tracker, config: Config, last: ckpt.Checkpoint, summar
         "finished_at": time.time(),
     }
     tracker.log_json(result, "summary.json")
+    run_metrics, files = results
+    if run_metrics:
+        tracker.log_metrics(run_metrics, step=0)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         plot_accuracy_curves(history, title, tmp / "accuracy_curves.png")
@@ -383,26 +405,15 @@ def _log_results(tracker: Tracker, config: Config, last: ckpt.Checkpoint, summar
             plot_accuracy_curves(history, title + ": time to accuracy", tmp / "time_to_accuracy.png", x="sim_time_s")
             curves.append(tmp / "time_to_accuracy.png")
         plot_client_accuracy(client_acc, title + " (final)", tmp / "client_accuracy.png")
-        tensors = {f"params/{k}": v.contiguous() for k, v in state.params.items()}
-        tensors.update({f"server/{k}": v.contiguous() for k, v in state.server.items()})
-        save_file(tensors, str(tmp / "global_state.safetensors"), metadata={"method": config.method})
-        method = get_method(config.method).cls(config)
-        method_files = []
-        if isinstance(method, Diagnostics):
-            method_files = method.artifacts(last.records, tmp)
-            tracker.log_metrics(method.run_metrics(last.records), step=0)
+        figures = []
         if shards.client_domain is not None and client_acc:
             unseen = set(shards.unseen)
             seen_acc = {c: a for c, a in client_acc.items() if c not in unseen}  # the clients sigma_type takes
             table = type_accuracy_table(seen_acc, shards.client_domain, shards.info.domain_names)
             tracker.log_json(table, "type_accuracy.json")
             plot_type_accuracy(table, title + ": accuracy per client type (final)", tmp / "type_accuracy.png")
-            method_files.append(tmp / "type_accuracy.png")
-        for path in [
-            *curves,
-            tmp / "client_accuracy.png",
-            tmp / "global_state.safetensors",
-            *method_files,
-        ]:
+            figures.append(tmp / "type_accuracy.png")
+        state, method_files = files[0], files[1:]  # global_state.safetensors first
+        for path in [*curves, tmp / "client_accuracy.png", state, *method_files, *figures]:
             tracker.log_artifact(path)
     tracker.log_metrics(summary_metrics(summary), step=0)  # one value per run: MLflow draws step-0 metrics as bars

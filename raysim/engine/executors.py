@@ -4,27 +4,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import ray
 
 from raysim.actors.proxy import ActorProxy
 from raysim.core.messages import Broadcast, ClientUpdate, Tensors
 from raysim.core.registry import get_method
 from raysim.engine.client import ClientRuntime
-from raysim.engine.cohort import cohorts_of
-
-
-@dataclass(frozen=True)
-class Pool:
-    """The Ray worker pool: its size, its reservation (worker i takes bundle ``first_bundle + i`` of
-    ``placement_group``: a run's own group, or a Tune trial's, whose bundle 0 is the trial itself) and its
-    ``ClientWorker`` actors once started (:func:`~raysim.engine.ray_session.start_workers`)."""
-
-    workers: int
-    placement_group: object
-    first_bundle: int = 0
-    actors: tuple = ()
+from raysim.engine.cohort_plan import cohorts_of
+from raysim.engine.ray_session import Pool
 
 
 def balance(items: list, costs: list[float], parts: int) -> list[list]:

@@ -42,6 +42,11 @@ def model_setup(
     return options, method.init_global(model, generator), features
 
 
+def trainable_count(state: GlobalState) -> float:
+    """The number of trainable (communicated) parameters: what the run logs as ``trainable_params``."""
+    return float(sum(t.numel() for t in state.params.values()))
+
+
 def features_here(method: CachesRowFeatures, model, images: np.ndarray, precision: str) -> dict[str, np.ndarray]:
     """:func:`row_features` on this process's device (the GPU where it has one), the model back on the CPU after
     and the GPU's cached blocks handed back. The model goes to the GPU for this pass alone."""

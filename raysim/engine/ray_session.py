@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from dataclasses import dataclass
 
 import ray
 from ray.util.placement_group import PlacementGroup, placement_group, placement_group_table, remove_placement_group
@@ -15,7 +16,19 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from raysim.actors.client_worker import ClientWorker
 from raysim.core.errors import ConfigError
-from raysim.engine.executors import Pool
+
+
+@dataclass(frozen=True)
+class Pool:
+    """The Ray worker pool: its size, its reservation (worker i takes bundle ``first_bundle + i`` of
+    ``placement_group``: a run's own group, or a Tune trial's, whose bundle 0 is the trial itself) and its
+    ``ClientWorker`` actors once started (:func:`start_workers`)."""
+
+    workers: int
+    placement_group: object
+    first_bundle: int = 0
+    actors: tuple = ()
+
 
 SETTLE_S = 20.0  # how long a reservation the cluster could hold waits for resources other work holds
 

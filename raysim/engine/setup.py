@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from typing import TYPE_CHECKING
 
 import numpy as np
 import ray
@@ -14,19 +15,19 @@ from raysim.actors.proxy import unwrapped
 from raysim.config import Config
 from raysim.core import seeding
 from raysim.core.errors import ConfigError
-from raysim.core.messages import GlobalState
 from raysim.core.precision import resolve
-from raysim.core.protocol import CachesRowFeatures
 from raysim.core.ray_start import wait_for_ray
 from raysim.core.registry import get_method, require_tiers
 from raysim.core.seeding import Purpose
 from raysim.data.partition import PartitionParams, held_out_clients, partition
 from raysim.data.shards import ShardStore, build_shards
 from raysim.data.sources import cache_dir, load_dataset
-from raysim.engine.cohort import resolve_cohort
-from raysim.engine.model_setup import model_setup
+from raysim.engine.cohort_plan import resolve_cohort
 from raysim.engine.ray_session import PoolReservation
 from raysim.systems.profiles import draw_profiles
+
+if TYPE_CHECKING:
+    from raysim.core.messages import GlobalState
 
 THREADS_ENV = "RAYSIM_TORCH_THREADS"  # torch threads per client worker when resources.threads is 0 (a test matrix)
 
@@ -34,7 +35,7 @@ THREADS_ENV = "RAYSIM_TORCH_THREADS"  # torch threads per client worker when res
 def resolved(config: Config) -> Config:
     """``config`` with what depends on the machine made concrete, once, on the driver, before the run starts (and
     recorded with it): ``train.precision=auto`` (:func:`raysim.core.precision.resolve`), ``train.cohort=auto``
-    (:func:`raysim.engine.cohort.resolve_cohort`) and ``resources.threads=0`` (``$RAYSIM_TORCH_THREADS``, else the
+    (:func:`raysim.engine.cohort_plan.resolve_cohort`) and ``resources.threads=0`` (``$RAYSIM_TORCH_THREADS``, else the
     worker's CPUs, at least 1). Every worker then computes alike."""
     info = get_method(config.method)
     precision = resolve(config.train.precision, method_allows=info.bf16)
@@ -103,21 +104,21 @@ def _one_machine() -> bool:
 
 def initial_state(
     config: Config, shards: ShardStore, reservation: PoolReservation | None = None
-) -> tuple[Config, GlobalState, ShardStore]:
+) -> tuple[Config, GlobalState | ray.ObjectRef, float, ShardStore]:
     """The config with the method's options resolved on the backbone (:class:`~raysim.core.protocol.ResolvesOptions`),
-    the initial global state, and the shards with the per-row values the method caches for the whole run (e.g.
-    SGPT's frozen-backbone query), from one build of the model (:func:`~raysim.engine.model_setup.model_setup`,
-    which checks the weights file). Given the run's pool ``reservation`` (the Ray backend), the pool's workers start
-    here and the first one runs that build (with the CPUs the pool holds on its node), while the others build their
-    models, which are awaited (a build refused on one node only is reported here too, before the run exists). So
-    the driver never imports the model code (timm, torchvision: about 110 MB and 2 s), no process starts for the
-    build alone, and the cached-feature pass runs on a worker's device (a GPU even where the driver's node has none,
-    a cluster's head) in a CUDA context the worker needs anyway. The workers take ``config`` as given: its options
-    resolve to values the method computes with exactly as with the placeholders. A pool the cluster could never
-    hold is refused before the build. Without a reservation the build runs here.
+    the initial global state, its number of trainable parameters, and the shards with the per-row values the method
+    caches for the whole run (e.g. SGPT's frozen-backbone query), from one build of the model
+    (:func:`~raysim.engine.model_setup.model_setup`, which checks the weights file). Given the run's pool
+    ``reservation`` (the Ray backend), the pool's workers start here and the first one runs that build (with the CPUs
+    the pool holds on its node), while the others build their models, which are awaited (a build refused on one node
+    only is reported here too, before the run exists). So the driver never imports the model code, nor torch: the
+    initial state stays in the object store (an ``ObjectRef``, which the coordinator takes), no process starts for
+    the build alone, and the cached-feature pass runs on a worker's device (a GPU even where the driver's node has
+    none, a cluster's head) in a CUDA context the worker needs anyway. The workers take ``config`` as given: its
+    options resolve to values the method computes with exactly as with the placeholders. A pool the cluster could
+    never hold is refused before the build. Without a reservation the build runs here.
     Checks the clients' types and devices (a trace) first."""
     info = get_method(config.method)
-    method = info.cls(config)
     if info.needs_client_types and shards.client_domain is None:
         raise ConfigError(
             f"{config.method} reports sigma_type and cluster_acc per client type, and the partition "
@@ -128,16 +129,28 @@ def initial_state(
     # anything is written
     if config.clocked and draw_profiles(config.systems, shards.num_clients, config.federation.seed).tiered:
         require_tiers(config.method, f"the capacity tiers of {config.systems.trace or 'systems.tiers'}")
-    rows = shards if isinstance(method, CachesRowFeatures) and method.caches_rows else None
     res = config.resources
     if reservation is not None:
         wait_for_ray()
         workers = reservation.start(config, shards.info.num_classes).actors  # each builds its model now
         threads = max(res.torch_threads, int(reservation.cpus_beside_first_worker()))
-        options, initial, features = unwrapped(workers[0].model_setup.remote(rows, threads))
+        rows = shards if unwrapped(workers[0].caches_rows.remote()) else None
+        options, initial, trainable, features = workers[0].model_setup.remote(rows, threads)
+        options, trainable, features = unwrapped([options, trainable, features])
         unwrapped([worker.ready.remote() for worker in workers])  # a build refused on another node, before the run
-    elif res.backend == "ray" and res.gpus_per_client and rows is not None:
+        return (
+            dataclasses.replace(config, options=options),
+            initial,
+            trainable,
+            dataclasses.replace(shards, features=features),
+        )
+    from raysim.core.protocol import CachesRowFeatures
+    from raysim.engine.model_setup import model_setup, trainable_count
+
+    method = info.cls(config)
+    rows = shards if isinstance(method, CachesRowFeatures) and method.caches_rows else None
+    if res.backend == "ray" and res.gpus_per_client and rows is not None:
         raise ValueError("the cached-feature pass of a run whose clients train on GPUs needs its PoolReservation")
-    else:
-        options, initial, features = model_setup(config, shards.info.num_classes, rows)
-    return dataclasses.replace(config, options=options), initial, dataclasses.replace(shards, features=features)
+    options, initial, features = model_setup(config, shards.info.num_classes, rows)
+    config, shards = dataclasses.replace(config, options=options), dataclasses.replace(shards, features=features)
+    return config, initial, trainable_count(initial), shards

@@ -2,7 +2,7 @@
 
 :class:`Simulation` owns the global state, the clients' persistent state and the run's history, and hands client
 work to an executor (in-process, or a pool of Ray workers). It runs in the driver for the sequential backend and
-as the ``Coordinator`` actor (``ray.remote`` of this class) for the Ray backend: the same code, hence the same
+inside the ``Coordinator`` actor for the Ray backend: the same code, hence the same
 numbers. Callbacks that need the state (checkpoints, the method's diagnostics) run here, where it lives, so a
 round costs the driver one call that returns metrics.
 """
@@ -11,43 +11,30 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from pathlib import Path
 
 import numpy as np
 import ray
 import torch
+from safetensors.torch import save_file
 
 from raysim.core.errors import BadUpdateError
 from raysim.core.messages import Broadcast, ClientUpdate, GlobalState, Tensors
-from raysim.core.protocol import Personalised, SendsExtras, SplitLearning, split_encoder
+from raysim.core.protocol import Diagnostics, Personalised, SendsExtras, SplitLearning, split_encoder
 from raysim.core.registry import get_method
 from raysim.core.seeding import Purpose, rng, sample_clients
-from raysim.engine.callbacks import Callback, Checkpointing
+from raysim.engine.callbacks import Callback, Checkpointing, RoundReport
 from raysim.engine.client_states import ClientStates
 from raysim.engine.devices import Devices
-from raysim.engine.executors import Pool, start_executor
+from raysim.engine.executors import start_executor
+from raysim.engine.ray_session import Pool
 from raysim.ops.metrics import accuracy_metrics, client_accuracies, generic_accuracy
 from raysim.systems.profiles import draw_profiles
 from raysim.systems.tiers import ALL
 from raysim.tracking.checkpoint import Checkpoint
 
 log = logging.getLogger("raysim")
-
-
-@dataclass
-class RoundReport:
-    """One round's metrics (MLflow keys), on evaluated rounds every client's accuracy, the method's diagnostic
-    records, and where this round's checkpoint was written (None if none was)."""
-
-    round: int
-    metrics: dict[str, float]
-    client_acc: dict[int, float] = field(default_factory=dict)
-    sampled: list[int] = field(default_factory=list)
-    records: dict[str, Any] = field(default_factory=dict)
-    evaluated: bool = False
-    checkpoint: str | None = None
 
 
 def _bad(name: str, tensor: torch.Tensor, shape: tuple | None) -> str | None:
@@ -290,6 +277,20 @@ class Simulation:
         """Write a checkpoint of the current round now (the driver asks when the user stops the run early)."""
         writers = [c for c in self.callbacks if isinstance(c, Checkpointing)]
         return writers[0].write_now() if writers else None
+
+    def results(self, folder: str) -> tuple[dict[str, float], list[str]]:
+        """The run's final files, written into ``folder`` where the state lives (the driver logs them): the global
+        state as ``global_state.safetensors`` and the method's diagnostic figures; and the method's run-level metrics
+        from its records (:class:`~raysim.core.protocol.Diagnostics`)."""
+        state, folder = self.global_state(), Path(folder)
+        tensors = {f"params/{k}": v.contiguous() for k, v in state.params.items()}
+        tensors.update({f"server/{k}": v.contiguous() for k, v in state.server.items()})
+        save_file(tensors, str(folder / "global_state.safetensors"), metadata={"method": self.config.method})
+        files, metrics = [folder / "global_state.safetensors"], {}
+        if isinstance(self.method, Diagnostics):
+            files += self.method.artifacts(self.records, folder)
+            metrics = self.method.run_metrics(self.records)
+        return metrics, [str(path) for path in files]
 
     def shutdown(self) -> None:
         for callback in self.callbacks:

@@ -150,9 +150,9 @@ def _trial(params: dict[str, Any], sweep: Sweep, shards) -> None:
     resume, restored = None, tune.get_checkpoint()
     if restored is not None:
         with restored.as_directory() as folder:
-            copy = ckpt.load(folder, clients=False)
+            copy = ckpt.load(folder, clients=False, tensors=False)
         run_folder = config.checkpoint.root(config.tracking.resolved_uri) / copy.run_id
-        resume = ckpt.load(ckpt.round_folder(run_folder, copy.round))  # Tune's copy is named checkpoint_NNNNNN
+        resume = ckpt.load(ckpt.round_folder(run_folder, copy.round), tensors=False)  # Tune's: checkpoint_NNNNNN
     run(
         config,
         show_progress=False,

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 
+import ray
+
 from raysim.config import build_config
 from raysim.core.registry import get_method
 from raysim.engine.driver import make_simulation, stop
@@ -51,9 +53,11 @@ def prepared(config, shards=None, reservation: PoolReservation | None = None) ->
     """(``config`` resolved as the driver resolves it (precision, threads, the method's options), the initial global
     state, the shards with the method's cached features): what a run has before its first round. Given the run's
     pool ``reservation``, its workers start and the first builds the model (as on the driver of a Ray run); needed
-    where clients train on GPUs on Ray and a feature pass runs."""
+    where clients train on GPUs on Ray and a feature pass runs (the initial state, which a Ray run's driver leaves
+    in the object store, is fetched here)."""
     shards = shards if shards is not None else prepare_shards(config)
-    return initial_state(resolved(config), shards, reservation)
+    config, initial, _, shards = initial_state(resolved(config), shards, reservation)
+    return config, ray.get(initial) if isinstance(initial, ray.ObjectRef) else initial, shards
 
 
 @contextmanager

@@ -10,7 +10,8 @@ removed). There is no RNG position to save: every random draw derives from (run 
 (:mod:`raysim.core.seeding`), so round r + 1 of a resumed run draws exactly what the uninterrupted run drew.
 
 Files are written under temporary names and renamed into place, so a crash never leaves a half-written checkpoint
-under a ``round-*`` name; loading checks every file's SHA-256. Nothing here unpickles anything.
+under a ``round-*`` name; loading checks every file's SHA-256. Nothing here unpickles anything. torch loads with the
+first tensor read or written: a Ray run's driver reads only manifests (``load(..., tensors=False)``).
 """
 
 from __future__ import annotations
@@ -22,12 +23,12 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-from safetensors.torch import load_file, save_file
+from typing import TYPE_CHECKING, Any
 
 from raysim.core.errors import ConfigError
-from raysim.core.messages import GlobalState, Tensors
+
+if TYPE_CHECKING:
+    from raysim.core.messages import GlobalState, Tensors
 
 FORMAT = 2
 TENSORS, MANIFEST, CLIENTS = "state.safetensors", "manifest.json", "clients"
@@ -41,7 +42,7 @@ class Checkpoint:
     run_id: str
     round: int
     config: dict[str, Any]
-    state: GlobalState
+    state: GlobalState | None  # None: read from ``folder`` where the tensors are needed (:func:`with_tensors`)
     client_states: dict[int, Tensors]
     tracking_uri: str
     history: list[dict[str, float]] = field(default_factory=list)
@@ -66,6 +67,8 @@ def save(run_folder: str | Path, checkpoint: Checkpoint, keep: int, client_files
     (None: they are every client's state); they go to one new file, and ``checkpoint.client_files`` becomes the map
     of every client to its latest file.
     """
+    from safetensors.torch import save_file
+
     run_folder = Path(run_folder)
     run_folder.mkdir(parents=True, exist_ok=True)
     final = round_folder(run_folder, checkpoint.round)
@@ -117,6 +120,8 @@ def _detached(tensors: Tensors) -> Tensors:
 
 
 def _write_atomic(path: Path, tensors: Tensors) -> None:
+    from safetensors.torch import save_file
+
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".partial-{path.name}-{os.getpid()}")
     save_file(tensors, str(partial), metadata={"format": str(FORMAT)})
@@ -144,9 +149,11 @@ def rounds_in(run_folder: Path) -> list[Path]:
     return sorted(found, key=lambda p: int(p.name[len(PREFIX) :]))
 
 
-def load(target: str | Path, clients: bool = True) -> Checkpoint:
+def load(target: str | Path, clients: bool = True, tensors: bool = True) -> Checkpoint:
     """The checkpoint in folder ``target``: a ``round-*`` folder, or a run's folder (its newest checkpoint);
-    ``clients=False`` leaves the clients' states on disk (the end of a run needs only the global state)."""
+    ``clients=False`` leaves the clients' states on disk (the end of a run needs only the global state);
+    ``tensors=False`` reads the manifest alone (``state`` None, no client states; the files are checked all the same:
+    their SHA-256), and :func:`with_tensors` reads the rest where it is needed."""
     target = Path(target)
     folder = target
     if not (target / MANIFEST).is_file():
@@ -175,15 +182,19 @@ def load(target: str | Path, clients: bool = True) -> Checkpoint:
             f"{folder / TENSORS} is missing or does not match the SHA-256 in its manifest; "
             f"resume from an earlier {PREFIX}* folder"
         )
-    tensors = load_file(str(folder / TENSORS))
-    state = _unflatten(tensors, [k for k in manifest["order"] if not k.startswith("client/")])
     files = {int(c): name for c, name in manifest.get("client_files", {}).items()}
-    if manifest["format"] == 1:  # every client's state inside state.safetensors, as client/<id>/<name>
-        states = _by_client({k[len("client/") :]: v for k, v in tensors.items() if k.startswith("client/")}, None)
-    elif not clients:
-        states = {}
-    else:
-        states = _client_states(folder.parent / CLIENTS, files, manifest["client_sha256"])
+    clients_folder, state, states = folder.parent / CLIENTS, None, {}
+    if clients and manifest["format"] != 1:
+        _check_client_files(clients_folder, files, manifest["client_sha256"])
+    if tensors:
+        from safetensors.torch import load_file
+
+        read = load_file(str(folder / TENSORS))
+        state = _unflatten(read, [k for k in manifest["order"] if not k.startswith("client/")])
+        if manifest["format"] == 1:  # every client's state inside state.safetensors, as client/<id>/<name>
+            states = _by_client({k[len("client/") :]: v for k, v in read.items() if k.startswith("client/")}, None)
+        elif clients:
+            states = _client_states(clients_folder, files)
     return Checkpoint(
         run_id=manifest["run_id"],
         round=int(manifest["round"]),
@@ -199,9 +210,14 @@ def load(target: str | Path, clients: bool = True) -> Checkpoint:
     )
 
 
-def _client_states(folder: Path, files: dict[int, str], hashes: dict[str, str]) -> dict[int, Tensors]:
-    """Each client's state from the file the manifest names for it, in client order."""
-    states: dict[int, Tensors] = {}
+def with_tensors(checkpoint: Checkpoint) -> Checkpoint:
+    """``checkpoint`` with its tensors: as it is, or read from its folder (every client's state too) when it was
+    loaded with ``tensors=False``."""
+    return checkpoint if checkpoint.state is not None else load(checkpoint.folder)
+
+
+def _check_client_files(folder: Path, files: dict[int, str], hashes: dict[str, str]) -> None:
+    """Every client-state file the manifest names is there and matches its SHA-256."""
     for name in sorted(set(files.values())):
         path = folder / name
         if not path.is_file() or _sha256(path) != hashes.get(name):
@@ -209,7 +225,16 @@ def _client_states(folder: Path, files: dict[int, str], hashes: dict[str, str]) 
                 f"{path} is missing or does not match the SHA-256 in the manifest; resume from an "
                 f"earlier {PREFIX}* folder"
             )
-        states.update(_by_client(load_file(str(path)), {c for c, f in files.items() if f == name}))
+
+
+def _client_states(folder: Path, files: dict[int, str]) -> dict[int, Tensors]:
+    """Each client's state from the file the manifest names for it (checked by :func:`_check_client_files`), in
+    client order."""
+    from safetensors.torch import load_file
+
+    states: dict[int, Tensors] = {}
+    for name in sorted(set(files.values())):
+        states.update(_by_client(load_file(str(folder / name)), {c for c, f in files.items() if f == name}))
     return dict(sorted(states.items()))
 
 
@@ -225,6 +250,8 @@ def _by_client(tensors: Tensors, wanted: set[int] | None) -> dict[int, Tensors]:
 
 def _unflatten(tensors: Tensors, order: list[str]) -> GlobalState:
     """Back to dicts in the order they were saved (aggregation and byte counts then see the same order)."""
+    from raysim.core.messages import GlobalState
+
     params, server = {}, {}
     for key in order:
         kind, rest = key.split("/", 1)

@@ -21,12 +21,13 @@ CHANGEABLE_SECTIONS = {"resources"}
 
 def find(target: str, tracking_uri: str | None = None, checkpoint_dir: str | None = None) -> ckpt.Checkpoint:
     """The newest checkpoint of ``target``: a checkpoint folder (a run's or one ``round-*``), or a run id looked
-    up under the checkpoint root of ``tracking_uri`` (the default store when None)."""
+    up under the checkpoint root of ``tracking_uri`` (the default store when None). Its manifest, its files checked:
+    the simulation reads the tensors where it runs (:func:`~raysim.tracking.checkpoint.with_tensors`)."""
     if Path(target).exists():
-        return ckpt.load(target)
+        return ckpt.load(target, tensors=False)
     root = CheckpointConfig(dir=checkpoint_dir).root(TrackingConfig(tracking_uri=tracking_uri).resolved_uri)
     if (root / target).is_dir():
-        return ckpt.load(root / target)
+        return ckpt.load(root / target, tensors=False)
     raise ConfigError(
         f"--resume {target!r} is neither a checkpoint folder nor a run with checkpoints in {root}; "
         f"pass the folder printed when the run stopped, or the run id with its --tracking-uri"

@@ -15,8 +15,8 @@ from raysim.core.errors import ConfigError
 from raysim.core.protocol import split_encoder
 from raysim.engine import driver
 from raysim.engine.driver import end_coordinator, start_coordinator
-from raysim.engine.executors import Pool, start_server
-from raysim.engine.ray_session import PoolReservation
+from raysim.engine.executors import start_server
+from raysim.engine.ray_session import Pool, PoolReservation
 from raysim.engine.setup import resolved
 from raysim.testing.smoke import prepared
 from raysim.tracking.checkpoint import Checkpoint
@@ -75,7 +75,7 @@ def test_the_set_up_builds_the_server_before_the_run_exists_and_the_run_uses_it(
     pool = {"resources": {"backend": "ray", "workers": 1, "cpus_per_client": 0.5}}
     config = resolved(build_config("fedv", [TINY, store, pool]))
     with PoolReservation(config) as reservation:
-        config, initial, shards, _, coordinator = driver._set_up(
+        config, initial, _, shards, _, coordinator = driver._set_up(
             config, None, config.tracking.resolved_uri, reservation
         )
         try:
@@ -83,7 +83,7 @@ def test_the_set_up_builds_the_server_before_the_run_exists_and_the_run_uses_it(
             start = Checkpoint("untracked", 0, config.to_dict(), initial, {}, "")
             pool = reservation.start(config, shards.info.num_classes)
             simulation = driver.make_simulation(config, shards, start, pool, coordinator=coordinator)
-            used = ray.get(coordinator.__ray_call__.remote(lambda actor: actor.server.handle))
+            used = ray.get(coordinator.__ray_call__.remote(lambda actor: actor.simulation.server.handle))
             assert used == early  # the same actor: no second server
             simulation.run_round(1)
         finally:

@@ -9,7 +9,7 @@ import torch
 from raysim.config import build_config
 from raysim.core.errors import ConfigError
 from raysim.core.messages import Broadcast
-from raysim.core.precision import AUTO_ENV, autocast, resolve
+from raysim.core.precision import _NATIVE_BF16_PROBES, AUTO_ENV, autocast, native_bf16_cpu, resolve
 from raysim.engine.client import ClientRuntime
 from raysim.engine.setup import THREADS_ENV, resolved
 from raysim.testing.smoke import prepared
@@ -34,6 +34,12 @@ def test_auto_is_fp32_and_explicit_precision_is_kept(allows):
     assert resolve("auto", method_allows=allows) == "fp32"
     assert resolve("fp32", method_allows=allows) == "fp32"
     assert resolve("bf16", method_allows=True) == "bf16"
+
+
+def test_the_cpu_s_native_bf16_is_read_as_torch_detects_it():
+    """The hint in a run's header reads the CPU's flags without torch (a Ray run's driver has none): the same answer
+    as torch's probes, on whichever CPU runs the suite (AVX2 only: no; AVX-512 BF16 or AMX: yes)."""
+    assert native_bf16_cpu() == any(getattr(torch.cpu, probe, lambda: False)() for probe in _NATIVE_BF16_PROBES)
 
 
 def test_the_driver_resolves_auto_to_fp32():

@@ -9,12 +9,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from click.testing import CliRunner
 from mlflow.tracking import MlflowClient
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
 from raysim.cli import main
 from raysim.testing.console import own_lines
+from raysim.tracking import checkpoint as ckpt
 from raysim.tracking import provenance
 
 QUICK = ["--preset", "quick", "--no-progress", "--set", "fedvpt.prompt_length=2"]
@@ -320,6 +322,41 @@ def test_real_console_script_help_ls_and_one_line_errors(tmp_path):
     assert own_lines(bad.stderr)[-1].startswith("raysim: error: could not connect to Ray at '127.0.0.1:9'")
     assert "Traceback" not in bad.stderr
     assert not (tmp_path / "raysim-runs").exists()
+
+
+def test_a_ray_runs_driver_imports_no_torch_and_logs_what_the_coordinator_wrote(tmp_path):
+    """A whole Ray run of SGPT in a fresh process: its driver never imports torch (the model is built by the first
+    worker, the state lives in the coordinator, the driver reads checkpoints' manifests only), and the files made
+    where the state lives are the run's artifacts: the final global state, equal to the last checkpoint's, and SGPT's
+    selection figures, with its run-level metric."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    probe = (
+        "import atexit, sys\n"
+        "heavy = ('torch', 'safetensors.torch', 'timm')\n"
+        "atexit.register(lambda: print('imported:', [m for m in heavy if m in sys.modules]))\n"
+        "from raysim.cli import main\n"
+        "main()"
+    )
+    command = ["run", "sgpt", "--preset", "quick", "--no-progress", "--workers", "1", "--cpus-per-client", "0.5"]
+    done = subprocess.run(
+        [sys.executable, "-c", probe, *command, "--tracking-uri", uri],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().endswith("imported: []"), done.stdout
+    (run,) = runs_in(uri)
+    client = MlflowClient(uri)
+    logged = {a.path for a in client.list_artifacts(run.info.run_id)}
+    wanted = {"global_state.safetensors", "selection_map.png", "selection_stability.png", "selection_counts.json"}
+    assert wanted <= logged, logged
+    assert "selection_instability" in run.data.metrics
+    final = load_file(client.download_artifacts(run.info.run_id, "global_state.safetensors", str(tmp_path)))
+    (last,) = ckpt.rounds_in(tmp_path / "checkpoints" / run.info.run_id)[-1:]
+    saved = load_file(str(last / ckpt.TENSORS))
+    assert final.keys() == saved.keys() and all(torch.equal(final[k], saved[k]) for k in final)
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,8 @@ import torch
 from raysim.config import build_config
 from raysim.core.registry import METHODS
 from raysim.engine.client import ClientRuntime
-from raysim.engine.cohort import StackedOptimizer, cohort_training, cohorts_of
+from raysim.engine.cohort import StackedOptimizer
+from raysim.engine.cohort_plan import cohort_training, cohorts_of
 from raysim.engine.setup import resolved
 from raysim.testing.smoke import TINY, prepared, smoke_config
 

@@ -36,7 +36,7 @@ def refuse(*args, **kwargs):
 def test_on_ray_the_first_worker_builds_what_the_driver_would(method, ray_session, monkeypatch):
     """CPU workers: the options, the initial global state and the cached features equal the sequential build's."""
     here_config, here_initial, here = prepared(build_config(method, [NANO]))
-    monkeypatch.setattr(setup, "model_setup", refuse)  # this process's; the worker's process imports its own
+    monkeypatch.setattr(building, "model_setup", refuse)  # this process's; the worker's process imports its own
     config = build_config(method, [NANO, {"resources": {"backend": "ray", "cpus_per_client": 0.5}}])
     with PoolReservation(config) as reservation:
         worker_config, worker_initial, in_worker = prepared(config, reservation=reservation)
@@ -79,7 +79,7 @@ def test_the_first_worker_sets_up_on_its_own_model_unless_it_is_split(method, bu
         prepared(config, reservation=reservation)
         assert ray_session.get(first.__ray_call__.remote(lambda runtime: runtime.builds)) == builds
         where = first.__ray_call__.remote(
-            lambda runtime: ({p.device for p in runtime.model.parameters()}, runtime.device)
+            lambda worker: ({p.device for p in worker.runtime.model.parameters()}, worker.runtime.device)
         )
         placed, device = ray_session.get(where)
         assert placed == {device}
@@ -110,7 +110,7 @@ def test_a_bad_weights_file_is_one_line_from_the_first_worker_and_leaves_no_coor
 @pytest.mark.parametrize("method", ["sgpt", "fgpt"])
 def test_with_clients_on_gpus_the_first_worker_computes_what_the_driver_would(method, ray_session, monkeypatch):
     _, _, on_driver = prepared(build_config(method, [NANO]))
-    monkeypatch.setattr(setup, "model_setup", refuse)  # this process's; the worker's process imports its own
+    monkeypatch.setattr(building, "model_setup", refuse)  # this process's; the worker's process imports its own
     config = build_config(method, [NANO, ON_GPUS])
     with PoolReservation(config) as reservation:
         _, _, in_worker = prepared(config, reservation=reservation)
