@@ -32,7 +32,7 @@ from raysim.engine.ray_session import Pool
 from raysim.ops.metrics import accuracy_metrics, client_accuracies, generic_accuracy
 from raysim.systems.profiles import draw_profiles
 from raysim.systems.tiers import ALL
-from raysim.tracking.checkpoint import Checkpoint
+from raysim.tracking.checkpoint import Checkpoint, detached
 
 log = logging.getLogger("raysim")
 
@@ -283,9 +283,9 @@ class Simulation:
         state as ``global_state.safetensors`` and the method's diagnostic figures; and the method's run-level metrics
         from its records (:class:`~raysim.core.protocol.Diagnostics`)."""
         state, folder = self.global_state(), Path(folder)
-        tensors = {f"params/{k}": v.contiguous() for k, v in state.params.items()}
-        tensors.update({f"server/{k}": v.contiguous() for k, v in state.server.items()})
-        save_file(tensors, str(folder / "global_state.safetensors"), metadata={"method": self.config.method})
+        tensors = {f"params/{k}": v for k, v in state.params.items()}
+        tensors.update({f"server/{k}": v for k, v in state.server.items()})
+        save_file(detached(tensors), str(folder / "global_state.safetensors"), metadata={"method": self.config.method})
         files, metrics = [folder / "global_state.safetensors"], {}
         if isinstance(self.method, Diagnostics):
             files += self.method.artifacts(self.records, folder)

@@ -76,14 +76,14 @@ def save(run_folder: str | Path, checkpoint: Checkpoint, keep: int, client_files
     if checkpoint.client_states:
         name = f"{final.name}.safetensors"
         tensors = {f"{c}/{k}": v for c, state in checkpoint.client_states.items() for k, v in state.items()}
-        _write_atomic(run_folder / CLIENTS / name, _detached(tensors))
+        _write_atomic(run_folder / CLIENTS / name, detached(tensors))
         files.update({c: name for c in checkpoint.client_states})
     partial = run_folder / f".partial-{final.name}-{os.getpid()}"
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir()
     tensors = {f"params/{k}": v for k, v in checkpoint.state.params.items()}
     tensors.update({f"server/{k}": v for k, v in checkpoint.state.server.items()})
-    save_file(_detached(tensors), str(partial / TENSORS), metadata={"format": str(FORMAT)})
+    save_file(detached(tensors), str(partial / TENSORS), metadata={"format": str(FORMAT)})
     manifest = {
         "format": FORMAT,
         "run_id": checkpoint.run_id,
@@ -115,7 +115,8 @@ def save(run_folder: str | Path, checkpoint: Checkpoint, keep: int, client_files
     return final
 
 
-def _detached(tensors: Tensors) -> Tensors:
+def detached(tensors: Tensors) -> Tensors:
+    """CPU copies that safetensors can write: contiguous, no storage shared between two of them."""
     return {k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()}  # clone: no shared storage
 
 
