@@ -167,7 +167,7 @@ def run(method, resume, preset, overrides, progress, **flags):
         run_simulation(config, show_progress=progress, shards=shards)
         return
 
-    from raysim.engine.driver import run as run_simulation  # imports torch, Ray and MLflow: only when a run starts
+    from raysim.engine.driver import run as run_simulation  # imports Ray and MLflow (torch: a sequential run's rounds)
     from raysim.tracking import resume as resuming
 
     found = resuming.find(resume, flags["tracking_uri"])  # the store only helps find the run; it cannot change
@@ -192,7 +192,7 @@ def tune(method, space, num_samples, max_concurrent, metric, mode, scheduler, na
     Trial configs: defaults < --preset < the space's fixed values < flags and --set < the sampled values. At
     the end the best trial's config is saved as a preset and printed as a ready-to-run command.
     """
-    from raysim.sweep import tune as sweeping  # imports torch, Ray and Tune: only when a sweep starts
+    from raysim.sweep import tune as sweeping  # imports Ray, Tune and MLflow: only when a sweep starts
 
     if resume is not None:
         given = [f"--{k.replace('_', '-')}" for k, v in flags.items() if v is not None] + (
@@ -243,7 +243,7 @@ def compare(methods, seeds, tune_budget, max_concurrent, preset, overrides, **fl
     the comparison's own run and printed. The first method is the one the others are paired with. Running the same
     command again resumes: finished runs are kept.
     """
-    from raysim.sweep import compare as comparing  # imports torch, Ray and Tune: only when a comparison starts
+    from raysim.sweep import compare as comparing  # imports Ray, Tune and MLflow: only when a comparison starts
 
     found = comparing.plan(tuple(methods), seeds, tune_budget, max_concurrent, preset, flag_layers(overrides, flags))
     what = f"comparison {found.name!r}"

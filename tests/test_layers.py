@@ -178,7 +178,7 @@ def test_the_worker_and_coordinator_import_no_tracking_clustering_or_model_libra
     driver's plots and tracking, a trace file, building a model), not by looking up a method or a module a worker's
     handle names (tests/engine/test_executors.py checks the coordinator after a round)."""
     code = (
-        "import raysim.actors.client_worker, raysim.actors.coordinator\n"
+        "import raysim.engine.client, raysim.engine.simulation\n"  # what a worker and the coordinator load
         "from raysim.core.registry import METHODS, get_method\n"
         "[get_method(name) for name in METHODS]"
     )

@@ -64,7 +64,7 @@ class ClientRuntime:
 
     def __init__(self, config, num_classes: int):
         # the model code (timm, torchvision: about 110 MB and 2 s) is imported here, where a model is built, and not
-        # with this module, which every process that receives a worker's handle imports (the coordinator)
+        # with this module, which the coordinator imports too (its executor)
         from raysim.models.factory import build_model, pick_device
 
         torch.set_num_threads(config.resources.torch_threads)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import shutil
 import tempfile
 import time
 from contextlib import nullcontext
@@ -58,6 +59,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("raysim")
 
 MAX_RECOVERIES = 3  # in a row without a round completing; then the error stands
+RESULTS = "results"  # a run's checkpoint folder's: the final files until the driver has logged them
 
 
 @dataclass
@@ -253,7 +255,10 @@ def run(
                 tracker.attach(resume.run_id)
                 run_id, start, run_folder = resume.run_id, resume, resume.folder.parent
             trim_memory()  # what the set-up thread freed (reads, decodes, imports): glibc keeps it until asked
-            with tempfile.TemporaryDirectory() as folder:  # the run's final files, written where the state lives
+            # the run's final files, written where the state lives: beside the checkpoints, which the coordinator
+            # writes where the driver reads them
+            results = run_folder / RESULTS
+            try:
                 with RoundProgress(
                     config.federation.rounds,
                     describe(config, shards),
@@ -263,7 +268,7 @@ def run(
                 ) as progress:
                     built_in = [MLflowLogger(tracker), ProgressBar(progress), StopOnCtrlC(progress.note)]
                     every = [*built_in, *callbacks]
-                    outcome = drive(config, placed, start, pool, run_folder, every, Path(folder), coordinator)
+                    outcome = drive(config, placed, start, pool, run_folder, every, results, coordinator)
                 last = outcome.last
                 if outcome.interrupted:
                     status = "KILLED"
@@ -273,6 +278,8 @@ def run(
                     )
                 summary = summarise(last.history)
                 _log_results(tracker, config, last, summary, shards, outcome.results)
+            finally:
+                shutil.rmtree(results, ignore_errors=True)  # logged to MLflow
             print_summary(summary, run_id, config, console, last.history)
             status = "FINISHED"
             return RunResult(run_id, last.history, summary, last.client_acc, last.records)

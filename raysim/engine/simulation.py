@@ -283,6 +283,7 @@ class Simulation:
         state as ``global_state.safetensors`` and the method's diagnostic figures; and the method's run-level metrics
         from its records (:class:`~raysim.core.protocol.Diagnostics`)."""
         state, folder = self.global_state(), Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
         tensors = {f"params/{k}": v for k, v in state.params.items()}
         tensors.update({f"server/{k}": v for k, v in state.server.items()})
         save_file(detached(tensors), str(folder / "global_state.safetensors"), metadata={"method": self.config.method})
