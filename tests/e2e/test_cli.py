@@ -354,6 +354,7 @@ def test_a_ray_runs_driver_imports_no_torch_and_logs_what_the_coordinator_wrote(
     assert wanted <= logged, logged
     assert "selection_instability" in run.data.metrics
     final = load_file(client.download_artifacts(run.info.run_id, "global_state.safetensors", str(tmp_path)))
+    assert not (tmp_path / "checkpoints" / run.info.run_id / "results").exists()  # the files are MLflow's now
     (last,) = ckpt.rounds_in(tmp_path / "checkpoints" / run.info.run_id)[-1:]
     saved = load_file(str(last / ckpt.TENSORS))
     assert final.keys() == saved.keys() and all(torch.equal(final[k], saved[k]) for k in final)
