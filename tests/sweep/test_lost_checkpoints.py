@@ -12,6 +12,7 @@ import pytest
 from ray import tune
 
 from raysim.sweep.lost_checkpoints import ForgetLostCheckpoints
+from raysim.sweep.tune_console import fit
 
 
 def _resume_without_a_listed_checkpoint(tmp_path: Path, callbacks: list) -> tuple[list[str], tune.ResultGrid]:
@@ -33,17 +34,19 @@ def _resume_without_a_listed_checkpoint(tmp_path: Path, callbacks: list) -> tupl
             tune.report({"step": step}, checkpoint=tune.Checkpoint.from_directory(str(folder)))
 
     trainable = tune.with_resources(_steps, {"cpu": 0.5})
-    tune.Tuner(
-        trainable,
-        param_space={"failed_once": str(tmp_path / "failed_once"), "scratch": str(tmp_path / "scratch")},
-        run_config=tune.RunConfig(
-            name="lost",
-            storage_path=str(tmp_path),
-            verbose=0,
-            callbacks=callbacks,
-            checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
-        ),
-    ).fit()
+    fit(  # raysim's: as a sweep fits, and Tune's Ctrl-C handler does not outlive the fit in this process
+        tune.Tuner(
+            trainable,
+            param_space={"failed_once": str(tmp_path / "failed_once"), "scratch": str(tmp_path / "scratch")},
+            run_config=tune.RunConfig(
+                name="lost",
+                storage_path=str(tmp_path),
+                verbose=0,
+                callbacks=callbacks,
+                checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+            ),
+        )
+    )
     (trial,) = [p for p in (tmp_path / "lost").iterdir() if p.is_dir() and p.name.startswith("_steps")]
     assert sorted(p.name for p in trial.glob("checkpoint_*")) == ["checkpoint_000001", "checkpoint_000002"]
     shutil.rmtree(trial / "checkpoint_000001")  # as if the process had stopped right after Tune deleted it
@@ -53,7 +56,7 @@ def _resume_without_a_listed_checkpoint(tmp_path: Path, callbacks: list) -> tupl
     handler.emit = lambda record: errors.append(record.getMessage())  # Ray's loggers do not propagate to caplog
     controller.addHandler(handler)
     try:
-        results = tune.Tuner.restore(str(tmp_path / "lost"), trainable, resume_errored=True).fit()
+        results = fit(tune.Tuner.restore(str(tmp_path / "lost"), trainable, resume_errored=True))
     finally:
         controller.removeHandler(handler)
     assert sorted(p.name for p in trial.glob("checkpoint_*")) == ["checkpoint_000003", "checkpoint_000004"]
