@@ -257,7 +257,7 @@ def run(
             trim_memory()  # what the set-up thread freed (reads, decodes, imports): glibc keeps it until asked
             # the run's final files, written where the state lives: beside the checkpoints, which the coordinator
             # writes where the driver reads them
-            results = run_folder / RESULTS
+            results_folder = run_folder / RESULTS
             try:
                 with RoundProgress(
                     config.federation.rounds,
@@ -268,7 +268,7 @@ def run(
                 ) as progress:
                     built_in = [MLflowLogger(tracker), ProgressBar(progress), StopOnCtrlC(progress.note)]
                     every = [*built_in, *callbacks]
-                    outcome = drive(config, placed, start, pool, run_folder, every, results, coordinator)
+                    outcome = drive(config, placed, start, pool, run_folder, every, results_folder, coordinator)
                 last = outcome.last
                 if outcome.interrupted:
                     status = "KILLED"
@@ -279,7 +279,7 @@ def run(
                 summary = summarise(last.history)
                 _log_results(tracker, config, last, summary, shards, outcome.results)
             finally:
-                shutil.rmtree(results, ignore_errors=True)  # logged to MLflow
+                shutil.rmtree(results_folder, ignore_errors=True)  # logged to MLflow
             print_summary(summary, run_id, config, console, last.history)
             status = "FINISHED"
             return RunResult(run_id, last.history, summary, last.client_acc, last.records)

@@ -32,7 +32,7 @@ from raysim.engine.ray_session import Pool
 from raysim.ops.metrics import accuracy_metrics, client_accuracies, generic_accuracy
 from raysim.systems.profiles import draw_profiles
 from raysim.systems.tiers import ALL
-from raysim.tracking.checkpoint import Checkpoint, detached
+from raysim.tracking.checkpoint import Checkpoint, detached, flattened
 
 log = logging.getLogger("raysim")
 
@@ -284,9 +284,8 @@ class Simulation:
         from its records (:class:`~raysim.core.protocol.Diagnostics`)."""
         state, folder = self.global_state(), Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        tensors = {f"params/{k}": v for k, v in state.params.items()}
-        tensors.update({f"server/{k}": v for k, v in state.server.items()})
-        save_file(detached(tensors), str(folder / "global_state.safetensors"), metadata={"method": self.config.method})
+        written = detached(flattened(state))
+        save_file(written, str(folder / "global_state.safetensors"), metadata={"method": self.config.method})
         files, metrics = [folder / "global_state.safetensors"], {}
         if isinstance(self.method, Diagnostics):
             files += self.method.artifacts(self.records, folder)

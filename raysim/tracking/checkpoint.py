@@ -81,8 +81,7 @@ def save(run_folder: str | Path, checkpoint: Checkpoint, keep: int, client_files
     partial = run_folder / f".partial-{final.name}-{os.getpid()}"
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir()
-    tensors = {f"params/{k}": v for k, v in checkpoint.state.params.items()}
-    tensors.update({f"server/{k}": v for k, v in checkpoint.state.server.items()})
+    tensors = flattened(checkpoint.state)
     save_file(detached(tensors), str(partial / TENSORS), metadata={"format": str(FORMAT)})
     manifest = {
         "format": FORMAT,
@@ -113,6 +112,14 @@ def save(run_folder: str | Path, checkpoint: Checkpoint, keep: int, client_files
     _remove_unreferenced(run_folder)
     checkpoint.client_files = files
     return final
+
+
+def flattened(state: GlobalState) -> Tensors:
+    """``params/*`` and ``server/*`` in one dict, in order: what a checkpoint's (and a run's final) state file holds
+    (:func:`_unflatten` is the inverse)."""
+    tensors = {f"params/{k}": v for k, v in state.params.items()}
+    tensors.update({f"server/{k}": v for k, v in state.server.items()})
+    return tensors
 
 
 def detached(tensors: Tensors) -> Tensors:
