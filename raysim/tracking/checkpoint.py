@@ -190,6 +190,7 @@ def load(target: str | Path, clients: bool = True, tensors: bool = True) -> Chec
             f"{folder / TENSORS} is missing or does not match the SHA-256 in its manifest; "
             f"resume from an earlier {PREFIX}* folder"
         )
+    _check_holds(folder / TENSORS, set(manifest["order"]))
     files = {int(c): name for c, name in manifest.get("client_files", {}).items()}
     clients_folder, state, states = folder.parent / CLIENTS, None, {}
     if clients and manifest["format"] != 1:
@@ -233,6 +234,28 @@ def _check_client_files(folder: Path, files: dict[int, str], hashes: dict[str, s
                 f"{path} is missing or does not match the SHA-256 in the manifest; resume from an "
                 f"earlier {PREFIX}* folder"
             )
+        _check_holds(path, {str(c) for c, f in files.items() if f == name})
+
+
+def _check_holds(path: Path, wanted: set[str]) -> None:
+    """``path`` is a safetensors file holding every tensor named in ``wanted`` (a client's id: some tensor
+    ``<id>/...``), read from its header alone, without torch: a file that matches its hash but not what its
+    manifest says is refused here, in one line, before a run is reopened."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="numpy") as handle:
+            names = set(handle.keys())
+    except (SafetensorError, OSError) as error:
+        raise ConfigError(
+            f"{path} is not a readable safetensors file ({error}); resume from an earlier {PREFIX}* folder"
+        ) from None
+    missing = sorted(wanted - names - {name.split("/", 1)[0] for name in names})
+    if missing:
+        raise ConfigError(
+            f"{path} lacks {len(missing)} tensor(s) its manifest names ({', '.join(missing[:3])}); resume from "
+            f"an earlier {PREFIX}* folder"
+        )
 
 
 def _client_states(folder: Path, files: dict[int, str]) -> dict[int, Tensors]:

@@ -371,13 +371,18 @@ def finished_run(ray_session, tmp_path_factory):
     return uri, run.info.run_id, folder / "checkpoints" / run.info.run_id
 
 
-def _copy_with(run_folder, tmp_path, corrupt=False, **manifest_changes):
+def _copy_with(run_folder, tmp_path, corrupt=False, state=None, **manifest_changes):
+    """A copy of the run's checkpoints, the newest changed: its manifest by ``manifest_changes``, its state file
+    damaged (``corrupt``) or replaced by ``state``'s bytes with the manifest's SHA-256 to match."""
     import json
     import shutil
 
     copy = tmp_path / "copy"
     shutil.copytree(run_folder, copy)
     newest = sorted(copy.glob("round-*"))[-1]
+    if state is not None:
+        (newest / "state.safetensors").write_bytes(state)
+        manifest_changes["sha256"] = ckpt._sha256(newest / "state.safetensors")
     manifest = json.loads((newest / "manifest.json").read_text())
     (newest / "manifest.json").write_text(json.dumps({**manifest, **manifest_changes}))
     if corrupt:
@@ -392,6 +397,7 @@ RESUME_INPUTS = [
     (["run", "--resume", "RUN", "--rounds", "5", "--set", "train.lr=0.1"], "train.lr cannot change when resuming"),
     (["run", "--resume", "RUN", "--rounds", "5", "--preset", "quick"], "--preset cannot change a resumed run"),
     (["run", "--resume", "CORRUPT", "--rounds", "5"], "does not match the SHA-256 in its manifest"),
+    (["run", "--resume", "UNREADABLE", "--rounds", "5"], "state.safetensors is not a readable safetensors file"),
     (["run", "--resume", "OTHER_RUN", "--rounds", "5"], "MLflow run 0123abcd of the checkpoint is not in the store"),
     (
         ["run", "--resume", "NO_STORE", "--rounds", "5"],
@@ -411,6 +417,7 @@ def test_bad_resume_target_is_one_line_exit_2_and_changes_nothing(finished_run, 
         "RUN": str(run_folder),
         "STORE": uri,
         "CORRUPT": lambda: _copy_with(run_folder, tmp_path, corrupt=True),
+        "UNREADABLE": lambda: _copy_with(run_folder, tmp_path, state=b"its hash matches, yet it holds no tensor"),
         "OTHER_RUN": lambda: _copy_with(run_folder, tmp_path, run_id="0123abcd"),
         "NO_STORE": lambda: _copy_with(run_folder, tmp_path, tracking_uri="sqlite:////nope/mlflow.db"),
     }

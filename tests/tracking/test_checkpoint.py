@@ -118,6 +118,40 @@ def test_a_damaged_client_file_is_a_one_line_error(tmp_path):
         ckpt.load(tmp_path)
 
 
+def _rewritten(path, content: bytes, manifest_path, key: str, name: str | None = None) -> None:
+    """``path`` replaced by ``content``, its SHA-256 in the manifest updated to match (what the hash cannot catch)."""
+    path.write_bytes(content)
+    manifest = json.loads(manifest_path.read_text())
+    if name is None:
+        manifest[key] = ckpt._sha256(path)
+    else:
+        manifest[key][name] = ckpt._sha256(path)
+    manifest_path.write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize("tensors", [True, False], ids=["tensors", "manifest only"])
+def test_files_that_match_their_hash_but_not_their_manifest_are_one_line_errors(tmp_path, tensors):
+    """A Ray run's driver reads only manifests (``tensors=False``): it still refuses, from the safetensors header,
+    a state or client file that is not safetensors or lacks what the manifest names, before a run is reopened."""
+    folder = ckpt.save(tmp_path / "run", _checkpoint(2), keep=0)
+    state, manifest = folder / ckpt.TENSORS, folder / ckpt.MANIFEST
+    good = state.read_bytes()
+    _rewritten(state, b"not a tensor file", manifest, "sha256")
+    with pytest.raises(ConfigError, match=r"state.safetensors is not a readable safetensors file \(.+\); resume"):
+        ckpt.load(folder, tensors=tensors)
+    save_file({"params/prompt": torch.zeros(2, 3)}, str(state))
+    _rewritten(state, state.read_bytes(), manifest, "sha256")
+    with pytest.raises(ConfigError, match=r"lacks 2 tensor\(s\) its manifest names \(params/head.weight, server/"):
+        ckpt.load(folder, tensors=tensors)
+    _rewritten(state, good, manifest, "sha256")
+    clients = tmp_path / "run" / ckpt.CLIENTS / "round-000002.safetensors"
+    save_file({"3/h_prev": torch.zeros(4)}, str(clients))  # client 7's state is gone
+    _rewritten(clients, clients.read_bytes(), manifest, "client_sha256", clients.name)
+    with pytest.raises(ConfigError, match=r"round-000002.safetensors lacks 1 tensor\(s\) its manifest names \(7\)"):
+        ckpt.load(folder, tensors=tensors)
+    assert ckpt.load(folder, clients=False, tensors=tensors).round == 2  # the end of a run reads no client file
+
+
 def test_a_format_1_checkpoint_still_loads(tmp_path):
     """Written before client states were incremental: every client's state inside state.safetensors."""
     folder = tmp_path / "round-000002"
