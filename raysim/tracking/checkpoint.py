@@ -190,7 +190,7 @@ def load(target: str | Path, clients: bool = True, tensors: bool = True) -> Chec
             f"{folder / TENSORS} is missing or does not match the SHA-256 in its manifest; "
             f"resume from an earlier {PREFIX}* folder"
         )
-    _check_holds(folder / TENSORS, set(manifest["order"]))
+    _check_holds(folder / TENSORS, frozenset(manifest["order"]))
     files = {int(c): name for c, name in manifest.get("client_files", {}).items()}
     clients_folder, state, states = folder.parent / CLIENTS, None, {}
     if clients and manifest["format"] != 1:
@@ -226,7 +226,8 @@ def with_tensors(checkpoint: Checkpoint) -> Checkpoint:
 
 
 def _check_client_files(folder: Path, files: dict[int, str], hashes: dict[str, str]) -> None:
-    """Every client-state file the manifest names is there and matches its SHA-256."""
+    """Every client-state file the manifest names is there, matches its SHA-256 and is safetensors (not which tensors
+    it holds: a client's state may hold none)."""
     for name in sorted(set(files.values())):
         path = folder / name
         if not path.is_file() or _sha256(path) != hashes.get(name):
@@ -234,13 +235,13 @@ def _check_client_files(folder: Path, files: dict[int, str], hashes: dict[str, s
                 f"{path} is missing or does not match the SHA-256 in the manifest; resume from an "
                 f"earlier {PREFIX}* folder"
             )
-        _check_holds(path, {str(c) for c, f in files.items() if f == name})
+        _check_holds(path)
 
 
-def _check_holds(path: Path, wanted: set[str]) -> None:
-    """``path`` is a safetensors file holding every tensor named in ``wanted`` (a client's id: some tensor
-    ``<id>/...``), read from its header alone, without torch: a file that matches its hash but not what its
-    manifest says is refused here, in one line, before a run is reopened."""
+def _check_holds(path: Path, wanted: frozenset[str] = frozenset()) -> None:
+    """``path`` is a safetensors file holding every tensor named in ``wanted``, read from its header alone, without
+    torch: a file that matches its hash but not what its manifest says is refused here, in one line, before a run
+    is reopened."""
     from safetensors import SafetensorError, safe_open
 
     try:
@@ -250,7 +251,7 @@ def _check_holds(path: Path, wanted: set[str]) -> None:
         raise ConfigError(
             f"{path} is not a readable safetensors file ({error}); resume from an earlier {PREFIX}* folder"
         ) from None
-    missing = sorted(wanted - names - {name.split("/", 1)[0] for name in names})
+    missing = sorted(wanted - names)
     if missing:
         raise ConfigError(
             f"{path} lacks {len(missing)} tensor(s) its manifest names ({', '.join(missing[:3])}); resume from "

@@ -145,9 +145,8 @@ def test_files_that_match_their_hash_but_not_their_manifest_are_one_line_errors(
         ckpt.load(folder, tensors=tensors)
     _rewritten(state, good, manifest, "sha256")
     clients = tmp_path / "run" / ckpt.CLIENTS / "round-000002.safetensors"
-    save_file({"3/h_prev": torch.zeros(4)}, str(clients))  # client 7's state is gone
-    _rewritten(clients, clients.read_bytes(), manifest, "client_sha256", clients.name)
-    with pytest.raises(ConfigError, match=r"round-000002.safetensors lacks 1 tensor\(s\) its manifest names \(7\)"):
+    _rewritten(clients, b"\x08" + bytes(7) + b"{}", manifest, "client_sha256", clients.name)  # a header, cut short
+    with pytest.raises(ConfigError, match=r"round-000002.safetensors is not a readable safetensors file"):
         ckpt.load(folder, tensors=tensors)
     assert ckpt.load(folder, clients=False, tensors=tensors).round == 2  # the end of a run reads no client file
 
