@@ -190,7 +190,7 @@ def load(target: str | Path, clients: bool = True, tensors: bool = True) -> Chec
             f"{folder / TENSORS} is missing or does not match the SHA-256 in its manifest; "
             f"resume from an earlier {PREFIX}* folder"
         )
-    _check_holds(folder / TENSORS, frozenset(manifest["order"]))
+    _check_safetensors(folder / TENSORS, frozenset(manifest["order"]))
     files = {int(c): name for c, name in manifest.get("client_files", {}).items()}
     clients_folder, state, states = folder.parent / CLIENTS, None, {}
     if clients and manifest["format"] != 1:
@@ -235,10 +235,10 @@ def _check_client_files(folder: Path, files: dict[int, str], hashes: dict[str, s
                 f"{path} is missing or does not match the SHA-256 in the manifest; resume from an "
                 f"earlier {PREFIX}* folder"
             )
-        _check_holds(path)
+        _check_safetensors(path)
 
 
-def _check_holds(path: Path, wanted: frozenset[str] = frozenset()) -> None:
+def _check_safetensors(path: Path, wanted: frozenset[str] = frozenset()) -> None:
     """``path`` is a safetensors file holding every tensor named in ``wanted``, read from its header alone, without
     torch: a file that matches its hash but not what its manifest says is refused here, in one line, before a run
     is reopened."""
