@@ -217,7 +217,7 @@ def tune(method, space, num_samples, max_concurrent, metric, mode, scheduler, na
         sweeping.save_sweep(found)
         experiment = found.trial_config({}).tracking.experiment
         click.echo(
-            f"sweep {found.name}: {found.num_samples} trials, {found.max_concurrent} at once, MLflow experiment "
+            f"sweep {found.name}: {found.trials} trials, {found.max_concurrent} at once, MLflow experiment "
             f"{experiment!r} (run {found.parent_run_id}); resume with: raysim tune --resume {folder}",
             err=True,
         )

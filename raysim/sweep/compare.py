@@ -274,15 +274,18 @@ def _write_json(path: Path, record: dict) -> None:
 
 
 def arm_space(comparison: Comparison, label: str) -> str:
-    """The search space an arm tunes: its method's, less the keys the arm sets itself (written beside the
-    comparison when it sets any)."""
+    """The search space an arm tunes: its method's, less the keys the arm sets itself, each ``grid`` drawn as a
+    ``choice`` (a grid runs all its values per sample, which would give the arm more trials than the budget);
+    written beside the comparison where it differs from the method's file."""
     method, own = arm(label)
     source = default_space_file(method)
     data = yaml12.load(Path(source).read_text())
     kept = {
-        key: spec for key, spec in data["space"].items() if key.split(".", 1)[1] not in own.get(key.split(".")[0], {})
+        key: _drawn(spec)
+        for key, spec in data["space"].items()
+        if key.split(".", 1)[1] not in own.get(key.split(".")[0], {})
     }
-    if len(kept) == len(data["space"]):
+    if kept == data["space"]:
         return source
     if not kept:
         raise ConfigError(f"{label} sets every key of {Path(source).name} itself: nothing is left to tune")
@@ -290,6 +293,11 @@ def arm_space(comparison: Comparison, label: str) -> str:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump({**data, "space": kept}, sort_keys=False))
     return str(path)
+
+
+def _drawn(spec: Any) -> Any:
+    """A space's sampler with ``{grid: VALUES}`` made ``{choice: VALUES}``: one trial, one value."""
+    return {"choice": spec["grid"]} if isinstance(spec, dict) and list(spec) == ["grid"] else spec
 
 
 def _cell(

@@ -41,6 +41,10 @@ class SearchSpace:
     samplers: dict[str, tuple[str, list]]
     fixed: dict[str, Any] = field(default_factory=dict)
 
+    def grid_points(self) -> int:
+        """The trials one sample makes: Tune runs every combination of the ``grid`` keys' values per sample."""
+        return math.prod(len(values) for kind, values in self.samplers.values() if kind == "grid")
+
     def tune_space(self) -> dict[str, Any]:
         """Ray Tune's ``param_space``: config key -> a Tune sampler."""
         make = {

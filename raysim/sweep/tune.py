@@ -68,6 +68,11 @@ class Sweep:
     parent_run_id: str | None = None  # the sweep's MLflow run (None: a sweep planned before sweeps had one)
     command: str = ""  # the command line that started it: its trials' source (they run in Ray's workers)
 
+    @property
+    def trials(self) -> int:
+        """How many trials the sweep runs: ``num_samples`` times the space's grid points."""
+        return self.num_samples * self.space.grid_points()
+
     def trial_config(self, params: dict[str, Any]) -> Config:
         return build_config(self.method, [*self.before, as_layer(self.space.fixed), *self.after, as_layer(params)])
 
@@ -79,7 +84,9 @@ class Sweep:
         """:meth:`describe` less the command (``raysim compare`` opens each arm's sweep with it)."""
         sampled = ", ".join(f"{k} {kind} {provenance.show(v)}" for k, (kind, v) in self.space.samplers.items())
         base = self.trial_config({})
-        trials = f"{self.num_samples} trial" + ("s" if self.num_samples != 1 else "")
+        trials = f"{self.trials} trial" + ("s" if self.trials != 1 else "")
+        if self.trials != self.num_samples:
+            trials += f" ({self.num_samples} samples x {self.space.grid_points()} grid points)"
         return (
             f"{trials} sampling {sampled} ({Path(self.space.source).name}), ranked by {self.mode} {self.metric}"
             f" (last-10 mean; {self.scheduler}); each trial {provenance.describe(base, base, self.space.samplers)}"
@@ -207,7 +214,7 @@ def run_sweep(sweep: Sweep, resume_path: str | None = None):
                 name=sweep.name,
                 storage_path=sweep.storage,
                 verbose=0,  # Tune's trial tables give way to SweepProgress
-                callbacks=[SweepProgress(sweep.num_samples, rounds, sweep.metric), ForgetLostCheckpoints()],
+                callbacks=[SweepProgress(sweep.trials, rounds, sweep.metric), ForgetLostCheckpoints()],
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
             ),
         )

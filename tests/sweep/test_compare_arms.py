@@ -12,7 +12,7 @@ from mlflow.tracking import MlflowClient
 
 from raysim.core.errors import ConfigError
 from raysim.sweep.compare import Comparison, arm, arm_space, default_name, end_stopped_cells, scoring
-from raysim.sweep.space import default_space_file
+from raysim.sweep.space import default_space_file, load_space
 
 
 def test_an_arm_is_a_method_and_its_own_settings():
@@ -65,6 +65,16 @@ def test_an_arm_tunes_its_space_less_the_keys_it_sets(tmp_path):
     own = yaml.safe_load(Path(arm_space(comparison(tmp_path), "sgpt:groups=5:alpha_k=0.2")).read_text())
     assert set(own["space"]) == set(shipped["space"]) - {"sgpt.groups", "sgpt.alpha_k"}
     assert own["fixed"] == shipped["fixed"]
+
+
+def test_an_arm_draws_its_grid_keys_as_choices_so_that_its_budget_is_its_trials(tmp_path):
+    """Tune runs every grid value for each sample: ditto.yaml's 4-value lambda grid would give Ditto 4 x the
+    budget's trials, the other methods 1 x."""
+    shipped = load_space(default_space_file("ditto"), "ditto", [], [])
+    assert shipped.grid_points() == 4
+    drawn = load_space(arm_space(comparison(tmp_path), "ditto"), "ditto", [], [])
+    assert drawn.grid_points() == 1 and drawn.samplers["ditto.lam"] == ("choice", shipped.samplers["ditto.lam"][1])
+    assert drawn.samplers["train.lr"] == shipped.samplers["train.lr"] and drawn.fixed == shipped.fixed
 
 
 def test_an_arm_that_sets_every_tuned_key_has_nothing_to_tune(tmp_path):

@@ -108,6 +108,18 @@ def test_every_shipped_space_samples_the_client_lr_and_comparison_partners_sampl
         assert levers == dict.fromkeys(partners, expected)
 
 
+def test_a_grid_runs_all_its_values_per_sample_and_the_plan_counts_every_trial(tmp_path):
+    """Ray Tune repeats a grid ``num_samples`` times: 2 samples over a 3-value grid are 6 trials, not 2."""
+    from raysim.sweep.tune import Sweep
+
+    path = space_file(tmp_path, "space:\n  fedprox.mu: {grid: [0.01, 0.1, 1.0]}\n  train.lr: {choice: [0.1, 0.2]}\n")
+    space = load_space(path, "fedprox", [], [])
+    sweep = Sweep("fedprox", "s", [], [], space, "global_acc", "max", 2, 1, "fifo", str(tmp_path))
+    assert space.grid_points() == 3 and sweep.trials == 6
+    line = sweep.plan_line()
+    assert line.startswith("6 trials (2 samples x 3 grid points) sampling fedprox.mu grid"), line
+
+
 def test_the_line_of_what_every_trial_runs_names_no_key_the_trials_sample(tmp_path):
     from raysim.sweep.tune import Sweep
 
