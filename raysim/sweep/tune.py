@@ -86,7 +86,8 @@ class Sweep:
         base = self.trial_config({})
         trials = f"{self.trials} trial" + ("s" if self.trials != 1 else "")
         if self.trials != self.num_samples:
-            trials += f" ({self.num_samples} samples x {self.space.grid_points()} grid points)"
+            samples = f"{self.num_samples} sample" + ("s" if self.num_samples != 1 else "")
+            trials += f" ({samples} x {self.space.grid_points()} grid points)"
         return (
             f"{trials} sampling {sampled} ({Path(self.space.source).name}), ranked by {self.mode} {self.metric}"
             f" (last-10 mean; {self.scheduler}); each trial {provenance.describe(base, base, self.space.samplers)}"
