@@ -93,7 +93,7 @@ def backbone_query(vit, x: torch.Tensor, layer: int, relu: bool = True, reading:
 
 def cached_cosine(data, rows, keys: torch.Tensor) -> torch.Tensor:
     """Cosines between the cached queries of ``rows`` of a client's data and ``keys`` (on the keys' device)."""
-    return sel.cosine(torch.as_tensor(data.features["query"][rows]).to(keys.device), keys)
+    return sel.cosine(torch.tensor(data.features["query"][rows]).to(keys.device), keys)
 
 
 def aggregate_with_counts(

@@ -57,7 +57,7 @@ class FedDualPrompt(CachesRowFeatures, FedAvg):
 
     def select(self, model, data, rows) -> tuple[torch.Tensor, torch.Tensor]:
         keys = model.extra["prompt_keys"]
-        return sel.pool_select(torch.as_tensor(data.features["query"][rows]).to(keys), keys)
+        return sel.pool_select(torch.tensor(data.features["query"][rows]).to(keys), keys)
 
     def logits(self, model, x: torch.Tensor, picked: torch.Tensor) -> torch.Tensor:
         return model(x, {"expert": model.extra["expert_prompts"][picked]})

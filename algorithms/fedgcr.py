@@ -118,7 +118,9 @@ class FedGCR(CachesRowFeatures, SendsExtras, Diagnostics, FedAvg):
 
     @staticmethod
     def _cls(data, rows, device) -> torch.Tensor:
-        return torch.as_tensor(data.features["cls"][rows]).to(device)
+        """The cached class tokens of ``rows`` (an index array or a slice), copied: on Ray the shard block is
+        read-only shared memory, which a tensor must not alias."""
+        return torch.tensor(data.features["cls"][rows], device=device)
 
     def client_update(self, ctx, broadcast, client_state, data) -> ClientUpdate:
         model, device = ctx.model, ctx.device

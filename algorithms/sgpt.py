@@ -152,7 +152,7 @@ class SGPT(gp.GroupDiagnostics, CachesRowFeatures, SendsExtras, ResolvesOptions,
 
         def objective(step):
             def run(x, y, rows):
-                loss, picked = step(x, y, torch.as_tensor(data.features["query"][rows]) if self.uses_groups else None)
+                loss, picked = step(x, y, torch.tensor(data.features["query"][rows]) if self.uses_groups else None)
                 picks.append(picked)
                 return loss
 

@@ -161,11 +161,10 @@ def _group_step(phase, wrapper, model, device, members, plans, t, datas, trained
     index = torch.tensor(members, device=device)  # one copy to the device, not one per indexed tensor
     rows = [plans[c][t][1] for c in members]
     x = torch.stack([model_inputs(model, datas[c].images[r], device) for c, r in zip(members, rows)])
-    y = torch.stack([torch.as_tensor(datas[c].labels[r]) for c, r in zip(members, rows)]).to(device)
+    y = torch.stack([torch.tensor(datas[c].labels[r]) for c, r in zip(members, rows)]).to(device)
     names = sorted(datas[members[0]].features)
     features = {
-        n: torch.stack([torch.as_tensor(datas[c].features[n][r]) for c, r in zip(members, rows)]).to(device)
-        for n in names
+        n: torch.stack([torch.tensor(datas[c].features[n][r]) for c, r in zip(members, rows)]).to(device) for n in names
     }
     learned = {name: trained[name][index] for name in phase.names}
     fixed = {name: trained[name][index] for name in trained if name not in phase.names}

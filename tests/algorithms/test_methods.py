@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+import re
+import time
+import warnings
 
 import pytest
 import torch
@@ -10,7 +13,7 @@ import torch
 from raysim.core.protocol import ResolvesOptions, SendsExtras, SplitLearning
 from raysim.core.registry import METHODS, get_method
 from raysim.ops.aggregate import tensor_bytes
-from raysim.ops.metrics import reported_metrics
+from raysim.ops.metrics import TIMING_KEYS, reported_metrics
 from raysim.testing.smoke import prepared, run_rounds, smoke_config
 
 ELEMENT_BYTES = {"selection_counts": 8}  # N_g^i counts in float64; every other extra is float32
@@ -20,10 +23,40 @@ def extra_bytes(shapes: dict[str, tuple[int, ...]]) -> int:
     return sum(ELEMENT_BYTES.get(name, 4) * math.prod(shape) for name, shape in shapes.items())
 
 
+NOISE = re.compile(r"warn|error", re.IGNORECASE)
+HIDDEN_BY_DEFAULT = (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning)  # as Python's
+LOG_LAG_S = 1.0  # Ray forwards a worker's lines to the driver through its log monitor, within a second
+ON_RAY = {"resources": {"backend": "ray", "workers": 1, "cpus_per_client": 0.5}}
+
+
+def quietly(capfd, run, lag_s: float = 0.0):
+    """``run()``'s result; fails if anything it printed (here, and, within ``lag_s``, in Ray's workers, whose lines Ray
+    forwards here) or a warning it raised here that Python shows a user by default matches warn|error."""
+    capfd.readouterr()
+    with warnings.catch_warnings(record=True) as raised:
+        warnings.simplefilter("always")
+        result = run()
+    time.sleep(lag_s)
+    out, err = capfd.readouterr()
+    noisy = [line for line in (out + err).splitlines() if NOISE.search(line)]
+    noisy += [f"{w.category.__name__}: {w.message}" for w in raised if not issubclass(w.category, HIDDEN_BY_DEFAULT)]
+    assert not noisy, "\n".join(noisy)
+    return result
+
+
 @pytest.mark.parametrize("method", list(METHODS))
-def test_every_method_trains_and_reports_the_shared_metrics(ray_session, method):
+def test_every_method_trains_quietly_alike_on_both_backends_and_reports_the_shared_metrics(ray_session, capfd, method):
+    """Every registered method on its tiny setting (``smoke_config``): the sequential backend and a Ray pool give the
+    same numbers, neither prints a line matching warn|error (the Ray workers' included), and the shared metrics and
+    byte counts are as declared."""
     config = smoke_config(method)
-    initial, reports, final = run_rounds(config)
+    initial, reports, final = quietly(capfd, lambda: run_rounds(config))
+    _, on_ray, final_on_ray = quietly(capfd, lambda: run_rounds(smoke_config(method, ON_RAY)), LOG_LAG_S)
+    for here, there in zip(reports, on_ray, strict=True):
+        numbers = {k: v for k, v in here.metrics.items() if k not in TIMING_KEYS}
+        assert {k: v for k, v in there.metrics.items() if k not in TIMING_KEYS} == pytest.approx(numbers, abs=1e-6)
+    for name, tensor in final.params.items():
+        assert torch.allclose(final_on_ray.params[name], tensor, rtol=0, atol=1e-6), name
     assert set(final.params) == set(initial.params)
     assert any(not torch.equal(final.params[k], initial.params[k]) for k in initial.params)
     method_obj = get_method(method).cls(config)
