@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NOTE, MLFLOW_SOURCE_NAME
 from ray import tune
 from rich.console import Console
@@ -59,7 +58,7 @@ from raysim.tracking.comparison import (
     comparison_metrics,
     write_arranged,
 )
-from raysim.tracking.mlflow import COMPARE, KIND, Tracker, check_store, end_running, every_run
+from raysim.tracking.mlflow import COMPARE, KIND, Tracker, check_store, end_running, every_run, store_client
 
 HASH = "raysim.config_hash"
 TUNED_FILE = "tuned.json"
@@ -330,7 +329,7 @@ def _cell(
 def finished_cells(comparison: Comparison, tuned: dict) -> set[tuple[str, int]]:
     """The (method, seed) cells that already have a FINISHED run of the same config; a finished cell of another
     config (the experiment holds a comparison of other settings) is a one-line error."""
-    client = MlflowClient(comparison.uri)
+    client = store_client(comparison.uri)
     experiment = client.get_experiment_by_name(comparison.name)
     if experiment is None:
         return set()

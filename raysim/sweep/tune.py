@@ -20,7 +20,6 @@ from typing import Any
 
 import ray
 import yaml
-from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NOTE, MLFLOW_SOURCE_NAME
 from ray import tune
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
@@ -40,7 +39,7 @@ from raysim.sweep.trial_progress import RoundsToTune, SweepProgress
 from raysim.sweep.tune_console import fit, quiet_trial_exit, quiet_trial_logs, stopped_at
 from raysim.tracking import checkpoint as ckpt
 from raysim.tracking import provenance
-from raysim.tracking.mlflow import KIND, SWEEP, Tracker, check_store, end_running
+from raysim.tracking.mlflow import KIND, SWEEP, Tracker, check_store, end_running, store_client
 from raysim.tracking.report import write_report
 
 SCHEDULERS = ("asha", "fifo")
@@ -287,7 +286,7 @@ def abandon(target: str) -> None:
         return
     config = sweep.trial_config({})
     end_running(config.tracking.resolved_uri, config.tracking.experiment, SWEEP_TAG, sweep.name)
-    client = MlflowClient(config.tracking.resolved_uri)
+    client = store_client(config.tracking.resolved_uri)
     if sweep.parent_run_id and client.get_run(sweep.parent_run_id).info.status == "RUNNING":
         client.set_terminated(sweep.parent_run_id, status="KILLED")
 
@@ -346,7 +345,7 @@ def load_sweep(target: str) -> tuple[Sweep, Path]:
 def finish(sweep: Sweep, results, folder: Path) -> dict[str, Any]:
     """Mark trials that ASHA stopped early KILLED in MLflow, save the best config as a preset, and return
     {best params, metrics, run id, preset path, command}."""
-    client = MlflowClient(sweep.trial_config({}).tracking.resolved_uri)
+    client = store_client(sweep.trial_config({}).tracking.resolved_uri)
     rounds = sweep.trial_config({}).federation.rounds
     for result in results:  # a trial the scheduler stopped ended without error before its last round
         run_id = (result.metrics or {}).get("run_id")

@@ -22,7 +22,7 @@ import numpy as np
 from mlflow.tracking import MlflowClient
 
 from raysim.core.errors import ConfigError
-from raysim.tracking.mlflow import COMPARE, KIND, TRAINABLE
+from raysim.tracking.mlflow import COMPARE, KIND, TRAINABLE, store_client
 from raysim.tracking.plots import plot_compared_curves, plot_tradeoff
 from raysim.tracking.report import collect, latest_by_step
 from raysim.tracking.statistics import finite, interval, paired, pareto_front
@@ -67,7 +67,7 @@ def _bytes_per_round(client: MlflowClient, run_id: str) -> float:
 
 def cells(uri: str, experiment: str) -> list[dict]:
     """The comparison's finished cells: each run of :func:`collect` with its seed and bytes per round."""
-    client = MlflowClient(uri)
+    client = store_client(uri)
     found = [run for run in collect(uri, experiment) if CELL in run["tags"]]
     if not found:
         raise ConfigError(f"experiment {experiment!r} has no finished run of raysim compare")
@@ -84,7 +84,7 @@ def cells(uri: str, experiment: str) -> list[dict]:
 
 def is_comparison(uri: str, experiment: str) -> bool:
     """Whether ``experiment`` holds runs of ``raysim compare``."""
-    client = MlflowClient(uri)
+    client = store_client(uri)
     found = client.get_experiment_by_name(experiment)
     return found is not None and bool(
         client.search_runs([found.experiment_id], filter_string=f"tags.`{NAME}` != ''", max_results=1)
@@ -93,7 +93,7 @@ def is_comparison(uri: str, experiment: str) -> bool:
 
 def named_order(uri: str, experiment: str) -> list[str]:
     """The methods in the order ``raysim compare`` named them (its own run's ``compare.methods``); empty if none."""
-    client = MlflowClient(uri)
+    client = store_client(uri)
     found = client.get_experiment_by_name(experiment)
     query = f"tags.`{KIND}` = '{COMPARE}'"
     own = client.search_runs([found.experiment_id], filter_string=query, max_results=1) if found else []

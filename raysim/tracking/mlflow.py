@@ -8,6 +8,8 @@ logged before were ``summary.<metric>.<stat>``, and :func:`summary_key` reads bo
 
 from __future__ import annotations
 
+import fcntl
+import functools
 import json
 import logging
 import os
@@ -23,6 +25,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from raysim.core.errors import ConfigError
+from raysim.core.paths import unwritable
 
 PARAM_LIMIT = 500  # MLflow caps a param value's length
 SUMMARY = "summary/"
@@ -65,17 +68,13 @@ def check_store(uri: str) -> None:
     """
     if uri.startswith("sqlite:///"):
         path = Path(uri[len("sqlite:///") :])
-        existing = next(p for p in [path, *path.parents] if p.exists())
-        try:
-            if existing != path:
-                tempfile.TemporaryDirectory(dir=existing).cleanup()  # probe: creates and removes one folder
-            elif not (path.is_file() and os.access(path, os.W_OK)):
-                raise PermissionError(path)
-        except OSError:
+        blocked = path if path.exists() and not (path.is_file() and os.access(path, os.W_OK)) else None
+        blocked = blocked or (None if path.exists() else unwritable(path.parent))
+        if blocked is not None:
             raise ConfigError(
-                f"tracking store {uri} is not writable (cannot create files in {existing}); "
+                f"tracking store {uri} is not writable (cannot create files in {blocked}); "
                 "pass --tracking-uri sqlite:///SOME/WRITABLE/DIR/mlflow.db"
-            ) from None
+            )
     elif uri.startswith(("http://", "https://")):
         try:
             urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=5).close()
@@ -91,6 +90,28 @@ def check_store(uri: str) -> None:
         )
 
 
+def store_client(uri: str) -> MlflowClient:
+    """An MLflow client of the store ``uri``, whose tables exist (:func:`created`)."""
+    created(uri)
+    return MlflowClient(tracking_uri=uri)
+
+
+@functools.cache
+def created(uri: str) -> None:
+    """Creates the tables of a new SQLite store, once per process and one process at a time: MLflow creates them
+    in the first process that opens a new store, and runs started together in a new folder would each begin to
+    create them (and break the store's migrations for all but one). A lock file beside the store (``mlflow.db.lock``)
+    serialises that first opening across processes; the later ones find the tables made. Other stores (a server)
+    are their own. The kernel releases the ``flock`` when its holder ends, however it ends."""
+    if not uri.startswith("sqlite:///"):
+        return
+    path = Path(uri[len("sqlite:///") :])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{path}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # waits for the process creating the tables
+        MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+
+
 def check_run_store(uri: str, whose: str = "") -> None:
     """Fail with one line, creating nothing, when a SQLite store to read from does not exist."""
     if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///") :]).is_file():
@@ -101,7 +122,7 @@ def check_run(uri: str, run_id: str) -> None:
     """Fail with one line, creating nothing, unless ``run_id`` is a run in the store ``uri`` (``--resume``)."""
     check_run_store(uri, " of the checkpoint")
     try:
-        MlflowClient(tracking_uri=uri).get_run(run_id)
+        store_client(uri).get_run(run_id)
     except MlflowException:
         raise ConfigError(f"MLflow run {run_id} of the checkpoint is not in the store {uri}") from None
 
@@ -112,7 +133,7 @@ def end_running(
     """Mark KILLED the runs of ``experiment`` still RUNNING with tag ``tag`` = ``value`` (a stopped sweep's trials, a
     stopped comparison's cells: their processes were killed before their runs could end), all but ``own_run``; and
     those that ended FAILED at or after ``failed_since`` (epoch seconds: the stop, which they did not outlive)."""
-    client = MlflowClient(uri)
+    client = store_client(uri)
     found = client.get_experiment_by_name(experiment)
     if found is None:
         return
@@ -179,8 +200,12 @@ class Tracker:
         logging.getLogger("mlflow").setLevel(logging.WARNING)
         logging.getLogger("alembic").setLevel(logging.WARNING)
         self.uri = uri
-        self.client = MlflowClient(tracking_uri=uri)
         self.run_id = run_id
+
+    @functools.cached_property
+    def client(self) -> MlflowClient:
+        """The store's client, opened (and the store created) on first use: after the input was found good."""
+        return store_client(self.uri)
 
     def experiment_id(self, name: str) -> str:
         """The experiment ``name``, created if missing (artifacts beside a SQLite store) and marked classic ML."""
@@ -205,8 +230,6 @@ class Tracker:
         dataset: DatasetInput | None = None,
     ) -> str:
         """A new run in ``experiment`` with the resolved config as params (and its data set as an input)."""
-        if self.uri.startswith("sqlite:///"):
-            Path(self.uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
         run = self.client.create_run(self.experiment_id(experiment), run_name=run_name, tags=tags)
         self.run_id = run.info.run_id
         items = [Param(k, param_value(v)) for k, v in sorted(params.items())]

@@ -14,10 +14,9 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
-from mlflow.tracking import MlflowClient
 
 from raysim.core.errors import ConfigError
-from raysim.tracking.mlflow import COMPARE, KIND, SWEEP, every_run, summary_key
+from raysim.tracking.mlflow import COMPARE, KIND, SWEEP, every_run, store_client, summary_key
 from raysim.tracking.plots import plot_compared_curves, plot_global_vs_worst
 
 COLUMNS = (
@@ -40,7 +39,7 @@ def collect(uri: str, experiment: str, parent_run_id: str | None = None) -> list
     """The experiment's FINISHED runs (those nested under ``parent_run_id`` if given; never a sweep's or a
     comparison's own run): name, method, tags, latest metrics, summary statistics {(metric, stat): value} and
     global-accuracy curve."""
-    client = MlflowClient(uri)
+    client = store_client(uri)
     found = client.get_experiment_by_name(experiment)
     if found is None:
         names = sorted(e.name for e in client.search_experiments())

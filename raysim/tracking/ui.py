@@ -17,11 +17,9 @@ import time
 import urllib.request
 from pathlib import Path
 
-from mlflow.tracking import MlflowClient
-
 from raysim.config import beside_store
 from raysim.core.errors import ConfigError
-from raysim.tracking.mlflow import EXPERIMENT_KIND, MACHINE_LEARNING, check_run_store, check_store
+from raysim.tracking.mlflow import EXPERIMENT_KIND, MACHINE_LEARNING, check_run_store, check_store, store_client
 
 START_TIMEOUT_S = 120  # ~10-20 s on a busy 2-core machine
 LOG_NAME = "mlflow-ui.log"
@@ -42,7 +40,7 @@ def base_url(host: str, port: int) -> str:
 def experiment_id(uri: str, name: str) -> str:
     """The id of experiment ``name`` in the store ``uri``, marked classic ML if it is not yet (one logged before
     raysim marked them); the error lists the experiments there."""
-    client = MlflowClient(tracking_uri=uri)
+    client = store_client(uri)
     found = client.get_experiment_by_name(name)
     if found is None:
         names = sorted(e.name for e in client.search_experiments())
