@@ -5,6 +5,7 @@ Bad input ends in one line on stderr (``raysim: error: ...``) and exit code 2, n
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from dataclasses import fields
@@ -12,11 +13,21 @@ from functools import partial
 
 import click
 
-from raysim.config import TrackingConfig, build_config, load_preset, parse_override, preset_for_method, presets
+from raysim.config import (
+    TrackingConfig,
+    build_config,
+    load_preset,
+    own_setting,
+    parse_override,
+    preset_for_method,
+    presets,
+    setting_note,
+)
 from raysim.config.pretrain_recipe import PretrainRecipe
 from raysim.config.sections import SECTIONS, default_of, flagged_fields
-from raysim.core.errors import BadUpdateError, ConfigError, RunInterrupted, SweepError
+from raysim.core.errors import BadUpdateError, ConfigError, RunInterrupted, SweepError, Terminated
 from raysim.core.registry import FAMILIES, METHODS
+from raysim.core.stop_signals import take_sigterm
 from raysim.data.partition import PARTITIONERS
 from raysim.data.sources import SOURCES
 from raysim.sweep.sole_runner import sole_runner
@@ -32,7 +43,9 @@ class OneLineErrors(click.Group):
             return super().main(*args, standalone_mode=False, **kwargs)
         except click.exceptions.Exit as done:
             sys.exit(done.exit_code)
-        except (click.exceptions.Abort, KeyboardInterrupt):  # click turns a KeyboardInterrupt into Abort
+        except (click.exceptions.Abort, KeyboardInterrupt) as error:  # click turns a KeyboardInterrupt into Abort
+            if isinstance(error, Terminated) or isinstance(error.__cause__, Terminated):
+                leave("raysim: terminated (SIGTERM)", signal.SIGTERM)
             leave("raysim: interrupted")
         except click.UsageError as error:
             hint = f" (see 'raysim {error.ctx.info_name if error.ctx and error.ctx.parent else ''} --help')".replace(
@@ -48,14 +61,21 @@ class OneLineErrors(click.Group):
             click.echo(f"raysim: error: {getattr(error, 'cause', None) or error}", err=True)
             sys.exit(1)
         except RunInterrupted as stopped:
-            leave(f"raysim: {stopped}")
+            leave(f"raysim: {stopped}", stopped.signum, at_once=stopped.ray_lost)
 
 
-def leave(message: str) -> None:
-    """Exit 130 after Ctrl-C; a further Ctrl-C no longer interrupts the short teardown (Ray's own shutdown)."""
+def leave(message: str, signum: int = signal.SIGINT, at_once: bool = False) -> None:
+    """Exit 128 + ``signum`` (130 after Ctrl-C, 143 after SIGTERM); a further Ctrl-C no longer interrupts the short
+    teardown (Ray's own shutdown), and a further SIGTERM ends the process at once. ``at_once``: without the teardown
+    (Ray's processes are gone, and its shutdown would wait a minute for them)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     click.echo(message, err=True)
-    sys.exit(130)
+    if at_once:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(128 + signum)
+    sys.exit(128 + signum)
 
 
 def fail(message: str) -> None:
@@ -152,15 +172,20 @@ def run(method, resume, preset, overrides, progress, **flags):
 
     Settings come from defaults < --preset < flags < --set. The resolved config is printed, saved with
     the run, and the final table reports the last 10 evaluated rounds (the papers' protocol). A checkpoint is
-    written after every round; the first Ctrl-C finishes the round and prints the --resume command.
+    written after every round; the first Ctrl-C (or SIGTERM) finishes the round and prints the --resume command.
     """
     if method is None and resume is None:
         raise click.UsageError("Missing argument 'METHOD' (raysim ls methods), or --resume RUN_ID_OR_DIR")
+    take_sigterm()  # a scheduler's stop is a clean one: as Ctrl-C, exit 143
     if resume is not None and preset:
         raise ConfigError("--preset cannot change a resumed run (it continues its saved config); drop --preset")
-    layers = ([preset_for_method(load_preset(preset), method)] if preset else []) + flag_layers(overrides, flags)
+    given = flag_layers(overrides, flags)
+    setting = own_setting([method], preset, given) if resume is None else None
+    layers = ([preset_for_method(load_preset(preset or setting), method)] if preset or setting else []) + given
     if resume is None:
         config = build_config(method, layers)  # a typo stops here, before Ray is imported
+        if setting:
+            click.echo(f"raysim: {setting_note([method], setting)}", err=True)
         from raysim.engine.ray_connect import connect_ray_during  # imports Ray, not torch or MLflow
 
         run_simulation, shards = connect_ray_during(config.resources, partial(driver_and_data, config))
@@ -245,7 +270,12 @@ def compare(methods, seeds, tune_budget, max_concurrent, preset, overrides, **fl
     """
     from raysim.sweep import compare as comparing  # imports Ray, Tune and MLflow: only when a comparison starts
 
-    found = comparing.plan(tuple(methods), seeds, tune_budget, max_concurrent, preset, flag_layers(overrides, flags))
+    given = flag_layers(overrides, flags)
+    named = [arm.split(":", 1)[0] for arm in methods]
+    if setting := own_setting(named, preset, given):
+        click.echo(f"raysim: {setting_note(named, setting)}", err=True)
+        preset = setting
+    found = comparing.plan(tuple(methods), seeds, tune_budget, max_concurrent, preset, given)
     what = f"comparison {found.name!r}"
     with sole_runner(found.folder, what, "run this command again to resume"):
         tuning = found.tuning(comparing.scoring(found))
@@ -368,8 +398,14 @@ LISTS = ("methods", "datasets", "partitions", "backbones", "presets")
 
 @main.command(name="ls")
 @click.argument("what", required=False, type=click.Choice(LISTS))
-def ls(what):
+@click.option("--names", is_flag=True, help="Only the names, one a line (for scripts: for m in $(raysim ls ...)).")
+def ls(what, names):
     """List what raysim knows by name, with one line each (methods grouped by family)."""
+    if names:
+        if what is None:
+            raise click.UsageError("--names lists one kind: raysim ls methods --names")
+        click.echo("\n".join(METHODS if what == "methods" else sorted(_listing(what))))
+        return
     for kind in [what] if what else LISTS:
         click.echo(f"{kind}:")
         if kind == "methods":

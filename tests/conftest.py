@@ -31,6 +31,7 @@ LONGEST_FIRST = (  # files whose tests take minutes (``pytest --durations=0``, s
     "tests/algorithms/test_methods.py",
     "tests/engine/test_cohort.py",
     "tests/e2e/test_tune.py",
+    "tests/e2e/test_foreign_ray.py",
 )
 
 
@@ -67,7 +68,14 @@ def ray_session():
     import ray
 
     if not ray.is_initialized():
-        ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, logging_level=logging.WARNING, configure_logging=True)
+        ray.init(  # the tests' own, whatever other Ray runs on the machine (a test starts one with `ray start`)
+            address="local",
+            num_cpus=2,
+            num_gpus=2,
+            include_dashboard=False,
+            logging_level=logging.WARNING,
+            configure_logging=True,
+        )
     ray.data.DataContext.get_current().enable_progress_bars = False
     yield ray
     ray.shutdown()

@@ -26,5 +26,15 @@ class SimulationLost(RuntimeError):
 
 
 class RunInterrupted(RuntimeError):
-    """The run stopped after a round at the user's Ctrl-C, with a checkpoint written; the message says how to
-    resume. The CLI prints it and exits with 130."""
+    """The run stopped after a round at the user's Ctrl-C (or a SIGTERM: ``signum``), with a checkpoint written; the
+    message says how to resume. The CLI prints it and exits with 128 + ``signum`` (130 for Ctrl-C, 143 for SIGTERM)."""
+
+    def __init__(self, message: str, signum: int = 2, ray_lost: bool = False):
+        super().__init__(message)
+        self.signum = signum
+        self.ray_lost = ray_lost  # Ray's own processes went down with the signal: nothing to shut down
+
+
+class Terminated(KeyboardInterrupt):
+    """A SIGTERM (a scheduler's time limit, ``timeout``, Kubernetes) that stops the command at once; handled as a
+    second Ctrl-C is, but the CLI exits with 143 (:mod:`raysim.core.stop_signals`)."""

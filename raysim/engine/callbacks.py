@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from raysim.core.stop_signals import raise_terminated, takes_sigterm
 from raysim.tracking import checkpoint as ckpt
 
 log = logging.getLogger("raysim")
@@ -46,6 +47,12 @@ class Callback:
 
     def after_round(self, round: int, report) -> bool:
         """The round is recorded; True asks the run to stop after it."""
+        return False
+
+    @property
+    def stopping(self) -> bool:
+        """Whether this callback already asked the run to stop after the round in flight (a round lost meanwhile is
+        then abandoned rather than run again)."""
         return False
 
     def on_end(self) -> None:
@@ -129,28 +136,38 @@ class Checkpointing(Callback):
 
 class StopOnCtrlC(Callback):
     """While the rounds run, the first Ctrl-C asks the run to stop after the current round (with a checkpoint); the
-    second stops at once. Only the main thread can own signal handlers; elsewhere (a Tune trial) Ctrl-C keeps its
-    usual meaning."""
+    second stops at once. So does SIGTERM where the process takes it (``raysim run``:
+    :func:`raysim.core.stop_signals.take_sigterm`); ``signum`` is the signal that asked, for the exit code. Only
+    the main thread can own signal handlers; elsewhere (a Tune trial) both keep their usual meaning."""
 
     def __init__(self, notify):
-        self.requested, self._notify, self._previous = False, notify, None
+        self.requested, self.signum, self._notify, self._previous = False, None, notify, {}
 
     def on_start(self, host) -> None:
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handle)
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum in (signal.SIGINT, signal.SIGTERM) if takes_sigterm() else (signal.SIGINT,):
+            self._previous[signum] = signal.signal(signum, self._handle)
 
     def _handle(self, signum, frame):
-        self.requested = True
+        self.requested, self.signum = True, signum
         signal.signal(signal.SIGINT, signal.default_int_handler)  # the second Ctrl-C raises KeyboardInterrupt
-        self._notify("Ctrl-C: finishing this round, then writing a checkpoint (Ctrl-C again to stop at once)")
+        if signal.SIGTERM in self._previous:
+            signal.signal(signal.SIGTERM, raise_terminated)  # and a second SIGTERM, Terminated
+        name = "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C"
+        self._notify(f"{name}: finishing this round, then writing a checkpoint ({name} again to stop at once)")
 
     def after_round(self, round, report) -> bool:
         return self.requested
 
+    @property
+    def stopping(self) -> bool:
+        return self.requested
+
     def on_end(self) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-            self._previous = None
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous = {}
 
 
 class MLflowLogger(Callback):

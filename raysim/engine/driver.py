@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import shutil
+import signal
 import tempfile
 import time
 from contextlib import nullcontext
@@ -27,8 +29,9 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from raysim.actors.coordinator import Coordinator
 from raysim.actors.proxy import ActorProxy, unwrapped
 from raysim.config import Config, dump_yaml
-from raysim.core.errors import RunInterrupted, SimulationLost
+from raysim.core.errors import ConfigError, RunInterrupted, SimulationLost, Terminated
 from raysim.core.memory import trim_memory
+from raysim.core.paths import unwritable
 from raysim.core.precision import native_bf16_cpu
 from raysim.core.ray_start import wait_for_ray
 from raysim.core.registry import get_method
@@ -43,7 +46,7 @@ from raysim.engine.callbacks import (
     ProgressBar,
     StopOnCtrlC,
 )
-from raysim.engine.ray_connect import connect_ray_during
+from raysim.engine.ray_connect import RAY_ADDRESS, connect_ray_during
 from raysim.engine.ray_session import Pool, PoolReservation
 from raysim.engine.setup import initial_state, prepare_shards, resolved
 from raysim.ops.metrics import summarise
@@ -124,6 +127,7 @@ class Outcome:
     last: ckpt.Checkpoint
     interrupted: bool
     results: tuple[dict[str, float], list[str]] = ({}, [])
+    abandoned: bool = False  # the round in flight was lost while stopping (Ray went down with the stop's signal)
 
 
 def shared(shards: ShardStore) -> tuple[ray.ObjectRef, ShardStore]:
@@ -158,12 +162,18 @@ def drive(
     simulation = simulate(start, coordinator)
     for callback in callbacks:
         callback.on_start(simulation)
-    round, stopped = start.round + 1, False
+    round, stopped, abandoned = start.round + 1, False, False
     try:
         while round <= rounds and not stopped:
             try:
                 report = simulation.run_round(round)
             except SimulationLost as error:
+                if any(callback.stopping for callback in callbacks):
+                    # the stop's signal reached Ray's own processes too (SIGTERM to the process group: timeout,
+                    # SLURM): the round in flight is abandoned, the run stops at its last checkpoint
+                    log.warning("round %d: %s while stopping; the round is abandoned", round, error)
+                    stopped = abandoned = True
+                    break
                 failures += 1
                 if failures > MAX_RECOVERIES:
                     raise
@@ -179,8 +189,13 @@ def drive(
                 last_folder, last_round = folder, round
             round += 1
         results = ({}, []) if stopped else simulation.results(str(results_folder))
-        graceful = True
-        return Outcome(ckpt.load(last_folder, clients=False, tensors=False), interrupted=stopped, results=results)
+        graceful = not abandoned
+        if last_folder is None and start.round == 0:  # abandoned in the first round: no checkpoint to resume from
+            signums = [getattr(callback, "signum", None) for callback in callbacks if callback.stopping]
+            raise Terminated if signal.SIGTERM in signums else KeyboardInterrupt
+        last_folder = last_folder or start.folder
+        last = ckpt.load(last_folder, clients=False, tensors=False)
+        return Outcome(last, interrupted=stopped, results=results, abandoned=abandoned)
     finally:
         for callback in callbacks:
             callback.on_end()
@@ -190,7 +205,8 @@ def drive(
 def describe(config: Config, shards: ShardStore) -> str:
     """One line with what is about to run."""
     fed, data, res = config.federation, config.data, config.resources
-    where = "sequential" if res.backend == "sequential" else f"ray ({res.address or 'local'})"
+    joined = res.address or os.environ.get(RAY_ADDRESS)
+    where = "sequential" if res.backend == "sequential" else f"ray ({joined or 'local'})"
     precision = config.train.precision
     if precision == "bf16":
         precision += " (--precision fp32 for float32)"
@@ -266,15 +282,21 @@ def run(
                     console=console,
                     done=start.round,
                 ) as progress:
-                    built_in = [MLflowLogger(tracker), ProgressBar(progress), StopOnCtrlC(progress.note)]
+                    stopper = StopOnCtrlC(progress.note)
+                    built_in = [MLflowLogger(tracker), ProgressBar(progress), stopper]
                     every = [*built_in, *callbacks]
                     outcome = drive(config, placed, start, pool, run_folder, every, results_folder, coordinator)
                 last = outcome.last
                 if outcome.interrupted:
                     status = "KILLED"
+                    if outcome.abandoned:  # nothing more to ask of a Ray that went down with the signal
+                        coordinator = None
+                        reservation.forget()
                     raise RunInterrupted(
                         f"stopped after round {last.round} of {config.federation.rounds}; checkpoint "
-                        f"{last.folder}; resume with: {resume_command(config, run_id, run_folder)}"
+                        f"{last.folder}; resume with: {resume_command(config, run_id, run_folder)}",
+                        stopper.signum or signal.SIGINT,
+                        ray_lost=outcome.abandoned,
                     )
                 summary = summarise(last.history)
                 _log_results(tracker, config, last, summary, shards, outcome.results)
@@ -293,12 +315,19 @@ def run(
 
 
 def checked(config: Config, resume: ckpt.Checkpoint | None = None) -> Config:
-    """``config`` resolved (:func:`~raysim.engine.setup.resolved`) once its store, and the run ``resume`` continues,
-    were found usable: the checks that need neither Ray nor the data."""
+    """``config`` resolved (:func:`~raysim.engine.setup.resolved`) once its store, the run ``resume`` continues and
+    the checkpoints' folder were found usable: the checks that need neither Ray nor the data."""
     uri = config.tracking.resolved_uri
     check_store(uri)
     if resume is not None:
         check_run(uri, resume.run_id)
+    checkpoints = config.checkpoint.root(uri)
+    blocked = unwritable(checkpoints)
+    if blocked is not None:
+        raise ConfigError(
+            f"checkpoint.dir {checkpoints} is not writable (cannot create files in {blocked}); pass --set "
+            "checkpoint.dir=SOME/WRITABLE/DIR"
+        )
     return resolved(config)
 
 

@@ -17,11 +17,13 @@ import ray
 
 from raysim.core.errors import ConfigError
 from raysim.core.ray_start import starting_ray
+from raysim.core.stop_signals import kept_sigterm
 
 T = TypeVar("T")
 log = logging.getLogger("raysim")
 
 HIDE_UNRESERVED_GPUS = "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO"  # see connect_ray
+RAY_ADDRESS = "RAY_ADDRESS"  # an address the user exported, or Ray set for a job's entrypoint: joined as --address
 
 LEAN = {  # a local Ray for one run: no idle workers started up front, and none kept once idle (actors are not idle)
     "prestart_worker_first_driver": False,
@@ -32,6 +34,10 @@ LEAN = {  # a local Ray for one run: no idle workers started up front, and none 
 def connect_ray(resources) -> None:
     """Join ``resources.address`` or start a local Ray; reuse an open session.
 
+    Without an address (``--address``, else ``$RAY_ADDRESS``, which Ray sets for a job's entrypoint) the local Ray is
+    the run's own (Ray's ``address="local"``), whatever ``ray start`` left running or behind on the machine (a plain
+    ``ray.init()`` would join that cluster, or fail on its stale address file): ``--address auto`` joins the user's.
+
     A local Ray is a single user's: token authentication (Ray 2.60's default) is turned off for it unless the user
     set ``RAY_AUTH_MODE``, the dashboard starts only with ``--dashboard`` (then on ``dashboard_host``, 127.0.0.1 by
     default), it keeps no idle worker processes (``LEAN``), and a worker that reserved no GPU sees none. A
@@ -41,27 +47,33 @@ def connect_ray(resources) -> None:
         return
     warn_of_another_raysim(Path.cwd())
     kwargs = dict(logging_level=logging.WARNING, configure_logging=True)
-    if resources.address:
-        check_reachable(resources.address)
+    address, given = resources.address, "--address"
+    if not address and os.environ.get(RAY_ADDRESS):  # set by the user, or by Ray for a job's entrypoint
+        address, given = os.environ[RAY_ADDRESS], RAY_ADDRESS
+    if address:
+        check_reachable(address, given)
         try:
-            ray.init(address=resources.address, **kwargs)
+            with kept_sigterm():
+                ray.init(address=address, **kwargs)
         except Exception as error:
             reason = str(error).splitlines()[0][:160] if str(error) else type(error).__name__
             raise ConfigError(
-                f"could not connect to Ray at {resources.address!r} ({reason}); start a cluster "
-                f"with 'ray start --head' or 'ray up cluster/onprem.yaml', or drop --address"
+                f"could not connect to Ray at {address!r} ({reason}); start a cluster "
+                f"with 'ray start --head' or 'ray up cluster/onprem.yaml', or drop {given}"
             ) from None
     else:
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
         # Ray 2.60 no longer hides the GPUs from a worker that reserved none: a client worker on the CPU would see
         # them and train there (``pick_device``) unreserved. This restores the hiding (Ray issue 54868).
         os.environ.setdefault(HIDE_UNRESERVED_GPUS, "1")
-        ray.init(
-            include_dashboard=resources.dashboard,
-            dashboard_host=resources.dashboard_host,
-            _system_config=LEAN,
-            **kwargs,
-        )
+        with kept_sigterm():
+            ray.init(
+                address="local",
+                include_dashboard=resources.dashboard,
+                dashboard_host=resources.dashboard_host,
+                _system_config=LEAN,
+                **kwargs,
+            )
 
 
 def warn_of_another_raysim(folder: Path) -> None:
@@ -152,17 +164,18 @@ def connect_ray_during(resources, work: Callable[[], T], meanwhile: Callable[[],
     return outcome["result"]
 
 
-def check_reachable(address: str, timeout_s: float = 3.0) -> None:
-    """Fail in seconds, not minutes, when nothing listens at a HOST:PORT Ray address ('auto' is Ray's own check)."""
+def check_reachable(address: str, given: str = "--address", timeout_s: float = 3.0) -> None:
+    """Fail in seconds, not minutes, when nothing listens at a HOST:PORT Ray address ('auto' is Ray's own check);
+    ``given`` names where the address came from (``--address``, or ``RAY_ADDRESS``)."""
     if address == "auto":
         return
     host, _, port = address.split("://", 1)[-1].rpartition(":")
     if not host or not port.isdigit():
-        raise ConfigError(f"--address {address!r} must be 'auto', 'HOST:PORT' or 'ray://HOST:PORT'")
+        raise ConfigError(f"{given} {address!r} must be 'auto', 'HOST:PORT' or 'ray://HOST:PORT'")
     try:
         socket.create_connection((host, int(port)), timeout=timeout_s).close()
     except OSError as error:
         raise ConfigError(
             f"could not connect to Ray at {address!r} (nothing answers on {host}:{port}: "
-            f"{error.strerror or error}); start a cluster with 'ray start --head' or drop --address"
+            f"{error.strerror or error}); start a cluster with 'ray start --head' or drop {given}"
         ) from None

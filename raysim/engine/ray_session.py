@@ -148,6 +148,11 @@ class PoolReservation:
         if owned:
             remove_placement_group(pool.placement_group)
 
+    def forget(self) -> None:
+        """Let go of the pool without asking Ray (which went down): :meth:`release` then does nothing."""
+        with self._lock:
+            self._pool, self._released = None, True
+
     def __enter__(self) -> PoolReservation:
         return self
 

@@ -95,17 +95,41 @@ def test_first_ctrl_c_checkpoints_and_the_printed_command_resumes(tmp_path):
     assert [m.step for m in client.get_metric_history(run.info.run_id, "global_acc")] == list(range(1, stopped + 2))
 
 
-def test_second_ctrl_c_stops_at_once(tmp_path):
+@pytest.mark.parametrize("backend", ["ray", "sequential"])
+def test_sigterm_is_a_clean_stop_with_a_checkpoint_and_the_resume_command(tmp_path, backend):
+    """What a job scheduler sends (SLURM's time limit, Kubernetes, ``kill``): as the first Ctrl-C, exit 143, and none
+    of Ray's native stack trace."""
+    process = start(tmp_path, "--backend", backend, "--workers", "1", "--cpus-per-client", "0.5")
+    wait_for_round(process, 2)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 143, err
+    assert "SIGTERM: finishing this round, then writing a checkpoint (SIGTERM again to stop at once)" in err
+    match = re.fullmatch(
+        r"raysim: stopped after round (\d+) of 40; checkpoint (\S+); resume with: raysim run fedvpt --resume \S+",
+        own_lines(err)[-1],
+    )
+    assert match, err
+    assert "Traceback" not in err and "SIGTERM received" not in err and "PC: @" not in err
+    client, run = the_run(tmp_path)
+    assert run.info.status == "KILLED"
+    assert ckpt.load(match[2]).round == int(match[1]) >= 2
+
+
+@pytest.mark.parametrize(
+    "signum, code, line", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated (SIGTERM)")]
+)
+def test_second_signal_stops_at_once(tmp_path, signum, code, line):
     process = start(tmp_path, "--backend", "sequential", "--set", "train.local_epochs=2000")  # a round of ~30 s
     wait_for_round(process, 0, first="fedvpt | synthetic")  # the headline: the loop is about to run round 1
     time.sleep(1.0)
     began = time.monotonic()
-    process.send_signal(signal.SIGINT)
+    process.send_signal(signum)
     time.sleep(0.5)
-    process.send_signal(signal.SIGINT)
+    process.send_signal(signum)
     _, err = process.communicate(timeout=60)
-    assert process.returncode == 130 and time.monotonic() - began < 15
-    assert own_lines(err)[-1] == "raysim: interrupted" and "Traceback" not in err
+    assert process.returncode == code and time.monotonic() - began < 15
+    assert own_lines(err)[-1] == f"raysim: {line}" and "Traceback" not in err
     client, run = the_run(tmp_path)
     assert run.info.status == "KILLED" and not client.get_metric_history(run.info.run_id, "global_acc")
     assert not list(tmp_path.glob("checkpoints/*/round-*"))

@@ -1,0 +1,85 @@
+"""A run never trips over another Ray on the machine: without ``--address`` raysim starts its own local Ray, whatever
+``ray start`` left running or behind (a plain ``ray.init()`` would join that cluster and refuse raysim's start-up
+options, or fail on its stale address file); with ``--address`` (or ``$RAY_ADDRESS``) it joins the user's cluster."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from raysim.testing.console import own_lines
+
+RUN = ["run", "fedvpt", "--preset", "quick", "--rounds", "1", "--no-progress", "--workers", "2"]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def raysim(env, tmp_path, *args) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "raysim.cli", *args, "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db"]
+    return subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240)
+
+
+def test_a_run_starts_its_own_ray_beside_a_users_cluster_and_joins_it_only_when_asked(tmp_path):
+    # A private, short (unix socket paths) Ray temp dir: the head's address file lands there, where only the
+    # processes this test starts look (RAY_TMPDIR), not the other tests' Ray sessions.
+    ray_tmp = tempfile.mkdtemp(prefix="rs-", dir="/tmp")
+    env = {**os.environ, "RAY_TMPDIR": ray_tmp, "RAY_AUTH_MODE": "disabled", "PYTHONUNBUFFERED": "1"}
+    env.pop("RAY_ADDRESS", None)
+    address_file = Path(ray_tmp) / "ray" / "ray_current_cluster"
+    head = subprocess.Popen(
+        [
+            *("ray", "start", "--head", f"--port={free_port()}", "--num-cpus=1", "--num-gpus=0"),
+            *("--include-dashboard=false", "--disable-usage-stats", "--block"),
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not address_file.exists() and time.monotonic() < deadline:
+            assert head.poll() is None, head.stderr.read()
+            time.sleep(0.5)
+        assert address_file.exists(), "ray start wrote no address file within 60 s"
+        stale = address_file.read_text()
+
+        own = raysim(env, tmp_path, *RUN)  # 2 workers of 1 CPU: more than the user's 1-CPU cluster holds
+        assert own.returncode == 0, own.stderr[-3000:]
+
+        # asked with --address, or with RAY_ADDRESS (which Ray sets for a job's entrypoint); by its address, since
+        # 'auto' takes the newest of the machine's Ray instances, the other tests' among them
+        for joined in (
+            raysim(env, tmp_path, *RUN, "--address", stale.strip()),
+            raysim({**env, "RAY_ADDRESS": stale.strip()}, tmp_path, *RUN),
+        ):
+            assert joined.returncode == 2, joined.stderr[-3000:]
+            assert len(own_lines(joined.stderr)) == 1, joined.stderr[-3000:]
+            (line,) = own_lines(joined.stderr)
+            assert "2 workers x (cpus_per_client=1.0, gpus_per_client=0.0) do not fit the Ray cluster's 1 CPU" in line
+    finally:
+        os.killpg(head.pid, signal.SIGTERM)
+        try:
+            head.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
+            head.wait()
+    try:
+        address_file.parent.mkdir(parents=True, exist_ok=True)
+        address_file.write_text(stale)  # what a head that died left behind
+        after = raysim(env, tmp_path, *RUN)
+        assert after.returncode == 0, after.stderr[-3000:]
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
