@@ -56,6 +56,7 @@ FEDGCR = dict(  # FedGCR's and its two ablations'
     options_key="fedgcr",
     metrics=("clusters_used", "cluster_acc"),
     needs_client_types=True,
+    setting="offline-digit5-dif10",  # digits5's domains as client types: no download
     smoke={"data": {"partition": "domains"}, "fedgcr": {"clusters": 2}},  # the smoke tests' 3 clients a round: T' 2
 )
 SPLIT = dict(family="split", metrics=SPLIT_METRICS, bf16=False)  # FedV's family

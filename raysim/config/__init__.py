@@ -9,9 +9,11 @@ from raysim.config.build import (  # noqa: F401
     build_config,
     dump_yaml,
     load_preset,
+    own_setting,
     parse_override,
     preset_for_method,
     presets,
+    setting_note,
 )
 from raysim.config.sections import (  # noqa: F401
     DEFAULT_TRACKING_DIR,

@@ -132,6 +132,31 @@ def preset_for_method(preset: Mapping[str, Any], method: str) -> dict[str, Any]:
     return {key: value for key, value in preset.items() if key not in others}
 
 
+def own_setting(methods: list[str], preset: str | None, layers: list[Mapping[str, Any]]) -> str | None:
+    """The preset that ``methods`` run on when the user chose none, nor a data set or partition, and one of them
+    declares a setting it needs (:attr:`~raysim.core.registry.MethodInfo.setting`); None where the user chose, or
+    none declares one. Methods compared on one data set must not declare two."""
+    chosen = any(key in layer.get("data", {}) for layer in layers for key in ("dataset", "partition"))
+    settings = {get_method(m).setting for m in methods} - {None}
+    if preset or chosen or not settings:
+        return None
+    if len(settings) > 1:
+        raise ConfigError(
+            f"{', '.join(methods)} need different settings ({', '.join(sorted(settings))}); pass --preset to choose one"
+        )
+    return settings.pop()
+
+
+def setting_note(methods: list[str], setting: str) -> str:
+    """What a run or comparison says when it takes a method's own setting (:func:`own_setting`)."""
+    needing = [m for m in methods if get_method(m).setting == setting]
+    reason = "needs client types" if get_method(needing[0]).needs_client_types else "needs its own setting"
+    return (
+        f"{'/'.join(needing)} {reason}: using the {setting} setting (--preset {setting}); pass --dataset/--partition "
+        "or --preset to choose another"
+    )
+
+
 def parse_override(text: str) -> tuple[str, str, Any]:
     """``section.key=value`` -> (section, key, YAML-parsed value)."""
     if "=" not in text or "." not in text.split("=", 1)[0]:

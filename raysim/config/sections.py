@@ -24,6 +24,7 @@ DEFAULT_TRACKING_DIR = "raysim-runs"
 PRECISIONS = ("auto", "fp32", "bf16")  # client compute; auto is resolved by the driver (raysim.core.precision)
 BAD_UPDATE_POLICIES = ("reject", "fail")
 STRAGGLER_POLICIES = ("drop", "wait", "partial")
+RESOURCE_UNIT = 1e-4  # the finest CPU or GPU share Ray reserves
 
 Check = tuple[Callable[[Any], bool], str]  # (predicate on the value, what it must be)
 
@@ -340,6 +341,15 @@ class ResourceConfig:
 
     def __post_init__(self):
         validate(self)
+        for key in ("cpus_per_client", "gpus_per_client", "server_cpus", "server_gpus"):
+            value = getattr(self, key)
+            if 0 < value < RESOURCE_UNIT:  # Ray counts resources in units of 1e-4 and refuses a finer request
+                raise ConfigError(f"{key}={value:g} is finer than Ray's unit of {RESOURCE_UNIT:g}; use 0 or more")
+        if self.backend == "ray" and self.cpus_per_client == 0 and self.gpus_per_client == 0:
+            raise ConfigError(
+                "cpus_per_client=0 with gpus_per_client=0 reserves nothing for a worker, which Ray refuses; give "
+                "--cpus-per-client (e.g. 0.5) or --gpus-per-client"
+            )
 
     @property
     def torch_threads(self) -> int:

@@ -31,6 +31,8 @@ class MethodInfo:
         metrics: per-round keys the method reports beyond the shared ones (``raysim tune --metric``).
         bf16: whether client compute may run under bf16 autocast; ``fp32_reason`` says why not.
         needs_client_types: the method is evaluated per client type (FedGCR's sigma_type): clients need a domain.
+        setting: the preset a run of the method takes when the user chose no preset, data set or partition (the
+            default data cannot serve it: FedGCR's client types), which ``raysim run`` and ``compare`` say they use.
         smoke: config layers under which the method runs in seconds on the tests' tiny settings.
         cohort: the method trains several clients together when ``train.cohort`` allows
             (:class:`~raysim.core.protocol.CohortTraining`).
@@ -48,6 +50,7 @@ class MethodInfo:
     bf16: bool = True
     fp32_reason: str = ""
     needs_client_types: bool = False
+    setting: str | None = None
     smoke: dict[str, Any] = field(default_factory=dict)
     cohort: bool = False
     tiers: bool = False
@@ -81,6 +84,7 @@ def declare(
     bf16: bool = True,
     fp32_reason: str = "",
     needs_client_types: bool = False,
+    setting: str | None = None,
     smoke: dict[str, Any] | None = None,
     cohort: bool = False,
     tiers: bool = False,
@@ -100,6 +104,7 @@ def declare(
         bf16,
         fp32_reason,
         needs_client_types,
+        setting,
         smoke or {},
         cohort,
         tiers,

@@ -183,8 +183,8 @@ def _read_parquet(cfg):
     if not {"image", "label"} <= columns:
         raise ConfigError(f"parquet at {cfg.data_dir} has columns {sorted(columns)}; expected {PARQUET_LAYOUT}")
     small = dataset.to_table(columns=[c for c in ("label", "domain", "split") if c in columns])
-    labels = small["label"].to_numpy().astype(np.int64)
-    domains = small["domain"].to_numpy().astype(np.int64) if "domain" in columns else np.zeros(len(labels), np.int64)
+    labels = _whole_numbers(small, "label", cfg.data_dir)
+    domains = _whole_numbers(small, "domain", cfg.data_dir) if "domain" in columns else np.zeros(len(labels), np.int64)
     if "split" in columns:
         is_test = np.asarray([str(v) == "test" for v in small["split"].to_pylist()])
     else:
@@ -192,6 +192,23 @@ def _read_parquet(cfg):
     images = _decoded_images(dataset, len(labels), cfg)
     info = DatasetInfo("parquet", int(labels.max()) + 1, int(domains.max()) + 1, tuple(images.shape[1:]))
     return {"image": images, "label": labels, "domain": domains, "is_test": is_test}, info
+
+
+def _whole_numbers(table: pa.Table, column: str, where: str) -> np.ndarray:
+    """``table[column]`` as int64, refused in one line (naming the first offending row and value) unless every value
+    is a whole number >= 0: a class or domain index, which a float such as 1.5 is not."""
+    values = table[column]
+    kind = values.type
+    if not (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind)):
+        raise ConfigError(f"parquet at {where}: column {column!r} holds {kind}, not whole numbers >= 0 (class indices)")
+    as_float = values.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False)
+    bad = np.flatnonzero(~np.isfinite(as_float) | (as_float < 0) | (np.floor(as_float) != as_float))
+    if len(bad):
+        raise ConfigError(
+            f"parquet at {where}: column {column!r} must hold whole numbers >= 0, but row {bad[0]} holds "
+            f"{values[int(bad[0])].as_py()!r}; write it as integer indices"
+        )
+    return as_float.astype(np.int64)
 
 
 def _decoded_images(dataset, rows: int, cfg) -> np.ndarray:

@@ -1,7 +1,16 @@
 import pytest
 import yaml
 
-from raysim.config import build_config, dump_yaml, load_preset, parse_override, preset_for_method, presets
+from raysim.config import (
+    build_config,
+    dump_yaml,
+    load_preset,
+    own_setting,
+    parse_override,
+    preset_for_method,
+    presets,
+    setting_note,
+)
 from raysim.core.errors import ConfigError
 from raysim.core.registry import METHODS
 
@@ -152,4 +161,30 @@ def test_holding_out_every_client_is_one_line():
         build_config("fedvpt", [{"federation": {"clients": 5, "unseen_fraction": 0.9}}])  # 4.5 held out: 5
     assert str(error.value) == (
         "federation.unseen_fraction=0.9 holds out all 5 clients; lower it below 0.9 or add clients"
+    )
+
+
+@pytest.mark.parametrize(
+    "methods, preset, layers, expected",
+    [
+        (["fedgcr"], None, [], "offline-digit5-dif10"),  # the default data give clients no type
+        (["fedgr", "fedvpt"], None, [{"federation": {"rounds": 1}}], "offline-digit5-dif10"),  # a comparison with it
+        (["fedgcr"], "quick", [], None),  # the user's preset wins
+        (["fedgcr"], None, [{"data": {"dataset": "digits5"}}], None),  # so do their data set
+        (["fedgcr"], None, [{"data": {"partition": "domains"}}], None),  # and partition
+        (["sgpt"], None, [], None),  # the default data serve it
+    ],
+)
+def test_a_method_runs_on_its_own_setting_only_when_the_user_chose_none(methods, preset, layers, expected):
+    assert own_setting(methods, preset, layers) == expected
+
+
+def test_every_declared_setting_is_a_preset_on_which_its_method_has_client_types():
+    for name, info in METHODS.items():
+        if info.setting is not None:
+            config = build_config(name, [preset_for_method(load_preset(info.setting), name)])
+            assert config.data.partition == "domains" or not info.needs_client_types, name
+    assert setting_note(["fedgcr"], "offline-digit5-dif10") == (
+        "fedgcr needs client types: using the offline-digit5-dif10 setting (--preset offline-digit5-dif10); pass "
+        "--dataset/--partition or --preset to choose another"
     )

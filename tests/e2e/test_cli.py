@@ -15,6 +15,8 @@ from mlflow.tracking import MlflowClient
 from safetensors.torch import load_file, save_file
 
 from raysim.cli import main
+from raysim.config import presets
+from raysim.core.registry import METHODS
 from raysim.testing.console import own_lines
 from raysim.tracking import checkpoint as ckpt
 from raysim.tracking import provenance
@@ -247,15 +249,41 @@ BAD_INPUTS = [
     (["run", "sgpt", "--set", "systems.tiers=head,all"], "sgpt does not train by capacity tier; methods that do:"),
     (["run", "sgpt", *SYN, "systems.trace=FILE:tier.csv:client,tier\n0,head"], "sgpt does not train by capacity"),
     (["run", "fedvpt", *SYN, "systems.trace=FILE:t2.csv:client,tier\n0,last-0"], "column tier: 'last-0' is not"),
+    # paths a run writes, and columns it reads, checked before the run exists
+    (["run", "fedvpt", "--set", "checkpoint.dir=/proc/raysim/ckpt"], "checkpoint.dir /proc/raysim/ckpt is not"),
+    (["run", "fedvpt", "--set", "checkpoint.dir=FILE:taken:x"], "is not writable (cannot create files in"),
+    (
+        ["run", "fedvpt", "--dataset", "parquet", "--data-dir", "FLOAT_LABELS"],
+        "column 'label' must hold whole numbers >= 0, but row 0 holds 0.5; write it as integer indices",
+    ),
+    # resources Ray would refuse
+    (["run", "fedvpt", "--cpus-per-client", "0"], "cpus_per_client=0 with gpus_per_client=0 reserves nothing"),
+    (["run", "fedvpt", "--gpus-per-client", "0.00001"], "gpus_per_client=1e-05 is finer than Ray's unit of 0.0001"),
     (["run", "--resume", "/nope/run"], "--resume '/nope/run' is neither a checkpoint folder nor a run"),
     (["run", "--resume", "EMPTY"], "holds no checkpoint (no round-*/manifest.json)"),
     (["run"], "Missing argument 'METHOD'"),
 ]
 
 
+def _float_labels(tmp_path) -> str:
+    """A parquet in the documented layout whose labels are 0.5, 1.5, ...: not class indices."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from raysim.data.sources import png_table
+
+    images = np.zeros((8, 8, 8, 3), np.uint8)
+    table = png_table(images, np.arange(8) % 2, np.array(["train"] * 6 + ["test"] * 2))
+    table = table.set_column(table.schema.get_field_index("label"), "label", pa.array(np.arange(8) % 2 + 0.5))
+    pq.write_table(table, tmp_path / "float-labels.parquet")
+    return str(tmp_path / "float-labels.parquet")
+
+
 def _materialise(arg: str, tmp_path) -> str:
     """FILE:name:text -> a file with that text (also as a --set value: key=FILE:name:text); EMPTY -> an empty
-    folder."""
+    folder; FLOAT_LABELS -> a parquet whose labels are not whole numbers."""
+    if arg == "FLOAT_LABELS":
+        return _float_labels(tmp_path)
     if "=FILE:" in arg:
         key, text = arg.split("=", 1)
         return f"{key}={_materialise(text, tmp_path)}"
@@ -317,6 +345,8 @@ def test_real_console_script_help_ls_and_one_line_errors(tmp_path):
     listing = raysim("ls").stdout
     for name in ("fedavg", "fedvpt", "fedvpt-d", "head-tune", "fedprox", "digits", "pathological", "quick"):
         assert name in listing
+    assert raysim("ls", "methods", "--names").stdout.split() == list(METHODS)  # for m in $(raysim ls methods --names)
+    assert raysim("ls", "presets", "--names").stdout.split() == sorted(presets())
     bad = raysim("run", "fedvpt", "--address", "127.0.0.1:9", "--no-progress")
     assert bad.returncode == 2
     assert own_lines(bad.stderr)[-1].startswith("raysim: error: could not connect to Ray at '127.0.0.1:9'")
