@@ -4,6 +4,7 @@ each, and every line it prints (Ray's forwarded worker lines included) searched 
     python bench/every_method.py                       # raysim run METHOD --clients 20 --rounds 1, Ray and sequential
     python bench/every_method.py --tune                # also raysim tune METHOD --num-samples 1 --rounds 1, every space
     python bench/every_method.py --methods fedgcr,sgpt --backends sequential
+    python bench/every_method.py --backends '' --tune  # the sweeps alone
 
 Prints one row a command (exit code, seconds, the first noisy line) and exits 1 if any command failed or printed a
 line matching warn|error. Runs in a temporary folder each (its own MLflow store and checkpoints); the data cache is
@@ -56,7 +57,7 @@ def main() -> int:
     methods = options.methods.split(",") if options.methods else list(METHODS)
     commands = [
         ["run", m, "--clients", str(options.clients), "--rounds", "1", "--no-progress", "--backend", backend]
-        for backend in options.backends.split(",")
+        for backend in filter(None, options.backends.split(","))
         for m in methods
     ]
     if options.tune:
