@@ -289,7 +289,7 @@ def run(
                 last = outcome.last
                 if outcome.interrupted:
                     status = "KILLED"
-                    if outcome.abandoned:  # nothing more to ask of a Ray that went down with the signal
+                    if outcome.abandoned and reservation is not None:  # ask nothing more of a Ray that went down
                         coordinator = None
                         reservation.forget()
                     raise RunInterrupted(
