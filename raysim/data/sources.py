@@ -248,16 +248,19 @@ def _decoded_images(dataset, rows: int, cfg) -> np.ndarray:
     return np.load(path, mmap_mode="r")
 
 
+READ_BUFFER_BYTES = 4 * 2**20  # what the parquet reader holds of a column chunk at a time
+
+
 def _image_batches(dataset, rows: int = 4096):
-    """The ``image`` column in batches of ``rows``, in the dataset's row order, one row group in memory at a time (the
-    dataset scanner buffered whole files: 1.1 GB of Arrow memory for a 550 MB file of 200,000 PNGs, 54 MB this way)."""
+    """The ``image`` column in batches of ``rows``, in the dataset's row order, its pages read through a buffer of
+    ``READ_BUFFER_BYTES``, so that the memory does not grow with the file or its row groups (reading a whole row group,
+    or a column chunk with Arrow's default unbuffered reads, holds all of it meanwhile: docs/performance.md)."""
     import pyarrow.parquet
 
     for path in dataset.files:
         with dataset.filesystem.open_input_file(path) as source:
-            parquet = pyarrow.parquet.ParquetFile(source)
-            for group in range(parquet.metadata.num_row_groups):
-                yield from parquet.read_row_group(group, columns=["image"]).to_batches(max_chunksize=rows)
+            parquet = pyarrow.parquet.ParquetFile(source, buffer_size=READ_BUFFER_BYTES, pre_buffer=False)
+            yield from parquet.iter_batches(batch_size=rows, columns=["image"])
 
 
 def _decode_column(column, size: int | None) -> list[np.ndarray] | np.ndarray:
