@@ -1,5 +1,5 @@
 """FedGCR (Zheng et al., "FedGCR: Achieving Performance and Fairness for Federated Learning with Distinct Client
-Types via Group Customization and Reweighting", AAAI 2024; METHODS.md "FedGCR"), and its two halves for the
+Types via Group Customization and Reweighting", AAAI 2024), and its two halves for the
 paper's ablation (Table 5): ``fedgc`` (customisation, FedAvg aggregation) and ``fedgr`` (plain prompts,
 reweighted aggregation). All three cluster the clients anonymously, as the ablation does.
 

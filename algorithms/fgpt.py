@@ -1,5 +1,5 @@
 """FGPT and FGPT-U: group-aware prompt tuning with fixed orthogonal keys (Deng, Thrampoulidis, Li, "Heterogeneous
-Federated Learning with Group-Aware Prompt Tuning"; METHODS.md "FGPT and FGPT-U").
+Federated Learning with Group-Aware Prompt Tuning").
 
 Shared prompts (length 5) enter before the first block (VPT-shallow); one group prompt enters before the 0-based block u
 (the paper's layer 6 of 12, counted from 1, is u = 5; scaled to the backbone), chosen per sample by argmax_g cos(q(x),

@@ -1,5 +1,5 @@
 """SGPT: shared and group prompt tuning (Deng et al., "Unlocking the Potential of Prompt-Tuning in Bridging
-Generalized and Personalized Federated Learning", CVPR 2024; METHODS.md "SGPT").
+Generalized and Personalized Federated Learning", CVPR 2024).
 
 Shared prompts enter the blocks U_S (growing sequence, zero init); one group prompt per block of U_G is
 chosen per sample by Select(x) = argmax_g cos(q(x), k_g), with q the frozen backbone's class token (cached

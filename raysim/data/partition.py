@@ -3,7 +3,7 @@
 A *cell* is a (domain, class) pair. Every partitioner is a pure function that returns a share tensor
 ``shares[d, c, i]``, shape ``[D, C, M]``: the fraction of cell ``(d, c)`` that client ``i`` gets. The
 same tensor splits the train and the test set (:func:`split_by_shares`), so each client's test set
-follows its train proportions by construction. The rules follow METHODS.md:
+follows its train proportions by construction. The rules, each from the paper it names:
 
 * ``iid``: every cell split equally among all clients.
 * ``pathological``: each client holds ``s`` classes drawn at random among the least held (``class_sets``),

@@ -1,4 +1,4 @@
-"""FedGCR's contrastive terms (Zheng et al., AAAI 2024; METHODS.md "FedGCR"): the class-balanced client
+"""FedGCR's contrastive terms (Zheng et al., AAAI 2024): the class-balanced client
 representation (Eq. 4), the group-customization loss l_GC (Eq. 7) and the representation-alignment loss l_RA
 (Eq. 8). Pure functions of tensors.
 

@@ -1,6 +1,6 @@
 """Evaluation metrics with the same keys for every method, and the papers' last-10-rounds summary.
 
-Definitions follow METHODS.md ("Shared evaluation protocol"): global accuracy pools all test rows of the
+Definitions (the protocol SGPT, FGPT, FedGCR and FedV report with): global accuracy pools all test rows of the
 seen clients; local accuracy is the mean of per-client accuracies; sigma_* are population std devs.
 """
 
