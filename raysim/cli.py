@@ -148,7 +148,7 @@ def flag_layers(overrides, flags) -> list[dict]:
 
 def driver_and_data(config):
     """A new run's driver and data, prepared while Ray starts on the calling thread: importing the driver (torch,
-    MLflow, matplotlib) takes 3-5 s on 2 cores, and a local Ray about as long to start its daemons. The store is
+    MLflow, matplotlib) takes seconds, as does starting a local Ray's daemons (docs/performance.md). The store is
     checked before the data are read."""
     from raysim.engine.driver import checked, run
     from raysim.engine.setup import prepare_shards

@@ -223,7 +223,7 @@ class DataConfig:
         "random",
         "Pathological: each client's s classes drawn at random among those with the most holder slots left "
         "(SGPT App. E.1, after pFedHN; the combinations vary), or 'ring': s consecutive classes of one shuffled "
-        "ring (raysim before 2026-11-29: C / gcd(s, C) distinct sets at most, 31 on offline-s10).",
+        "ring (C / gcd(s, C) distinct sets at most, 31 on offline-s10).",
         choices=tuple(CLASS_SETS),
     )
     alpha: float = setting(0.5, "Dirichlet concentration over labels.", checks=(POSITIVE,))
@@ -234,14 +234,14 @@ class DataConfig:
         "Pachinko: 'reddi', every client's N // M rows drawn one at a time from its coarse and fine multinomials, a "
         "label leaving the draw when its rows run out (Reddi et al. 2021, App. C, which FGPT cites), or "
         "'proportional', each class split over the clients in proportion to their drawn probabilities of it, so "
-        "client sizes vary (raysim before 2026-11-29).",
+        "client sizes vary.",
         choices=PACHINKO_FORMS,
     )
     dif: float = setting(1.0, "Domains: the domain imbalance factor (1 is balanced).", checks=(at_least(1),))
     domain_order: str = setting(
         "paper",
         "Domains: which domain gets the most clients under a DIF: 'paper', the dataset's order as FedGCR's authors "
-        "give it (Digit-Five: MNIST first, SVHN the rarest), or 'id', by domain id (raysim before 2026-11-29).",
+        "give it (Digit-Five: MNIST first, SVHN the rarest), or 'id', by domain id.",
         choices=("paper", "id"),
     )
     domain_sizes: str = setting(
