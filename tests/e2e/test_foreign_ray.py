@@ -79,7 +79,11 @@ def test_a_run_starts_its_own_ray_beside_a_users_cluster_and_joins_it_only_when_
     try:
         address_file.parent.mkdir(parents=True, exist_ok=True)
         address_file.write_text(stale)  # what a head that died left behind
-        after = raysim(env, tmp_path, *RUN)
-        assert after.returncode == 0, after.stderr[-3000:]
+        # a run that starts its own Ray gets as far as sizing its pool on it (one line, at once); one that went for
+        # the stale address would fail connecting, or wait for it
+        after = raysim(env, tmp_path, *RUN, "--cpus-per-client", "1000", "--workers", "1")
+        assert after.returncode == 2, after.stderr[-3000:]
+        assert len(own_lines(after.stderr)) == 1, after.stderr[-3000:]
+        assert "1 worker x (cpus_per_client=1000.0, gpus_per_client=0.0) does not fit the Ray cluster's" in after.stderr
     finally:
         shutil.rmtree(ray_tmp, ignore_errors=True)
