@@ -141,7 +141,7 @@ class StopOnCtrlC(Callback):
     the main thread can own signal handlers; elsewhere (a Tune trial) both keep their usual meaning."""
 
     def __init__(self, notify):
-        self.requested, self.signum, self._notify, self._previous = False, None, notify, {}
+        self.signum, self._notify, self._previous = None, notify, {}
 
     def on_start(self, host) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -150,7 +150,7 @@ class StopOnCtrlC(Callback):
             self._previous[signum] = signal.signal(signum, self._handle)
 
     def _handle(self, signum, frame):
-        self.requested, self.signum = True, signum
+        self.signum = signum
         signal.signal(signal.SIGINT, signal.default_int_handler)  # the second Ctrl-C raises KeyboardInterrupt
         if signal.SIGTERM in self._previous:
             signal.signal(signal.SIGTERM, raise_terminated)  # and a second SIGTERM, Terminated
@@ -158,11 +158,11 @@ class StopOnCtrlC(Callback):
         self._notify(f"{name}: finishing this round, then writing a checkpoint ({name} again to stop at once)")
 
     def after_round(self, round, report) -> bool:
-        return self.requested
+        return self.stopping
 
     @property
     def stopping(self) -> bool:
-        return self.requested
+        return self.signum is not None
 
     def on_end(self) -> None:
         for signum, handler in self._previous.items():

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import shutil
 import signal
 import tempfile
@@ -46,7 +45,7 @@ from raysim.engine.callbacks import (
     ProgressBar,
     StopOnCtrlC,
 )
-from raysim.engine.ray_connect import RAY_ADDRESS, connect_ray_during
+from raysim.engine.ray_connect import connect_ray_during, joined_address
 from raysim.engine.ray_session import Pool, PoolReservation
 from raysim.engine.setup import initial_state, prepare_shards, resolved
 from raysim.ops.metrics import summarise
@@ -205,8 +204,7 @@ def drive(
 def describe(config: Config, shards: ShardStore) -> str:
     """One line with what is about to run."""
     fed, data, res = config.federation, config.data, config.resources
-    joined = res.address or os.environ.get(RAY_ADDRESS)
-    where = "sequential" if res.backend == "sequential" else f"ray ({joined or 'local'})"
+    where = "sequential" if res.backend == "sequential" else f"ray ({joined_address(res)[0] or 'local'})"
     precision = config.train.precision
     if precision == "bf16":
         precision += " (--precision fp32 for float32)"

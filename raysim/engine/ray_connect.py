@@ -47,9 +47,7 @@ def connect_ray(resources) -> None:
         return
     warn_of_another_raysim(Path.cwd())
     kwargs = dict(logging_level=logging.WARNING, configure_logging=True)
-    address, given = resources.address, "--address"
-    if not address and os.environ.get(RAY_ADDRESS):  # set by the user, or by Ray for a job's entrypoint
-        address, given = os.environ[RAY_ADDRESS], RAY_ADDRESS
+    address, given = joined_address(resources)
     if address:
         check_reachable(address, given)
         try:
@@ -74,6 +72,14 @@ def connect_ray(resources) -> None:
                 _system_config=LEAN,
                 **kwargs,
             )
+
+
+def joined_address(resources) -> tuple[str | None, str]:
+    """(the Ray address a run joins, where it came from): ``--address``, else ``$RAY_ADDRESS`` (set by the user, or by
+    Ray for a job's entrypoint); None: the run starts a local Ray of its own."""
+    if not resources.address and os.environ.get(RAY_ADDRESS):
+        return os.environ[RAY_ADDRESS], RAY_ADDRESS
+    return resources.address, "--address"
 
 
 def warn_of_another_raysim(folder: Path) -> None:
