@@ -71,6 +71,10 @@ class ClientWorker:
             torch.set_num_threads(config.resources.torch_threads)
 
     def assigned_resources(self) -> dict:
-        """The node and the resources Ray gave this worker."""
+        """The node (its id and address) and the resources Ray gave this worker."""
         context = ray.get_runtime_context()
-        return {"node_id": context.get_node_id(), **context.get_assigned_resources()}
+        return {
+            "node_id": context.get_node_id(),
+            "node_ip": ray.util.get_node_ip_address(),
+            **context.get_assigned_resources(),
+        }

@@ -1,9 +1,14 @@
-"""Whether a folder a run will write in can be written, checked before the run exists (creates nothing that stays)."""
+"""Whether a folder a run will write in can be written and will outlive the command, checked before the run exists
+(creates nothing that stays)."""
 
 from __future__ import annotations
 
+import json
+import os
 import tempfile
 from pathlib import Path
+
+RAY_JOB_CONFIG = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # what Ray gives a job's entrypoint: its runtime env, as JSON
 
 
 def unwritable(folder: str | Path) -> Path | None:
@@ -18,3 +23,13 @@ def unwritable(folder: str | Path) -> Path | None:
     except OSError:
         return existing
     return None
+
+
+def ray_job_working_dir() -> Path | None:
+    """The working directory of the Ray job this process is the entrypoint of, where Ray made it from the job's
+    ``--working-dir`` (an unpacked copy that Ray deletes when the job ends); None otherwise."""
+    try:
+        runtime_env = json.loads(os.environ.get(RAY_JOB_CONFIG) or "{}").get("runtime_env") or {}
+    except (ValueError, AttributeError):
+        return None
+    return Path.cwd().resolve() if runtime_env.get("working_dir") else None

@@ -181,6 +181,24 @@ class MLflowLogger(Callback):
         return False
 
 
+class PoolPlacementLogger(Callback):
+    """Where the run's Ray workers are, recorded before the first round: tags ``raysim.pool.nodes`` (how many nodes
+    the pool spans) and ``raysim.pool.node_ids`` (those nodes, comma-separated), and ``pool.json`` with each worker's
+    node id, node address and reserved resources. A resumed run records its own pool over the earlier one's. Nothing
+    is recorded for the sequential backend (the clients run in the driver)."""
+
+    def __init__(self, tracker):
+        self.tracker = tracker
+
+    def on_start(self, host) -> None:
+        workers = host.worker_resources()
+        if not workers:
+            return
+        nodes = sorted({worker["node_id"] for worker in workers})
+        self.tracker.set_tags({"raysim.pool.nodes": str(len(nodes)), "raysim.pool.node_ids": ",".join(nodes)})
+        self.tracker.log_json([{"worker": i, **worker} for i, worker in enumerate(workers)], "pool.json")
+
+
 class ProgressBar(Callback):
     """The per-round progress bar with the key metrics."""
 

@@ -30,7 +30,7 @@ from raysim.actors.proxy import ActorProxy, unwrapped
 from raysim.config import Config, dump_yaml
 from raysim.core.errors import ConfigError, RunInterrupted, SimulationLost, Terminated
 from raysim.core.memory import trim_memory
-from raysim.core.paths import unwritable
+from raysim.core.paths import ray_job_working_dir, unwritable
 from raysim.core.precision import native_bf16_cpu
 from raysim.core.ray_start import wait_for_ray
 from raysim.core.registry import get_method
@@ -42,6 +42,7 @@ from raysim.engine.callbacks import (
     CommunicationTotals,
     MethodDiagnostics,
     MLflowLogger,
+    PoolPlacementLogger,
     ProgressBar,
     StopOnCtrlC,
 )
@@ -281,7 +282,7 @@ def run(
                     done=start.round,
                 ) as progress:
                     stopper = StopOnCtrlC(progress.note)
-                    built_in = [MLflowLogger(tracker), ProgressBar(progress), stopper]
+                    built_in = [MLflowLogger(tracker), PoolPlacementLogger(tracker), ProgressBar(progress), stopper]
                     every = [*built_in, *callbacks]
                     outcome = drive(config, placed, start, pool, run_folder, every, results_folder, coordinator)
                 last = outcome.last
@@ -320,6 +321,7 @@ def checked(config: Config, resume: ckpt.Checkpoint | None = None) -> Config:
     if resume is not None:
         check_run(uri, resume.run_id)
     checkpoints = config.checkpoint.root(uri)
+    check_outlives_ray_job(uri, checkpoints)
     blocked = unwritable(checkpoints)
     if blocked is not None:
         raise ConfigError(
@@ -327,6 +329,22 @@ def checked(config: Config, resume: ckpt.Checkpoint | None = None) -> Config:
             "checkpoint.dir=SOME/WRITABLE/DIR"
         )
     return resolved(config)
+
+
+def check_outlives_ray_job(uri: str, checkpoints: Path) -> None:
+    """Refuse a run started by ``ray job submit --working-dir`` that would write its MLflow store or its checkpoints
+    in the job's working directory, which Ray deletes when the job ends."""
+    job_folder = ray_job_working_dir()
+    if job_folder is None:
+        return
+    store = Path(uri[len("sqlite:///") :]) if uri.startswith("sqlite:///") else None
+    for what, path in (("its MLflow store", store), ("its checkpoints", checkpoints)):
+        if path is not None and path.resolve().is_relative_to(job_folder):
+            raise ConfigError(
+                f"this Ray job would write {what} in its working directory {job_folder}, which Ray deletes when the "
+                "job ends: pass --tracking-uri (the head's MLflow server, e.g. http://127.0.0.1:5000, or "
+                "sqlite:////ABSOLUTE/PATH/mlflow.db) and --set checkpoint.dir=~/raysim-runs/checkpoints"
+            )
 
 
 def _set_up(

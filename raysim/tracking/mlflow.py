@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from mlflow.entities import DatasetInput, Metric, Param
+from mlflow.entities import DatasetInput, Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
@@ -247,6 +247,9 @@ class Tracker:
         """Continue an existing run (``--resume``): it is RUNNING again until :meth:`end`."""
         self.run_id = run_id
         self.client.update_run(run_id, status="RUNNING")
+
+    def set_tags(self, tags: dict[str, str]) -> None:
+        self.client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         now = int(time.time() * 1000)

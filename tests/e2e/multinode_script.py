@@ -5,9 +5,10 @@ Usage: python multinode_script.py LAYERS_JSON
 The cluster (``ray.cluster_utils.Cluster``, all on this machine, on the node address Ray picks as for any local
 ``ray.init``): a head raylet with no CPUs (it holds the driver and the zero-CPU Coordinator) and two worker raylets with
 1 logical CPU each, so a pool of two 1-CPU ClientWorkers can only be placed one per worker node. The config is
-``build_config("fedvpt", LAYERS)`` on the Ray backend. It runs every round and prints ``RESULT {json}`` with the
-per-round metrics, what Ray assigned to each worker (node id and resources) and the cluster's node ids, then shuts the
-cluster down.
+``build_config("fedvpt", LAYERS)`` on the Ray backend, tracked in a SQLite MLflow store in a temporary folder. It runs
+the whole run as ``raysim run`` does (:func:`raysim.engine.driver.run`) and prints ``RESULT {json}`` with the per-round
+metrics, the pool placement the run recorded in MLflow (its ``raysim.pool.*`` tags and ``pool.json``: each worker's
+node and resources) and the cluster's node ids, then shuts the cluster down.
 
 It must run in its own process: the test session already holds a Ray session (tests/conftest.py). Run it with RAY_TMPDIR
 set to a private (short) folder, so that the cluster's address file never redirects another process's ``ray.init()`` on
@@ -18,8 +19,11 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 MARKER = "RESULT "
 STARTED = time.monotonic()
@@ -62,24 +66,28 @@ def main(layers_json: str) -> None:
     import ray
 
     from raysim.config import build_config
-    from raysim.testing.smoke import open_simulation
+    from raysim.engine.driver import run
+    from raysim.tracking.mlflow import store_client
 
-    config = build_config("fedvpt", json.loads(layers_json))
+    store = tempfile.mkdtemp(prefix="raysim-multinode-")
+    uri = f"sqlite:///{store}/mlflow.db"
+    config = build_config("fedvpt", [*json.loads(layers_json), {"tracking": {"tracking_uri": uri}}])
     cluster, workers = start_cluster()
     try:
         ray.init(address=cluster.address, logging_level=logging.WARNING, configure_logging=True)
         ray.data.DataContext.get_current().enable_progress_bars = False
         logging.getLogger("ray.data").setLevel(logging.ERROR)
 
-        with open_simulation(config) as (simulation, _, _):
-            phase("shards, initial state and worker pool ready")
-            history = [simulation.run_round(r).metrics for r in range(1, config.federation.rounds + 1)]
-            assigned = simulation.worker_resources()
+        outcome = run(config, show_progress=False)
         phase(f"{config.federation.rounds} rounds done")
+        client = store_client(uri)
+        placement = json.loads(Path(client.download_artifacts(outcome.run_id, "pool.json", store)).read_text())
+        tags = {k: v for k, v in client.get_run(outcome.run_id).data.tags.items() if k.startswith("raysim.pool.")}
         alive = [{"node_id": n["NodeID"], "resources": n["Resources"]} for n in ray.nodes() if n["Alive"]]
         result = {
-            "history": history,
-            "workers": assigned,
+            "history": outcome.history,
+            "workers": placement,
+            "tags": tags,
             "head": cluster.head_node.node_id,
             "worker_nodes": [w.node_id for w in workers],
             "nodes": alive,
@@ -88,6 +96,7 @@ def main(layers_json: str) -> None:
     finally:
         ray.shutdown()
         cluster.shutdown()
+        shutil.rmtree(store, ignore_errors=True)
 
 
 if __name__ == "__main__":

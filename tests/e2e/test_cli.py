@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -467,3 +468,35 @@ def test_bad_resume_target_is_one_line_exit_2_and_changes_nothing(finished_run, 
         client.get_run(run_id).info.status,
         len(client.get_metric_history(run_id, "global_acc")),
     )
+
+
+@pytest.mark.parametrize(
+    "args, what",
+    [
+        ([], "its MLflow store"),  # the default store, ./raysim-runs/mlflow.db
+        (["--tracking-uri", "sqlite:///HEAD/mlflow.db"], "its checkpoints"),  # a store elsewhere, checkpoints here
+    ],
+)
+def test_a_ray_job_writing_in_its_temporary_working_dir_is_refused(ray_session, tmp_path, monkeypatch, args, what):
+    """``ray job submit --working-dir .`` runs the entrypoint in an unpacked copy that Ray deletes with the job, and
+    tells it so (its runtime env, in RAY_JOB_CONFIG_JSON_ENV_VAR): no run may keep its store or checkpoints there."""
+    runtime_env = {"runtime_env": {"working_dir": "gcs://_ray_pkg_0123.zip"}, "metadata": {}}
+    monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", json.dumps(runtime_env))
+    (tmp_path / "job").mkdir()
+    monkeypatch.chdir(tmp_path / "job")
+    if args:
+        args = [args[0], args[1].replace("HEAD", str(tmp_path / "head")), "--set", "checkpoint.dir=raysim-runs/ckpt"]
+    result = CliRunner().invoke(main, ["run", "fedvpt", *args])
+    assert result.exit_code == 2, result.output
+    lines = own_lines(result.stderr)
+    assert len(lines) == 1 and f"this Ray job would write {what} in its working directory" in lines[0], lines
+    assert "--tracking-uri" in lines[0] and "checkpoint.dir=" in lines[0]
+    assert not (tmp_path / "job" / "raysim-runs").exists() and not (tmp_path / "head").exists()
+
+    from raysim.config import build_config
+    from raysim.engine.driver import checked
+
+    outside = {"tracking_uri": f"sqlite:///{tmp_path}/head/mlflow.db"}
+    checked(build_config("fedvpt", [{"tracking": outside, "checkpoint": {"dir": str(tmp_path / "ckpt")}}]))
+    monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", json.dumps({"runtime_env": {}, "metadata": {}}))
+    checked(build_config("fedvpt", []))  # a job without --working-dir runs where it was started, which stays

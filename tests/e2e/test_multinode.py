@@ -1,5 +1,5 @@
-"""A simulation on a multi-node local Ray cluster: the worker pool spreads over the nodes, and the per-round
-metrics equal the single-node (sequential backend) run's.
+"""A run on a multi-node local Ray cluster: the worker pool spreads over the nodes, the run records in MLflow the node
+of each worker, and the per-round metrics equal the single-node (sequential backend) run's.
 
 The cluster (head with no CPUs, two worker raylets with 1 logical CPU each, built by ``ray.cluster_utils.Cluster``)
 runs in a subprocess, tests/e2e/multinode_script.py: this process already holds the session's Ray
@@ -71,7 +71,7 @@ def sequential_history() -> list[dict]:
     return [report.metrics for report in run_rounds(config)[1]]
 
 
-def test_pool_spreads_over_nodes_and_matches_the_single_node_run(ray_session):
+def test_pool_spreads_over_nodes_is_recorded_and_matches_the_single_node_run(ray_session):
     cluster = run_on_cluster()
 
     # (a) three live nodes; the head has no CPU, so each 1-CPU worker sits alone on one 1-CPU worker node
@@ -79,17 +79,23 @@ def test_pool_spreads_over_nodes_and_matches_the_single_node_run(ray_session):
     assert set(nodes) == {cluster["head"], *cluster["worker_nodes"]} and len(nodes) == 3, cluster["log"]
     assert nodes[cluster["head"]].get("CPU", 0) == 0
     assert all(nodes[n]["CPU"] == 1 for n in cluster["worker_nodes"])
-    workers = cluster["workers"]
-    assert len(workers) == 2
+    workers = cluster["workers"]  # as the run recorded them: pool.json
+    assert [w["worker"] for w in workers] == [0, 1]
     assert sorted(w["node_id"] for w in workers) == sorted(cluster["worker_nodes"]), workers
     for worker in workers:
         assert worker["CPU"] == pytest.approx(1.0) and worker.get("GPU", 0) == 0
+        assert worker["node_ip"]
+    assert cluster["tags"] == {
+        "raysim.pool.nodes": "2",
+        "raysim.pool.node_ids": ",".join(sorted(cluster["worker_nodes"])),
+    }
 
     # (b) the same per-round metrics (timings aside) as the sequential backend in this process
     multinode = cluster["history"]
     single = sequential_history()
     assert len(multinode) == len(single) == 2
     for r, (seq, multi) in enumerate(zip(single, multinode), start=1):
+        assert multi.pop("round") == r  # the run's history names its rounds
         assert set(multi) == set(seq), r
         for key in sorted(set(seq) - TIMING_KEYS):
             assert multi[key] == pytest.approx(seq[key], abs=1e-6), (r, key)
