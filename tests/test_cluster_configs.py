@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
 from pathlib import Path
 
 import jsonschema
@@ -61,6 +63,27 @@ def test_onprem_config_names_its_hosts():
     assert "available_node_types" not in load("onprem.yaml")  # the local provider refuses node types
 
 
+def test_onprem_starts_ray_as_a_real_two_node_cluster_showed_it_must():
+    """What bench/cluster_launch.sh needed on two nodes: the autoscaler v1 (v2 starts no worker_ips), each node known by
+    the address it was reached at over SSH (else the autoscaler restarts it mid-run), and token authentication with
+    the launcher's token copied to every node."""
+    config = load("onprem.yaml")
+    starts = [c for c in [*config["head_start_ray_commands"], *config["worker_start_ray_commands"]] if "ray start" in c]
+    assert len(starts) == 2 and "RAY_enable_autoscaler_v2=0" in starts[0]
+    for command in starts:
+        assert "RAY_AUTH_MODE=token" in command and "--node-ip-address=$NODE_IP" in command
+        assignment = command[command.index("NODE_IP=") : command.index(";", command.index("NODE_IP="))]
+        shown = subprocess.run(
+            ["bash", "-c", f"{assignment}; echo $NODE_IP"],
+            env={"SSH_CONNECTION": "192.0.2.99 50022 192.0.2.11 22", "PATH": os.environ["PATH"]},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        assert shown == "192.0.2.11"  # the node's own address, not the client's
+    assert config["file_mounts"]["~/.ray/auth_token"] == "~/.ray/auth_token"
+
+
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_commands_install_with_constraints_and_keep_the_dashboard_local(name):
     config = prepared(load(name))  # after the defaults merge: a missing key would bring Ray's 0.0.0.0 back
@@ -74,7 +97,7 @@ def test_commands_install_with_constraints_and_keep_the_dashboard_local(name):
             assert "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO=1 ray start" in command
     installs = [c for c in config["setup_commands"] if "pip install" in c and "-e ." in c]
     assert installs and all("-c constraints.txt" in c and "~/raysim" in c for c in installs)
-    assert config["file_mounts"] == {"~/raysim": "."}
+    assert config["file_mounts"]["~/raysim"] == "."
     assert "0.0.0.0" not in yaml.safe_dump(config)  # no port opened to the world, no dashboard on all interfaces
 
 
