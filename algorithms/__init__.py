@@ -4,7 +4,7 @@ without importing a method's module (nor torch): the config is built from it, an
 when the run first needs its class (``MethodInfo.cls``). One file per method beside it (shipped as
 ``raysim.algorithms``), each class marked ``@implements(name)``; the options in :mod:`raysim.algorithms.options`.
 
-This package and ``options`` import only ``core`` (the registry, errors, prompt choices; no torch); a method's module
+This package and ``options`` import only ``core`` (the registry, settings, prompt choices; no torch); a method's module
 imports torch, ``core`` and ``ops``, never Ray or the engine (tests/test_layers.py)."""
 
 from raysim.algorithms.options import (

@@ -23,10 +23,12 @@ from raysim.config import (
     presets,
     setting_note,
 )
+from raysim.config.listing import option_names, options_text
 from raysim.config.pretrain_recipe import PretrainRecipe
-from raysim.config.sections import SECTIONS, default_of, flagged_fields
+from raysim.config.sections import SECTIONS, flagged_fields
 from raysim.core.errors import BadUpdateError, ConfigError, RunInterrupted, SweepError, Terminated
 from raysim.core.registry import FAMILIES, METHODS
+from raysim.core.settings import default_of
 from raysim.core.stop_signals import take_sigterm
 from raysim.data.partition import PARTITIONERS
 from raysim.data.sources import SOURCES
@@ -113,7 +115,8 @@ SHARED_OPTIONS = [
         "overrides",
         multiple=True,
         metavar="KEY=VALUE",
-        help="Override any config key, e.g. --set train.lr=0.05 --set fedprox.mu=0.1 (repeatable).",
+        help="Override any config key or method option, e.g. --set train.lr=0.05 --set fedprox.mu=0.1 (repeatable; "
+        "a method's options: raysim ls options METHOD).",
     ),
 ]
 
@@ -170,9 +173,11 @@ def driver_and_data(config):
 def run(method, resume, preset, overrides, progress, **flags):
     """Run METHOD (raysim ls methods) as one federated simulation, tracked in MLflow.
 
-    Settings come from defaults < --preset < flags < --set. The resolved config is printed, saved with
-    the run, and the final table reports the last 10 evaluated rounds (the papers' protocol). A checkpoint is
-    written after every round; the first Ctrl-C (or SIGTERM) finishes the round and prints the --resume command.
+    Settings come from defaults < --preset < flags < --set; METHOD's own options, with their defaults and help:
+    raysim ls options METHOD (set one as it names it, e.g. --set sgpt.groups=5). The resolved config is printed,
+    saved with the run, and the final table reports the last 10 evaluated rounds (the papers' protocol). A
+    checkpoint is written after every round; the first Ctrl-C (or SIGTERM) finishes the round and prints the
+    --resume command.
     """
     if method is None and resume is None:
         raise click.UsageError("Missing argument 'METHOD' (raysim ls methods), or --resume RUN_ID_OR_DIR")
@@ -397,10 +402,21 @@ LISTS = ("methods", "datasets", "partitions", "backbones", "presets")
 
 
 @main.command(name="ls")
-@click.argument("what", required=False, type=click.Choice(LISTS))
+@click.argument("what", required=False, type=click.Choice((*LISTS, "options")))
+@click.argument("method", required=False)
 @click.option("--names", is_flag=True, help="Only the names, one a line (for scripts: for m in $(raysim ls ...)).")
-def ls(what, names):
-    """List what raysim knows by name, with one line each (methods grouped by family)."""
+def ls(what, method, names):
+    """List what raysim knows by name, with one line each (methods grouped by family); ls options METHOD: the
+    method's options, each with its type, default, accepted values and help (set them with --set)."""
+    if (what == "options") != (method is not None):
+        raise click.UsageError(
+            "raysim ls options METHOD lists a method's options (raysim ls methods)"
+            if what == "options"
+            else f"raysim ls {what} takes no METHOD; raysim ls options {method} lists its options"
+        )
+    if what == "options":
+        click.echo("\n".join(option_names(method)) if names else options_text(method))
+        return
     if names:
         if what is None:
             raise click.UsageError("--names lists one kind: raysim ls methods --names")

@@ -101,6 +101,7 @@ LAYERS = (
         "raysim.core.named",
         "raysim.core.precision",
         "raysim.core.ray_start",
+        "raysim.core.settings",
     ),
     ("raysim.ops",),
     ("raysim.systems",),

@@ -1,4 +1,5 @@
-"""The config sections: frozen dataclasses split by concern, each key declared once with :func:`setting`.
+"""The config sections: frozen dataclasses split by concern, each key declared once with
+:func:`~raysim.core.settings.setting`.
 
 A key's metadata carries its help, its CLI flag (the CLI generates its options from it) and its checks (run in
 ``__post_init__``), so the dataclass, the CLI and the validation cannot drift. Errors are
@@ -8,12 +9,11 @@ A key's metadata carries its help, its CLI flag (the CLI generates its options f
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
 
 from raysim.core.errors import ConfigError, unknown_name
+from raysim.core.settings import NON_NEGATIVE, POSITIVE, at_least, setting, validate
 from raysim.data.partition import CLASS_SETS, PACHINKO_FORMS, PARTITIONERS
 from raysim.data.sources import SOURCES
 from raysim.systems import traces
@@ -26,8 +26,6 @@ BAD_UPDATE_POLICIES = ("reject", "fail")
 STRAGGLER_POLICIES = ("drop", "wait", "partial")
 RESOURCE_UNIT = 1e-4  # the finest CPU or GPU share Ray reserves
 
-Check = tuple[Callable[[Any], bool], str]  # (predicate on the value, what it must be)
-
 
 def half_up(x: float) -> int:
     """x rounded to the nearest integer, halves up (Python's ``round`` takes them to the even one: 2.5 -> 2); a
@@ -35,43 +33,9 @@ def half_up(x: float) -> int:
     return math.floor(x + 0.5 + 1e-9)
 
 
-def setting(
-    default: Any, help: str, *, flag: str | None = None, choices: tuple = (), checks: tuple[Check, ...] = ()
-) -> Any:
-    """A config key: its default, one line of help, its ``raysim run`` flag (``--clients``) if it has one, the
-    values it may take and the checks it must pass (``(predicate, "must be at least 1")``)."""
-    return field(default=default, metadata={"help": help, "flag": flag, "choices": choices, "checks": checks})
-
-
-def at_least(low: float) -> Check:
-    return (lambda v: v >= low, f"must be at least {low:g}")
-
-
-NON_NEGATIVE: Check = (lambda v: v >= 0, "must be >= 0")
-POSITIVE: Check = (lambda v: v > 0, "must be > 0")
-
-
-def validate(section) -> None:
-    """Run every field's choices and checks; the first failure raises a one-line ConfigError."""
-    for spec in fields(section):
-        value = getattr(section, spec.name)
-        if value is None:
-            continue
-        choices = spec.metadata.get("choices", ())
-        if choices and value not in choices:
-            raise ConfigError(f"{spec.name}={value!r} is not one of {', '.join(map(str, choices))}")
-        for predicate, requirement in spec.metadata.get("checks", ()):
-            if not predicate(value):
-                raise ConfigError(f"{spec.name}={value} {requirement}")
-
-
 def flagged_fields(cls) -> list:
     """The fields of a section that have a CLI flag."""
     return [spec for spec in fields(cls) if spec.metadata.get("flag")]
-
-
-def default_of(spec) -> Any:
-    return None if spec.default is MISSING else spec.default
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ def test_parse_override_reads_yaml_values():
 
 
 def test_on_off_yes_no_are_words_and_only_true_false_are_booleans():
-    """YAML 1.2's booleans: README's ``--set train.cohort=off`` is the word a choice field expects."""
+    """YAML 1.2's booleans: the docs' ``--set train.cohort=off`` is the word a choice field expects."""
     assert [parse_override(f"train.cohort={word}")[2] for word in ("off", "on", "yes", "no")] == [
         "off",
         "on",

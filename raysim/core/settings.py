@@ -1,0 +1,105 @@
+"""A setting: one declaration of a config key or a method option, its default, help, CLI flag, values and checks.
+
+The config sections (:mod:`raysim.config.sections`) and the methods' options (:mod:`raysim.algorithms.options`) are
+frozen dataclasses whose fields are declared with :func:`setting`; :func:`validate` runs the checks, the CLI builds
+its flags from them, and ``raysim ls options`` and the documentation's reference print them. Errors are
+:class:`~raysim.core.errors.ConfigError` with one line naming the key.
+"""
+
+from __future__ import annotations
+
+import typing
+from collections.abc import Callable
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any
+
+from raysim.core.errors import ConfigError
+
+Check = tuple[Callable[[Any], bool], str]  # (predicate on the value, what it must be)
+
+
+def setting(
+    default: Any, help: str, *, flag: str | None = None, choices: tuple = (), checks: tuple[Check, ...] = ()
+) -> Any:
+    """A config key: its default, one line of help, its ``raysim run`` flag (``--clients``) if it has one, the
+    values it may take and the checks it must pass (``(predicate, "must be at least 1")``)."""
+    return field(default=default, metadata={"help": help, "flag": flag, "choices": choices, "checks": checks})
+
+
+def at_least(low: float, why: str = "") -> Check:
+    return (lambda v: v >= low, f"must be at least {low:g}" + (f" ({why})" if why else ""))
+
+
+def in_range(low: float, high: float, *, open_low: bool = False, open_high: bool = False, why: str = "") -> Check:
+    """``low <= v <= high``, either end open; the requirement reads ``must be in [low, high)``."""
+    brackets = ("(" if open_low else "[", ")" if open_high else "]")
+    return (
+        lambda v: (low < v if open_low else low <= v) and (v < high if open_high else v <= high),
+        f"must be in {brackets[0]}{low:g}, {high:g}{brackets[1]}" + (f" ({why})" if why else ""),
+    )
+
+
+def non_negative(why: str = "") -> Check:
+    return (lambda v: v >= 0, "must be >= 0" + (f" ({why})" if why else ""))
+
+
+def positive(why: str = "") -> Check:
+    return (lambda v: v > 0, "must be > 0" + (f" ({why})" if why else ""))
+
+
+NON_NEGATIVE: Check = non_negative()
+POSITIVE: Check = positive()
+
+
+def validate(section) -> None:
+    """Run every field's choices and checks; the first failure raises a one-line ConfigError."""
+    for spec in fields(section):
+        value = getattr(section, spec.name)
+        if value is None:
+            continue
+        choices = spec.metadata.get("choices", ())
+        if choices and value not in choices:
+            raise ConfigError(f"{spec.name}={value!r} is not one of {', '.join(map(str, choices))}")
+        for predicate, requirement in spec.metadata.get("checks", ()):
+            if not predicate(value):
+                raise ConfigError(f"{spec.name}={value} {requirement}")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """A frozen dataclass of settings that validates itself when built (a method's options derive from it)."""
+
+    def __post_init__(self):
+        validate(self)
+
+
+def default_of(spec) -> Any:
+    return None if spec.default is MISSING else spec.default
+
+
+def type_name(cls, name: str) -> str:
+    """The type of field ``name`` of ``cls`` as a user writes the value: int, float, str, bool, list, or ``X or
+    null``."""
+    hint = typing.get_type_hints(cls)[name]
+    names = [
+        "null" if t is type(None) else {tuple: "list"}.get(t, getattr(t, "__name__", str(t)))
+        for t in (typing.get_args(hint) or (hint,))
+    ]
+    return " or ".join(names)
+
+
+def described(cls) -> list[dict[str, Any]]:
+    """Every field of a settings dataclass as ``name, type, default, help, flag, choices, checks`` (the checks' texts):
+    what ``raysim ls options`` and the reference pages print."""
+    return [
+        {
+            "name": spec.name,
+            "type": type_name(cls, spec.name),
+            "default": default_of(spec),
+            "help": spec.metadata.get("help", ""),
+            "flag": spec.metadata.get("flag"),
+            "choices": tuple(spec.metadata.get("choices", ())),
+            "checks": tuple(text for _, text in spec.metadata.get("checks", ())),
+        }
+        for spec in fields(cls)
+    ]
