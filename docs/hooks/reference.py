@@ -1,0 +1,98 @@
+"""MkDocs hook: the reference pages generated from the code's declarations at build time, never written by hand.
+
+``reference/cli.md`` is every command's ``--help`` (click); ``reference/config.md`` every config key of every section
+and ``reference/options.md`` every method's options, each with its type, default, accepted values and help, as
+:func:`raysim.core.settings.setting` declares them (what ``raysim ls options METHOD`` prints).
+"""
+
+from __future__ import annotations
+
+import html
+
+from click.testing import CliRunner
+from mkdocs.structure.files import File
+
+from raysim.cli import main
+from raysim.config import SECTIONS
+from raysim.config.listing import accepts, shown
+from raysim.core.registry import FAMILIES, METHODS
+from raysim.core.settings import described
+
+
+def cell(text: str) -> str:
+    """Text that stays inside one cell of a Markdown table."""
+    return html.escape(" ".join(str(text).split()), quote=False).replace("|", "\\|")
+
+
+def table(section: str, entries: list[dict]) -> list[str]:
+    rows = ["| key | type | default | what it is |", "|---|---|---|---|"]
+    for entry in entries:
+        flag = f" Flag: `{entry['flag']}`." if entry["flag"] else ""
+        rule = accepts(entry)
+        what = entry["help"] + (f" {rule[0].upper()}{rule[1:]}." if rule else "") + flag
+        default = shown(entry["default"])
+        rows.append(f"| `{section}.{entry['name']}` | {entry['type']} | `{cell(default)}` | {cell(what)} |")
+    return rows
+
+
+def config_page() -> str:
+    lines = [
+        "# Config keys",
+        "",
+        "Every key of a run's config, by section, generated from its declaration. `--set SECTION.KEY=VALUE` sets "
+        "any of them, a preset file under `SECTION:` (e.g. `federation: {rounds: 10}`), and a key with a flag also "
+        "has that `raysim run` option. A method's own options are on [Method options](options.md).",
+    ]
+    for section, cls in SECTIONS.items():
+        doc = " ".join((cls.__doc__ or "").split())
+        lines += ["", f"## {section}", "", cell(doc), "", *table(section, described(cls))]
+    return "\n".join(lines) + "\n"
+
+
+def options_page() -> str:
+    by_section: dict[str, list[str]] = {}
+    for name, info in METHODS.items():
+        by_section.setdefault(info.options_key, []).append(name)
+    bare = [name for name, info in METHODS.items() if not described(info.options)]
+    lines = [
+        "# Method options",
+        "",
+        "Every method's options, generated from their declarations; `raysim ls options METHOD` prints the same. Set "
+        "one with `--set SECTION.KEY=VALUE` (the section is the method's, or the one it shares: `fgpt-u` reads "
+        "`fgpt`), under `SECTION:` in a preset, or as `METHOD:KEY=VALUE` in `raysim compare`. Methods without "
+        f"options of their own: {', '.join(f'`{name}`' for name in bare)}.",
+    ]
+    for family in FAMILIES:
+        for section, names in sorted(by_section.items()):
+            info = METHODS.get(names[0])
+            entries = described(info.options)
+            if info.family != family or not entries:
+                continue
+            doc = " ".join((info.options.__doc__ or "").split())
+            used = ", ".join(f"`{name}`" for name in names)
+            lines += ["", f"## {section}", "", f"Used by {used} ({family}). {doc}", "", *table(section, entries)]
+    return "\n".join(lines) + "\n"
+
+
+def cli_page() -> str:
+    lines = [
+        "# Command line",
+        "",
+        "Every `raysim` command's `--help`, generated from the command line itself. Bad input ends in one line on "
+        "stderr (`raysim: error: ...`) and exit code 2.",
+    ]
+    commands = [[], *([name] for name in main.commands)]
+    for path in commands:
+        shown_help = CliRunner().invoke(main, [*path, "--help"], prog_name="raysim", terminal_width=100).output
+        lines += ["", f"## raysim {' '.join(path)}".rstrip(), "", "```text", shown_help.rstrip(), "```"]
+    return "\n".join(lines) + "\n"
+
+
+PAGES = {"reference/config.md": config_page, "reference/options.md": options_page, "reference/cli.md": cli_page}
+
+
+def on_files(files, config):
+    """Add the generated pages to the site (they exist only in the build)."""
+    for path, page in PAGES.items():
+        files.append(File.generated(config, path, content=page()))
+    return files
