@@ -18,7 +18,7 @@ import torch
 from raysim.algorithms._fairness import ReportsGlobalLoss, client_losses, with_data
 from raysim.algorithms.fedvpt import FedVPT
 from raysim.core.messages import GlobalState
-from raysim.core.registry import implements
+from raysim.core.protocol import implements
 from raysim.ops.aggregate import weighted_mean
 from raysim.ops.reweighting import afl_lambda_step, afl_one_step_weights
 

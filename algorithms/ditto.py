@@ -15,8 +15,7 @@ from raysim.algorithms.fedavg import FedAvg
 from raysim.algorithms.fedprox import proximal_term
 from raysim.core import training
 from raysim.core.messages import ClientUpdate
-from raysim.core.protocol import Personalised
-from raysim.core.registry import implements
+from raysim.core.protocol import Personalised, implements
 from raysim.core.seeding import Purpose, derive_seed
 
 

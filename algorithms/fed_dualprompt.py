@@ -27,8 +27,7 @@ from raysim.algorithms.fedavg import FedAvg
 from raysim.core import training
 from raysim.core.messages import ClientUpdate
 from raysim.core.prompts import PromptSlot, PromptSpec, xavier_prompt
-from raysim.core.protocol import CachesRowFeatures, ModelParts
-from raysim.core.registry import implements
+from raysim.core.protocol import CachesRowFeatures, ModelParts, implements
 from raysim.ops import selection as sel
 
 

@@ -15,8 +15,7 @@ import torch
 from raysim.core import training
 from raysim.core.messages import Broadcast, ClientUpdate, GlobalState
 from raysim.core.prompts import PromptSpec
-from raysim.core.protocol import ClientContext, CohortPhase, CohortTraining, Method, ModelParts
-from raysim.core.registry import implements
+from raysim.core.protocol import ClientContext, CohortPhase, CohortTraining, Method, ModelParts, implements
 from raysim.ops.aggregate import row_masked_mean, weighted_mean
 
 

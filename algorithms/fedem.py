@@ -29,8 +29,7 @@ from raysim.algorithms.fedavg import FedAvg
 from raysim.core import training
 from raysim.core.messages import ClientUpdate, GlobalState
 from raysim.core.prompts import PromptSlot, PromptSpec, xavier_prompt
-from raysim.core.protocol import ModelParts, Personalised
-from raysim.core.registry import implements
+from raysim.core.protocol import ModelParts, Personalised, implements
 from raysim.core.seeding import Purpose, derive_seed
 from raysim.ops import mixture
 from raysim.ops.hypernet import uniform

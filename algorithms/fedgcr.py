@@ -36,8 +36,7 @@ from raysim.core import training
 from raysim.core.errors import ConfigError
 from raysim.core.messages import Broadcast, ClientUpdate, GlobalState
 from raysim.core.prompts import PromptSlot, PromptSpec
-from raysim.core.protocol import CachesRowFeatures, Diagnostics, ModelParts, SendsExtras
-from raysim.core.registry import implements
+from raysim.core.protocol import CachesRowFeatures, Diagnostics, ModelParts, SendsExtras, implements
 from raysim.core.seeding import Purpose, derive_seed
 from raysim.ops import contrastive, reweighting
 from raysim.ops.aggregate import weighted_mean

@@ -33,8 +33,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from raysim.algorithms.fedvpt import FedVPT
 from raysim.core import training
 from raysim.core.messages import Broadcast, ClientUpdate, GlobalState
-from raysim.core.protocol import SendsExtras
-from raysim.core.registry import implements
+from raysim.core.protocol import SendsExtras, implements
 from raysim.ops.mixup import fedmix_loss
 
 X_MEAN, Y_MEAN = "data_mean", "label_mean"  # a client's means, sent once

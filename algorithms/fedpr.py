@@ -26,7 +26,7 @@ import torch
 from raysim.algorithms.fedvpt import FedVPT
 from raysim.core import training
 from raysim.core.messages import ClientUpdate
-from raysim.core.registry import implements
+from raysim.core.protocol import implements
 from raysim.ops.nullspace import null_space_projector
 
 PROMPT = "prompts.shallow"

@@ -4,7 +4,7 @@ over the trained tensors, which keeps heterogeneous clients near the global mode
 import torch
 
 from raysim.algorithms.fedvpt import FedVPT
-from raysim.core.registry import implements
+from raysim.core.protocol import implements
 
 
 def proximal_term(params: dict[str, torch.Tensor], anchor: dict[str, torch.Tensor]) -> torch.Tensor:

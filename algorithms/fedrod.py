@@ -17,8 +17,7 @@ import torch.nn.functional as F
 from raysim.algorithms.fedavg import FedAvg
 from raysim.core import training
 from raysim.core.messages import ClientUpdate
-from raysim.core.protocol import Personalised
-from raysim.core.registry import implements
+from raysim.core.protocol import Personalised, implements
 
 HEAD = ("vit.head.weight", "vit.head.bias")
 PERSONAL = ("rod.weight", "rod.bias")

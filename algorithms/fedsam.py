@@ -15,7 +15,7 @@ from functools import partial
 from raysim.algorithms.fedvpt import FedVPT
 from raysim.core import training
 from raysim.core.messages import ClientUpdate
-from raysim.core.registry import implements
+from raysim.core.protocol import implements
 from raysim.ops.sam import sam_step
 
 

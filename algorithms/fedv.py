@@ -37,8 +37,7 @@ from raysim.core import training
 from raysim.core.errors import ConfigError
 from raysim.core.messages import ClientUpdate, GlobalState
 from raysim.core.prompts import PromptSpec
-from raysim.core.protocol import Diagnostics, ModelParts, Personalised, SplitLearning
-from raysim.core.registry import implements
+from raysim.core.protocol import Diagnostics, ModelParts, Personalised, SplitLearning, implements
 from raysim.core.seeding import Init, Purpose, derive_seed
 from raysim.ops.aggregate import tensor_bytes, weighted_mean
 from raysim.ops.spsa import spsa_coefficient

@@ -6,8 +6,7 @@ head train and are averaged with N_i / N. The backbone stays frozen.
 
 from raysim.algorithms.fedavg import FedAvg
 from raysim.core.prompts import PromptSlot, PromptSpec
-from raysim.core.protocol import ModelParts
-from raysim.core.registry import implements
+from raysim.core.protocol import ModelParts, implements
 
 
 @implements("fedvpt")

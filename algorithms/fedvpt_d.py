@@ -3,8 +3,7 @@ tokens replacing the previous block's prompt outputs. Options are shared with ``
 
 from raysim.algorithms.fedavg import FedAvg
 from raysim.core.prompts import PromptSlot, PromptSpec
-from raysim.core.protocol import ModelParts
-from raysim.core.registry import implements
+from raysim.core.protocol import ModelParts, implements
 
 
 @implements("fedvpt-d")

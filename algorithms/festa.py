@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from raysim.algorithms.fedv import FedV
-from raysim.core.registry import implements
+from raysim.core.protocol import implements
 
 
 @implements("festa")

@@ -23,8 +23,7 @@ from raysim.core import training
 from raysim.core.errors import ConfigError
 from raysim.core.messages import ClientUpdate, GlobalState
 from raysim.core.prompts import PromptSlot, PromptSpec, xavier_prompt
-from raysim.core.protocol import CachesRowFeatures, CohortPhase, ModelParts, ResolvesOptions, SendsExtras
-from raysim.core.registry import implements
+from raysim.core.protocol import CachesRowFeatures, CohortPhase, ModelParts, ResolvesOptions, SendsExtras, implements
 from raysim.ops import selection as sel
 
 GROUP, COUNTS, FIXED_KEYS = "extra.group_prompts", gp.COUNTS, gp.FIXED_KEYS

@@ -26,8 +26,7 @@ import torch
 from raysim.algorithms.fedvpt import FedVPT
 from raysim.core import training
 from raysim.core.messages import ClientUpdate, GlobalState
-from raysim.core.protocol import ModelParts
-from raysim.core.registry import implements
+from raysim.core.protocol import ModelParts, implements
 from raysim.ops.fourier import amplitude, normalise_amplitude
 from raysim.ops.sam import sam_step
 

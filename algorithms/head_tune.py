@@ -2,8 +2,7 @@
 
 from raysim.algorithms.fedavg import FedAvg
 from raysim.core.prompts import PromptSpec
-from raysim.core.protocol import ModelParts
-from raysim.core.registry import implements
+from raysim.core.protocol import ModelParts, implements
 
 
 @implements("head-tune")

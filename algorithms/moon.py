@@ -21,7 +21,7 @@ from torch.func import functional_call
 from raysim.algorithms.fedvpt import FedVPT
 from raysim.core import training
 from raysim.core.messages import ClientUpdate
-from raysim.core.registry import implements
+from raysim.core.protocol import implements
 from raysim.ops.contrastive import ra_loss
 
 HEAD = ("vit.head.weight", "vit.head.bias")

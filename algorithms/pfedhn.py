@@ -29,8 +29,7 @@ import torch
 from raysim.algorithms.fedvpt import FedVPT
 from raysim.algorithms.options import HNOptions
 from raysim.core.messages import Broadcast, ClientUpdate, GlobalState, Tensors
-from raysim.core.protocol import Personalised, ResolvesOptions
-from raysim.core.registry import implements
+from raysim.core.protocol import Personalised, ResolvesOptions, implements
 from raysim.ops import hypernet as hn
 
 NET, MOMENTUM = "hn.", "hn_momentum."  # server state prefixes: the hypernetwork (incl. embeddings), its buffers

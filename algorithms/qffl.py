@@ -16,8 +16,7 @@ from raysim.algorithms._fairness import ReportsGlobalLoss, client_losses, with_d
 from raysim.algorithms.fedvpt import FedVPT
 from raysim.algorithms.options import QFFLOptions
 from raysim.core.messages import GlobalState
-from raysim.core.protocol import ResolvesOptions
-from raysim.core.registry import implements
+from raysim.core.protocol import ResolvesOptions, implements
 from raysim.ops.reweighting import qffl_step
 
 

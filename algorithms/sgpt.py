@@ -29,8 +29,7 @@ from raysim.algorithms.options import SGPTOptions
 from raysim.core import training
 from raysim.core.messages import Broadcast, ClientUpdate, GlobalState
 from raysim.core.prompts import PromptSlot, PromptSpec, xavier_prompt
-from raysim.core.protocol import CachesRowFeatures, CohortPhase, ModelParts, ResolvesOptions, SendsExtras
-from raysim.core.registry import implements
+from raysim.core.protocol import CachesRowFeatures, CohortPhase, ModelParts, ResolvesOptions, SendsExtras, implements
 from raysim.core.seeding import Purpose, derive_seed
 from raysim.ops import selection as sel
 

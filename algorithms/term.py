@@ -14,7 +14,7 @@ omega_k: the two agree in expectation."""
 from raysim.algorithms._fairness import ReportsGlobalLoss, client_losses, with_data
 from raysim.algorithms.fedvpt import FedVPT
 from raysim.core.messages import GlobalState
-from raysim.core.registry import implements
+from raysim.core.protocol import implements
 from raysim.ops.aggregate import weighted_mean
 from raysim.ops.reweighting import tilted_weights
 

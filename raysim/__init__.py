@@ -34,7 +34,7 @@ _EXPORTS = {
     "GlobalState": "raysim.core.messages",
     "Broadcast": "raysim.core.messages",
     "ClientUpdate": "raysim.core.messages",
-    "register": "raysim.core.registry",
+    "register": "raysim.core.protocol",
     "get_method": "raysim.core.registry",
     "ConfigError": "raysim.core.errors",
     "Config": "raysim.config",

@@ -27,21 +27,12 @@ def modules() -> dict[str, Path]:
     return found
 
 
-def runtime_nodes(tree: ast.AST):
-    """Every node of ``tree`` except those under ``if TYPE_CHECKING:`` (annotations only; they never run)."""
-    for node in ast.iter_child_nodes(tree):
-        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
-            continue
-        yield node
-        yield from runtime_nodes(node)
-
-
 def imports_of(path: Path, name: str, known: set[str]) -> set[str]:
-    """The raysim modules ``path`` imports when it runs, at any depth of its code (imports inside functions count;
-    ``if TYPE_CHECKING:`` blocks do not)."""
+    """The raysim modules ``path`` imports anywhere in its code: at the top, inside functions and in
+    ``if TYPE_CHECKING:`` blocks (an annotation's import is a dependency too)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out = set()
-    for node in runtime_nodes(ast.parse(path.read_text())):
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):

@@ -30,10 +30,10 @@ import numpy as np
 import torch
 
 from raysim.core.messages import Broadcast, ClientUpdate, GlobalState, Tensors
+from raysim.core.registry import METHODS, MethodInfo, declare
 
 if TYPE_CHECKING:
     from raysim.core.prompts import PromptSpec
-    from raysim.core.registry import MethodInfo
     from raysim.data.shards import ClientData, ShardStore
     from raysim.models.prompted import PromptedViT
 
@@ -246,3 +246,34 @@ class ResolvesOptions:
         """``self.options`` with every value left to the method made concrete for a ``depth``-block backbone
         (the same run: the method computes with them exactly as with the placeholders)."""
         raise NotImplementedError
+
+
+def implements(name: str):
+    """Class decorator: the class is method ``name``'s, as :func:`~raysim.core.registry.declare` named it; sets
+    ``cls.info`` and checks the declaration against the class (its import path, ``cohort`` and the split-learning
+    family)."""
+
+    def wrap(cls):
+        info = METHODS.get(name)
+        where = f"{cls.__module__}:{cls.__qualname__}"
+        if info.implementation not in (cls, where):
+            raise TypeError(f"method {name!r} is declared as {info.implementation}, not {where}")
+        if info.cohort and not issubclass(cls, CohortTraining):
+            raise TypeError(f"method {name!r} is declared with cohort=True but is not a CohortTraining")
+        if info.split_learning != issubclass(cls, SplitLearning):
+            raise TypeError(f"method {name!r}: family {info.family!r} must be 'split' exactly when it is SplitLearning")
+        cls.info = info
+        return cls
+
+    return wrap
+
+
+def register(name: str, description: str, **facts):
+    """Class decorator for a method defined outside raysim: :func:`declare` (``facts``: its keyword arguments) and
+    :func:`implements` at once."""
+
+    def wrap(cls):
+        declare(name, cls, description, **facts)
+        return implements(name)(cls)
+
+    return wrap

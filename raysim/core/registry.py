@@ -1,8 +1,8 @@
 """The methods by name (:data:`METHODS`, a :class:`~raysim.core.named.Registry` filled by importing
-``raysim.algorithms``, the catalog, on the first lookup), what is known of each (:class:`MethodInfo`), and the two
-ways to add one: :func:`declare` (a method's facts, its class named by import path and imported on first use, so
-the config is built without importing torch) with :func:`implements` on the class, or :func:`register` (both at
-once, for a method defined outside raysim)."""
+``raysim.algorithms``, the catalog, on the first lookup), what is known of each (:class:`MethodInfo`), and
+:func:`declare`, which adds one: its facts, its class named by import path and imported on first use, so the config
+is built without importing torch. The class side, :func:`~raysim.core.protocol.implements` and
+:func:`~raysim.core.protocol.register`, lives with the protocol it checks the class against."""
 
 from __future__ import annotations
 
@@ -110,38 +110,6 @@ def declare(
         tiers,
     )
     return METHODS.add(name, info)
-
-
-def implements(name: str):
-    """Class decorator: the class is method ``name``'s, as :func:`declare` named it; sets ``cls.info`` and checks the
-    declaration against the class (its import path, ``cohort`` and the split-learning family)."""
-
-    def wrap(cls):
-        from raysim.core.protocol import CohortTraining, SplitLearning  # torch: imported by the method's module anyway
-
-        info = METHODS.get(name)
-        where = f"{cls.__module__}:{cls.__qualname__}"
-        if info.implementation not in (cls, where):
-            raise TypeError(f"method {name!r} is declared as {info.implementation}, not {where}")
-        if info.cohort and not issubclass(cls, CohortTraining):
-            raise TypeError(f"method {name!r} is declared with cohort=True but is not a CohortTraining")
-        if info.split_learning != issubclass(cls, SplitLearning):
-            raise TypeError(f"method {name!r}: family {info.family!r} must be 'split' exactly when it is SplitLearning")
-        cls.info = info
-        return cls
-
-    return wrap
-
-
-def register(name: str, description: str, **facts):
-    """Class decorator for a method defined outside raysim: :func:`declare` (``facts``: its keyword arguments) and
-    :func:`implements` at once."""
-
-    def wrap(cls):
-        declare(name, cls, description, **facts)
-        return implements(name)(cls)
-
-    return wrap
 
 
 def get_method(name: str) -> MethodInfo:

@@ -26,7 +26,8 @@ print(get_method("soft-ce").cls is SoftCE, SoftCE.info is get_method("soft-ce"),
 MISMATCHED = """
 from raysim import FedAvg
 from raysim.core.protocol import SplitLearning
-from raysim.core.registry import declare, implements
+from raysim.core.protocol import implements
+from raysim.core.registry import declare
 
 declare("{name}", "{path}", "an example", family="{family}", cohort={cohort})
 try:
