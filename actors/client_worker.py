@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ray
 
-from raysim.core.errors import ConfigError
+from raysim.base.errors import ConfigError
 
 
 @ray.remote

@@ -1,17 +1,17 @@
 """The one proxy: calls an actor's methods and waits for them, so a handle reads like the object it stands for;
-a lost actor surfaces as :class:`~raysim.core.errors.SimulationLost`, which the driver answers by restarting the
-rounds from the last checkpoint, and a :class:`~raysim.core.errors.ConfigError` the actor raised as itself."""
+a lost actor surfaces as :class:`~raysim.base.errors.SimulationLost`, which the driver answers by restarting the
+rounds from the last checkpoint, and a :class:`~raysim.base.errors.ConfigError` the actor raised as itself."""
 
 from __future__ import annotations
 
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
-from raysim.core.errors import ConfigError, SimulationLost
+from raysim.base.errors import ConfigError, SimulationLost
 
 
 def unwrapped(ref: ray.ObjectRef | list[ray.ObjectRef]):
-    """``ray.get(ref)`` (a list: its values); a :class:`~raysim.core.errors.ConfigError` the task raised (bad input
+    """``ray.get(ref)`` (a list: its values); a :class:`~raysim.base.errors.ConfigError` the task raised (bad input
     seen where it runs: a weights file, a prompt option) is raised as itself, one line, not in Ray's traceback."""
     try:
         return ray.get(ref)

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from raysim.core.errors import ConfigError
+from raysim.base.errors import ConfigError
 from raysim.core.messages import ClientUpdate, Tensors
 from raysim.core.protocol import Diagnostics
 from raysim.ops import selection as sel

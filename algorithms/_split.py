@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from raysim.algorithms import SPLIT_TRAFFIC
-from raysim.core.memory import reuse_freed_memory
+from raysim.base.memory import reuse_freed_memory
 from raysim.core.messages import Tensors
 from raysim.core.protocol import ENCODER_PREFIX as PREFIX
 from raysim.ops.spsa import perturbed_forward, spsa_step
@@ -181,7 +181,7 @@ class EncoderServer:
 
     def build(self) -> None:
         """Build the blocks of a server started from their recipe (once): a model the server's node cannot build (a
-        weights file missing there) is this call's :class:`~raysim.core.errors.ConfigError`, one line, not the death
+        weights file missing there) is this call's :class:`~raysim.base.errors.ConfigError`, one line, not the death
         of the server's actor."""
         if self.blocks is None:
             self._place(self._segment.build())

@@ -13,10 +13,10 @@ import torch.nn.functional as F
 
 from raysim.algorithms.fedavg import FedAvg
 from raysim.algorithms.fedprox import proximal_term
+from raysim.base.seeding import Purpose, derive_seed
 from raysim.core import training
 from raysim.core.messages import ClientUpdate
 from raysim.core.protocol import Personalised, implements
-from raysim.core.seeding import Purpose, derive_seed
 
 
 @implements("ditto")

@@ -24,9 +24,9 @@ import torch
 
 from raysim.algorithms import _group_prompts as gp
 from raysim.algorithms.fedavg import FedAvg
+from raysim.base.prompts import PromptSlot, PromptSpec, xavier_prompt
 from raysim.core import training
 from raysim.core.messages import ClientUpdate
-from raysim.core.prompts import PromptSlot, PromptSpec, xavier_prompt
 from raysim.core.protocol import CachesRowFeatures, ModelParts, implements
 from raysim.ops import selection as sel
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import torch
 
+from raysim.base.prompts import PromptSpec
 from raysim.core import training
 from raysim.core.messages import Broadcast, ClientUpdate, GlobalState
-from raysim.core.prompts import PromptSpec
 from raysim.core.protocol import ClientContext, CohortPhase, CohortTraining, Method, ModelParts, implements
 from raysim.ops.aggregate import row_masked_mean, weighted_mean
 

@@ -26,11 +26,11 @@ import torch
 from torch.nn import functional as F
 
 from raysim.algorithms.fedavg import FedAvg
+from raysim.base.prompts import PromptSlot, PromptSpec, xavier_prompt
+from raysim.base.seeding import Purpose, derive_seed
 from raysim.core import training
 from raysim.core.messages import ClientUpdate, GlobalState
-from raysim.core.prompts import PromptSlot, PromptSpec, xavier_prompt
 from raysim.core.protocol import ModelParts, Personalised, implements
-from raysim.core.seeding import Purpose, derive_seed
 from raysim.ops import mixture
 from raysim.ops.hypernet import uniform
 

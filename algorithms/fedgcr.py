@@ -32,12 +32,12 @@ import torch
 from raysim.algorithms import _group_custom as gc
 from raysim.algorithms._fairness import GLOBAL_LOSS, client_losses, last_epoch_mean, received_model_loss, with_data
 from raysim.algorithms.fedavg import FedAvg
+from raysim.base.errors import ConfigError
+from raysim.base.prompts import PromptSlot, PromptSpec
+from raysim.base.seeding import Purpose, derive_seed
 from raysim.core import training
-from raysim.core.errors import ConfigError
 from raysim.core.messages import Broadcast, ClientUpdate, GlobalState
-from raysim.core.prompts import PromptSlot, PromptSpec
 from raysim.core.protocol import CachesRowFeatures, Diagnostics, ModelParts, SendsExtras, implements
-from raysim.core.seeding import Purpose, derive_seed
 from raysim.ops import contrastive, reweighting
 from raysim.ops.aggregate import weighted_mean
 

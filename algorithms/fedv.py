@@ -33,12 +33,12 @@ import torch.nn.functional as F
 from raysim.algorithms import _split as split
 from raysim.algorithms.fedavg import FedAvg
 from raysim.algorithms.options import SplitOptions
+from raysim.base.errors import ConfigError
+from raysim.base.prompts import PromptSpec
+from raysim.base.seeding import Init, Purpose, derive_seed
 from raysim.core import training
-from raysim.core.errors import ConfigError
 from raysim.core.messages import ClientUpdate, GlobalState
-from raysim.core.prompts import PromptSpec
 from raysim.core.protocol import Diagnostics, ModelParts, Personalised, SplitLearning, implements
-from raysim.core.seeding import Init, Purpose, derive_seed
 from raysim.ops.aggregate import tensor_bytes, weighted_mean
 from raysim.ops.spsa import spsa_coefficient
 

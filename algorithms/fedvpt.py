@@ -5,7 +5,7 @@ head train and are averaged with N_i / N. The backbone stays frozen.
 """
 
 from raysim.algorithms.fedavg import FedAvg
-from raysim.core.prompts import PromptSlot, PromptSpec
+from raysim.base.prompts import PromptSlot, PromptSpec
 from raysim.core.protocol import ModelParts, implements
 
 

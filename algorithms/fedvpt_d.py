@@ -2,7 +2,7 @@
 tokens replacing the previous block's prompt outputs. Options are shared with ``fedvpt``."""
 
 from raysim.algorithms.fedavg import FedAvg
-from raysim.core.prompts import PromptSlot, PromptSpec
+from raysim.base.prompts import PromptSlot, PromptSpec
 from raysim.core.protocol import ModelParts, implements
 
 

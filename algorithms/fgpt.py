@@ -19,10 +19,10 @@ import torch
 from raysim.algorithms import _group_prompts as gp
 from raysim.algorithms.fedavg import FedAvg
 from raysim.algorithms.options import FGPTOptions
+from raysim.base.errors import ConfigError
+from raysim.base.prompts import PromptSlot, PromptSpec, xavier_prompt
 from raysim.core import training
-from raysim.core.errors import ConfigError
 from raysim.core.messages import ClientUpdate, GlobalState
-from raysim.core.prompts import PromptSlot, PromptSpec, xavier_prompt
 from raysim.core.protocol import CachesRowFeatures, CohortPhase, ModelParts, ResolvesOptions, SendsExtras, implements
 from raysim.ops import selection as sel
 

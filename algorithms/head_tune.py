@@ -1,7 +1,7 @@
 """Head-Tune: FedAvg on the linear classifier only, over a frozen backbone (the papers' linear-probe baseline)."""
 
 from raysim.algorithms.fedavg import FedAvg
-from raysim.core.prompts import PromptSpec
+from raysim.base.prompts import PromptSpec
 from raysim.core.protocol import ModelParts, implements
 
 

@@ -1,5 +1,5 @@
 """Every method's options, one frozen dataclass each (the config section ``MethodInfo.options_key``), every option
-declared once with :func:`~raysim.core.settings.setting`: its default, help, valid values and checks, as config keys
+declared once with :func:`~raysim.base.settings.setting`: its default, help, valid values and checks, as config keys
 are. Torch-free, so that the config is built, and its mistakes reported, before torch is imported. The methods'
 modules read them as ``self.options``; ``raysim ls options METHOD`` and the documentation's reference print them."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from raysim.core.prompts import POOLINGS
-from raysim.core.settings import Settings, at_least, in_range, non_negative, positive, setting
+from raysim.base.prompts import POOLINGS
+from raysim.base.settings import Settings, at_least, in_range, non_negative, positive, setting
 
 LAMBDA_STEPS = ("ascent", "one-step")  # afl.lambda_step
 CLIENT_LOSSES = ("local", "global")  # fedgcr.client_loss: L_ij from Algorithm 1's local loss or the authors' code

@@ -27,9 +27,9 @@ import torch
 
 from raysim.algorithms.fedvpt import FedVPT
 from raysim.algorithms.pfedhn import server_part
-from raysim.core.errors import ConfigError
+from raysim.base.errors import ConfigError
+from raysim.base.prompts import xavier_prompt
 from raysim.core.messages import Broadcast, ClientUpdate, GlobalState, Tensors
-from raysim.core.prompts import xavier_prompt
 from raysim.core.protocol import Personalised, implements
 from raysim.ops import hypernet as hn
 from raysim.ops.aggregate import weighted_mean

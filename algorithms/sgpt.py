@@ -26,11 +26,11 @@ import torch
 from raysim.algorithms import _group_prompts as gp
 from raysim.algorithms.fedavg import FedAvg
 from raysim.algorithms.options import SGPTOptions
+from raysim.base.prompts import PromptSlot, PromptSpec, xavier_prompt
+from raysim.base.seeding import Purpose, derive_seed
 from raysim.core import training
 from raysim.core.messages import Broadcast, ClientUpdate, GlobalState
-from raysim.core.prompts import PromptSlot, PromptSpec, xavier_prompt
 from raysim.core.protocol import CachesRowFeatures, CohortPhase, ModelParts, ResolvesOptions, SendsExtras, implements
-from raysim.core.seeding import Purpose, derive_seed
 from raysim.ops import selection as sel
 
 SHARED, GROUP = "prompts.shared", "extra.group_prompts"  # SHARED prefixes every shared-prompt tensor

@@ -45,9 +45,9 @@ def per_row_ms(run, rows: int, repeats: int) -> float:
 def measure() -> None:
     import torch
 
+    from raysim.base.memory import reuse_freed_memory
+    from raysim.base.precision import autocast
     from raysim.config import build_config
-    from raysim.core.memory import reuse_freed_memory
-    from raysim.core.precision import autocast
     from raysim.core.registry import get_method
     from raysim.models.factory import build_model
 
@@ -176,8 +176,8 @@ def _verdict(mean: float, half: float) -> str:
 
 def accuracy(argv: list[str]) -> None:
     """fp32 against bf16 autocast, per setting and method, paired over seeds; one markdown row each as it finishes."""
-    from raysim.core.errors import ConfigError
-    from raysim.core.precision import native_bf16_cpu
+    from raysim.base.errors import ConfigError
+    from raysim.base.precision import native_bf16_cpu
     from raysim.core.registry import METHODS, get_method
     from raysim.tracking.provenance import cpu_model
     from raysim.tracking.statistics import interval, paired
@@ -230,7 +230,7 @@ def main() -> None:
     if "--accuracy" in sys.argv:
         accuracy(sys.argv[1:])
         return
-    from raysim.core.precision import native_bf16_cpu
+    from raysim.base.precision import native_bf16_cpu
 
     print(f"this CPU: native bf16 {'yes' if native_bf16_cpu() else 'no'}")
     for label, extra in (("as this machine runs", {}), ("oneDNN limited to AVX2 (no native bf16)", AVX2)):

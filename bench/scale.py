@@ -241,10 +241,10 @@ def plain_loop(data: str, clients: int, per_round: int) -> None:
     import torch
     from PIL import Image
 
+    from raysim.base.preprocess import to_model_input
+    from raysim.base.seeding import Purpose, derive_seed
     from raysim.config import build_config
-    from raysim.core.preprocess import to_model_input
     from raysim.core.registry import get_method
-    from raysim.core.seeding import Purpose, derive_seed
     from raysim.data.partition import PartitionParams, partition
     from raysim.models.factory import build_model
     from raysim.testing.reference import fedavg_rounds

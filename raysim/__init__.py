@@ -36,7 +36,7 @@ _EXPORTS = {
     "ClientUpdate": "raysim.core.messages",
     "register": "raysim.core.protocol",
     "get_method": "raysim.core.registry",
-    "ConfigError": "raysim.core.errors",
+    "ConfigError": "raysim.base.errors",
     "Config": "raysim.config",
     "build_config": "raysim.config",
     "run": "raysim.engine.driver",

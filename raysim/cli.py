@@ -13,6 +13,9 @@ from functools import partial
 
 import click
 
+from raysim.base.errors import BadUpdateError, ConfigError, RunInterrupted, SweepError, Terminated
+from raysim.base.settings import default_of
+from raysim.base.stop_signals import take_sigterm
 from raysim.config import (
     TrackingConfig,
     build_config,
@@ -26,10 +29,7 @@ from raysim.config import (
 from raysim.config.listing import option_names, options_text
 from raysim.config.pretrain_recipe import PretrainRecipe
 from raysim.config.sections import SECTIONS, flagged_fields
-from raysim.core.errors import BadUpdateError, ConfigError, RunInterrupted, SweepError, Terminated
 from raysim.core.registry import FAMILIES, METHODS
-from raysim.core.settings import default_of
-from raysim.core.stop_signals import take_sigterm
 from raysim.data.partition import PARTITIONERS
 from raysim.data.sources import SOURCES
 from raysim.sweep.sole_runner import sole_runner
@@ -375,7 +375,7 @@ def pretrain(out, **recipe_fields):
     """Pretrain the offline backbone on glyphs of scripts no benchmark uses (the shipped weights' recipe)."""
     from rich.console import Console
 
-    from raysim.core.precision import native_bf16_cpu
+    from raysim.base.precision import native_bf16_cpu
     from raysim.engine.pretrain import pretrain as run_pretrain
 
     recipe = PretrainRecipe(**recipe_fields)

@@ -12,7 +12,7 @@ import shutil
 
 import pytest
 
-from raysim.core.precision import AUTO_ENV
+from raysim.base.precision import AUTO_ENV
 from raysim.engine.setup import THREADS_ENV
 
 

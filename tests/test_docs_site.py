@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from raysim.base.settings import described
 from raysim.config import SECTIONS
 from raysim.core.registry import METHODS
-from raysim.core.settings import described
 
 ROOT = Path(__file__).resolve().parents[1]
 

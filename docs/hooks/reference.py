@@ -2,7 +2,7 @@
 
 ``reference/cli.md`` is every command's ``--help`` (click); ``reference/config.md`` every config key of every section
 and ``reference/options.md`` every method's options, each with its type, default, accepted values and help, as
-:func:`raysim.core.settings.setting` declares them (what ``raysim ls options METHOD`` prints).
+:func:`raysim.base.settings.setting` declares them (what ``raysim ls options METHOD`` prints).
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import html
 from click.testing import CliRunner
 from mkdocs.structure.files import File
 
+from raysim.base.settings import described
 from raysim.cli import main
 from raysim.config import SECTIONS
 from raysim.config.listing import accepts, shown
 from raysim.core.registry import FAMILIES, METHODS
-from raysim.core.settings import described
 
 
 def cell(text: str) -> str:

@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from raysim.base.errors import ConfigError, unknown_name
 from raysim.config import yaml12
 from raysim.config.sections import (
     SECTIONS,
@@ -30,7 +31,6 @@ from raysim.config.sections import (
     TrackingConfig,
     TrainConfig,
 )
-from raysim.core.errors import ConfigError, unknown_name
 from raysim.core.registry import METHODS, NoOptions, get_method, require_tiers
 
 NOT_COMPUTED = ("tracking", "resources", "checkpoint")  # where and how a run goes, not what it computes

@@ -1,14 +1,14 @@
 """What ``raysim ls options METHOD`` prints, and the reference pages show, of a setting: its key as ``--set`` takes
 it, its type, default, the values it accepts and its help, all read from its declaration
-(:func:`~raysim.core.settings.setting`)."""
+(:func:`~raysim.base.settings.setting`)."""
 
 from __future__ import annotations
 
 import textwrap
 from typing import Any
 
+from raysim.base.settings import described
 from raysim.core.registry import get_method
-from raysim.core.settings import described
 
 
 def shown(value: Any) -> str:
@@ -30,7 +30,7 @@ def accepts(entry: dict[str, Any]) -> str:
 
 def method_options(method: str) -> tuple[str, list[dict[str, Any]]]:
     """A method's config section (its ``options_key``: fgpt-u's is fgpt) and its options, as
-    :func:`~raysim.core.settings.described` gives them; an unknown method is a one-line ConfigError."""
+    :func:`~raysim.base.settings.described` gives them; an unknown method is a one-line ConfigError."""
     info = get_method(method)
     return info.options_key, described(info.options)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field, fields
 
-from raysim.core.errors import ConfigError
+from raysim.base.errors import ConfigError
 
 PRECISIONS = ("fp32", "bf16")  # the recipe's forward pass: bf16 autocast (the shipped file's) or float32
 

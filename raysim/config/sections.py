@@ -1,9 +1,9 @@
 """The config sections: frozen dataclasses split by concern, each key declared once with
-:func:`~raysim.core.settings.setting`.
+:func:`~raysim.base.settings.setting`.
 
 A key's metadata carries its help, its CLI flag (the CLI generates its options from it) and its checks (run in
 ``__post_init__``), so the dataclass, the CLI and the validation cannot drift. Errors are
-:class:`~raysim.core.errors.ConfigError` with one line naming the key as the user writes it and how to fix it.
+:class:`~raysim.base.errors.ConfigError` with one line naming the key as the user writes it and how to fix it.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import math
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from raysim.core.errors import ConfigError, unknown_name
-from raysim.core.settings import NON_NEGATIVE, POSITIVE, at_least, setting, validate
+from raysim.base.errors import ConfigError, unknown_name
+from raysim.base.settings import NON_NEGATIVE, POSITIVE, at_least, setting, validate
 from raysim.data.partition import CLASS_SETS, PACHINKO_FORMS, PARTITIONERS
 from raysim.data.sources import SOURCES
 from raysim.systems import traces
@@ -21,7 +21,7 @@ from raysim.systems.distributions import parse_distribution
 from raysim.systems.tiers import parse_tiers
 
 DEFAULT_TRACKING_DIR = "raysim-runs"
-PRECISIONS = ("auto", "fp32", "bf16")  # client compute; auto is resolved by the driver (raysim.core.precision)
+PRECISIONS = ("auto", "fp32", "bf16")  # client compute; auto is resolved by the driver (raysim.base.precision)
 BAD_UPDATE_POLICIES = ("reject", "fail")
 STRAGGLER_POLICIES = ("drop", "wait", "partial")
 RESOURCE_UNIT = 1e-4  # the finest CPU or GPU share Ray reserves

@@ -33,7 +33,7 @@ from raysim.core.messages import Broadcast, ClientUpdate, GlobalState, Tensors
 from raysim.core.registry import METHODS, MethodInfo, declare
 
 if TYPE_CHECKING:
-    from raysim.core.prompts import PromptSpec
+    from raysim.base.prompts import PromptSpec
     from raysim.data.shards import ClientData, ShardStore
     from raysim.models.prompted import PromptedViT
 

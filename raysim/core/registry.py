@@ -1,4 +1,4 @@
-"""The methods by name (:data:`METHODS`, a :class:`~raysim.core.named.Registry` filled by importing
+"""The methods by name (:data:`METHODS`, a :class:`~raysim.base.named.Registry` filled by importing
 ``raysim.algorithms``, the catalog, on the first lookup), what is known of each (:class:`MethodInfo`), and
 :func:`declare`, which adds one: its facts, its class named by import path and imported on first use, so the config
 is built without importing torch. The class side, :func:`~raysim.core.protocol.implements` and
@@ -10,8 +10,8 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from raysim.core.errors import ConfigError
-from raysim.core.named import Registry
+from raysim.base.errors import ConfigError
+from raysim.base.named import Registry
 
 FAMILIES = ("global", "personalised", "fairness", "domain", "split", "group prompts")
 

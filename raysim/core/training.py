@@ -10,7 +10,7 @@ from functools import partial
 import numpy as np
 import torch
 
-from raysim.core.preprocess import to_model_input
+from raysim.base.preprocess import to_model_input
 from raysim.data.shards import ClientData
 
 EVAL_BATCH = 256

@@ -47,7 +47,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from raysim.core.errors import ConfigError
+from raysim.base.errors import ConfigError
 from raysim.data.shards import DatasetInfo
 from raysim.data.sources import cache_dir, fixed_test_split, ray_data, rows_table, sklearn_digits
 

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from raysim.core.errors import ConfigError
-from raysim.core.named import Registry
+from raysim.base.errors import ConfigError
+from raysim.base.named import Registry
 
 log = logging.getLogger("raysim")
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from raysim.core.errors import ConfigError
+from raysim.base.errors import ConfigError
 from raysim.data.shards import DatasetInfo
 from raysim.data.sources import fit_image, fixed_test_split, ray_data, rows_table
 

@@ -25,9 +25,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from raysim.core.errors import ConfigError
-from raysim.core.named import Registry
-from raysim.core.ray_start import ensure_ray
+from raysim.base.errors import ConfigError
+from raysim.base.named import Registry
+from raysim.base.ray_start import ensure_ray
 from raysim.data import decode_cache
 from raysim.data.npy_file import write_npy
 from raysim.data.shards import DatasetInfo

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from raysim.core.stop_signals import raise_terminated, takes_sigterm
+from raysim.base.stop_signals import raise_terminated, takes_sigterm
 from raysim.tracking import checkpoint as ckpt
 
 log = logging.getLogger("raysim")
@@ -137,7 +137,7 @@ class Checkpointing(Callback):
 class StopOnCtrlC(Callback):
     """While the rounds run, the first Ctrl-C asks the run to stop after the current round (with a checkpoint); the
     second stops at once. So does SIGTERM where the process takes it (``raysim run``:
-    :func:`raysim.core.stop_signals.take_sigterm`); ``signum`` is the signal that asked, for the exit code. Only
+    :func:`raysim.base.stop_signals.take_sigterm`); ``signum`` is the signal that asked, for the exit code. Only
     the main thread can own signal handlers; elsewhere (a Tune trial) both keep their usual meaning."""
 
     def __init__(self, notify):

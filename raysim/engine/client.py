@@ -11,12 +11,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from raysim.core.memory import reuse_freed_memory, trim_memory
+from raysim.base.memory import reuse_freed_memory, trim_memory
+from raysim.base.precision import autocast, full_width
+from raysim.base.seeding import Purpose, derive_seed
 from raysim.core.messages import Broadcast, ClientUpdate, Tensors
-from raysim.core.precision import autocast, full_width
 from raysim.core.protocol import ClientContext, Personalised, SplitLearning
 from raysim.core.registry import get_method
-from raysim.core.seeding import Purpose, derive_seed
 from raysim.core.training import EVAL_BATCH, correct_per_row
 from raysim.data.npy_file import release_pages
 from raysim.data.shards import ClientData, ShardStore

@@ -25,9 +25,9 @@ import numpy as np
 import torch
 from torch.func import functional_call, grad, vmap
 
+from raysim.base.seeding import Purpose, derive_seed
 from raysim.core.messages import Broadcast, ClientUpdate, Tensors
 from raysim.core.protocol import ClientContext, CohortPhase
-from raysim.core.seeding import Purpose, derive_seed
 from raysim.core.training import batch_plan, model_inputs, within_work
 from raysim.data.shards import ClientData
 

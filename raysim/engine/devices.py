@@ -11,8 +11,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from raysim.base.seeding import Purpose, rng, sample_clients
 from raysim.core.messages import Broadcast, ClientUpdate
-from raysim.core.seeding import Purpose, rng, sample_clients
 from raysim.systems.clock import finish_times, settle, work_by_deadline
 from raysim.systems.profiles import Profiles
 

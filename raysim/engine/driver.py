@@ -27,12 +27,12 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raysim.actors.coordinator import Coordinator
 from raysim.actors.proxy import ActorProxy, unwrapped
+from raysim.base.errors import ConfigError, RunInterrupted, SimulationLost, Terminated
+from raysim.base.memory import trim_memory
+from raysim.base.paths import ray_job_working_dir, unwritable
+from raysim.base.precision import native_bf16_cpu
+from raysim.base.ray_start import wait_for_ray
 from raysim.config import Config, dump_yaml
-from raysim.core.errors import ConfigError, RunInterrupted, SimulationLost, Terminated
-from raysim.core.memory import trim_memory
-from raysim.core.paths import ray_job_working_dir, unwritable
-from raysim.core.precision import native_bf16_cpu
-from raysim.core.ray_start import wait_for_ray
 from raysim.core.registry import get_method
 from raysim.data.partition_plot import partition_artifacts
 from raysim.data.shards import ShardStore

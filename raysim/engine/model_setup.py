@@ -7,13 +7,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from raysim.base import seeding
+from raysim.base.precision import autocast, full_width
+from raysim.base.seeding import Init, Purpose
 from raysim.config import Config
-from raysim.core import seeding
 from raysim.core.messages import GlobalState
-from raysim.core.precision import autocast, full_width
 from raysim.core.protocol import CachesRowFeatures, ResolvesOptions
 from raysim.core.registry import get_method
-from raysim.core.seeding import Init, Purpose
 from raysim.core.training import EVAL_BATCH, model_inputs
 from raysim.data.npy_file import read_through
 from raysim.data.shards import ShardStore

@@ -23,11 +23,11 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
+from raysim.base.errors import ConfigError
+from raysim.base.memory import reuse_freed_memory
+from raysim.base.precision import autocast
+from raysim.base.preprocess import to_model_input
 from raysim.config.pretrain_recipe import PretrainRecipe
-from raysim.core.errors import ConfigError
-from raysim.core.memory import reuse_freed_memory
-from raysim.core.precision import autocast
-from raysim.core.preprocess import to_model_input
 from raysim.data.glyphs import pretrain_corpus, renderer
 from raysim.models.backbones import build_backbone, input_spec
 

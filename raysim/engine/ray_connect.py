@@ -15,9 +15,9 @@ from typing import TypeVar
 
 import ray
 
-from raysim.core.errors import ConfigError
-from raysim.core.ray_start import starting_ray
-from raysim.core.stop_signals import kept_sigterm
+from raysim.base.errors import ConfigError
+from raysim.base.ray_start import starting_ray
+from raysim.base.stop_signals import kept_sigterm
 
 T = TypeVar("T")
 log = logging.getLogger("raysim")
@@ -113,7 +113,7 @@ def sources(package: Path) -> dict[str, bytes]:
 def connect_ray_during(resources, work: Callable[[], T], meanwhile: Callable[[], None] | None = None) -> T:
     """:func:`connect_ray` on this thread while ``work`` (reading the data, building the initial state) runs on
     another; ``work``'s result, or its error once Ray is up. What in ``work`` needs Ray waits for it
-    (:func:`raysim.core.ray_start.wait_for_ray`: Ray Data generating or decoding a data set, the one-machine check).
+    (:func:`raysim.base.ray_start.wait_for_ray`: Ray Data generating or decoding a data set, the one-machine check).
     ``meanwhile`` runs on this thread once Ray is up, if ``work`` is still running (what ``work`` will need next and
     that has no effect outside the process, such as an import).
 
@@ -123,11 +123,11 @@ def connect_ray_during(resources, work: Callable[[], T], meanwhile: Callable[[],
     parent-death signal is per thread).
 
     The sequential backend without ``--address`` starts no Ray (its clients train in this process), unless ``work``
-    asks for it (:func:`raysim.core.ray_start.ensure_ray`: Ray Data generating a glyph set on its first run, reading
+    asks for it (:func:`raysim.base.ray_start.ensure_ray`: Ray Data generating a glyph set on its first run, reading
     CIFAR or decoding image folders on every run); then this thread starts the local one, and stops it once ``work``
     ended (its rows are the process's own arrays by then: ``data.sources.load_dataset``), so that no daemon, Ray
     Data worker or object store holds memory through the rounds. ``work`` runs on its own thread there too: the heap
-    its reads and decodes free is handed back at the run's start (``core.memory.trim_memory``), while on this
+    its reads and decodes free is handed back at the run's start (``base.memory.trim_memory``), while on this
     thread's heap, under what stays, about 200 MB of it was not (``bench/scale.py`` at 100 x 200). ``meanwhile`` runs
     at once there, and this thread then waits for ``work`` (serving its requests for Ray). Where Ray is up already (a
     Tune trial), it is used, and left up.

@@ -15,7 +15,7 @@ from ray.util.placement_group import PlacementGroup, placement_group, placement_
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from raysim.actors.client_worker import ClientWorker
-from raysim.core.errors import ConfigError
+from raysim.base.errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -12,13 +12,13 @@ import numpy as np
 import ray
 
 from raysim.actors.proxy import unwrapped
+from raysim.base import seeding
+from raysim.base.errors import ConfigError
+from raysim.base.precision import resolve
+from raysim.base.ray_start import wait_for_ray
+from raysim.base.seeding import Purpose
 from raysim.config import Config
-from raysim.core import seeding
-from raysim.core.errors import ConfigError
-from raysim.core.precision import resolve
-from raysim.core.ray_start import wait_for_ray
 from raysim.core.registry import get_method, require_tiers
-from raysim.core.seeding import Purpose
 from raysim.data.partition import PartitionParams, held_out_clients, partition
 from raysim.data.shards import ShardStore, build_shards
 from raysim.data.sources import cache_dir, load_dataset
@@ -34,7 +34,7 @@ THREADS_ENV = "RAYSIM_TORCH_THREADS"  # torch threads per client worker when res
 
 def resolved(config: Config) -> Config:
     """``config`` with what depends on the machine made concrete, once, on the driver, before the run starts (and
-    recorded with it): ``train.precision=auto`` (:func:`raysim.core.precision.resolve`), ``train.cohort=auto``
+    recorded with it): ``train.precision=auto`` (:func:`raysim.base.precision.resolve`), ``train.cohort=auto``
     (:func:`raysim.engine.cohort_plan.resolve_cohort`) and ``resources.threads=0`` (``$RAYSIM_TORCH_THREADS``, else the
     worker's CPUs, at least 1). Every worker then computes alike."""
     info = get_method(config.method)

@@ -19,11 +19,11 @@ import ray
 import torch
 from safetensors.torch import save_file
 
-from raysim.core.errors import BadUpdateError
+from raysim.base.errors import BadUpdateError
+from raysim.base.seeding import Purpose, rng, sample_clients
 from raysim.core.messages import Broadcast, ClientUpdate, GlobalState, Tensors
 from raysim.core.protocol import Diagnostics, Personalised, SendsExtras, SplitLearning, split_encoder
 from raysim.core.registry import get_method
-from raysim.core.seeding import Purpose, rng, sample_clients
 from raysim.engine.callbacks import Callback, Checkpointing, RoundReport
 from raysim.engine.client_states import ClientStates
 from raysim.engine.devices import Devices

@@ -17,8 +17,8 @@ from safetensors.torch import load_file
 from timm.models import build_model_with_cfg, generate_default_cfgs, get_pretrained_cfg, register_model
 from timm.models.vision_transformer import VisionTransformer
 
-from raysim.core.errors import ConfigError, unknown_name
-from raysim.core.named import Registry
+from raysim.base.errors import ConfigError, unknown_name
+from raysim.base.named import Registry
 
 # timm's register_model appends each registered name to __all__ (creating it if absent), so declare it.
 __all__ = [

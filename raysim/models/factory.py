@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from raysim.core.seeding import Init, Purpose, derive_seed
+from raysim.base.seeding import Init, Purpose, derive_seed
 from raysim.models.backbones import build_backbone, input_spec
 from raysim.models.prompted import PromptedViT
 

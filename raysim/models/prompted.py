@@ -19,8 +19,8 @@ import torch
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
-from raysim.core.errors import ConfigError
-from raysim.core.prompts import INITS, MODES, POOLINGS, PromptSlot, PromptSpec, xavier_prompt
+from raysim.base.errors import ConfigError
+from raysim.base.prompts import INITS, MODES, POOLINGS, PromptSlot, PromptSpec, xavier_prompt
 from raysim.models.backbones import state_mismatches
 
 # Everything of timm's VisionTransformer this module relies on (tests check each still exists).

@@ -12,7 +12,7 @@ import math
 import numpy as np
 import torch
 
-from raysim.core.errors import ConfigError
+from raysim.base.errors import ConfigError
 from raysim.ops.float32 import in_float32
 
 

@@ -35,8 +35,8 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NOTE, MLFL
 from ray import tune
 from rich.console import Console
 
+from raysim.base.errors import ConfigError, RunInterrupted, SweepError
 from raysim.config import Config, beside_store, build_config, load_preset, parse_override, preset_for_method, yaml12
-from raysim.core.errors import ConfigError, RunInterrupted, SweepError
 from raysim.core.registry import get_method
 from raysim.engine.driver import run
 from raysim.engine.ray_connect import connect_ray

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from raysim.core.errors import ConfigError
+from raysim.base.errors import ConfigError
 
 LOCK_FILE = "running.lock"
 

@@ -26,8 +26,8 @@ from typing import Any
 import yaml
 from ray import tune
 
+from raysim.base.errors import ConfigError
 from raysim.config import Config, build_config, yaml12
-from raysim.core.errors import ConfigError
 from raysim.core.registry import get_method
 
 SAMPLERS = ("choice", "grid", "uniform", "loguniform", "randint")

@@ -25,8 +25,8 @@ from ray import tune
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 from rich.console import Console
 
+from raysim.base.errors import ConfigError, RunInterrupted, SweepError
 from raysim.config import NOT_COMPUTED, Config, beside_store, build_config, load_preset, preset_for_method
-from raysim.core.errors import ConfigError, RunInterrupted, SweepError
 from raysim.core.registry import get_method
 from raysim.engine.driver import run
 from raysim.engine.ray_connect import connect_ray

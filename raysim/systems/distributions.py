@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from raysim.core.errors import ConfigError
+from raysim.base.errors import ConfigError
 
 DISTRIBUTIONS = {"uniform": 2, "lognormal": 2}  # name -> number of parameters
 

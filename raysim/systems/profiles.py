@@ -21,7 +21,7 @@ from functools import cached_property
 
 import numpy as np
 
-from raysim.core.seeding import Purpose, rng
+from raysim.base.seeding import Purpose, rng
 from raysim.systems.distributions import parse_distribution
 from raysim.systems.tiers import ALL, parse_tiers
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-from raysim.core.errors import ConfigError
+from raysim.base.errors import ConfigError
 
 ALL = "all"
 _TIER = re.compile(r"^(head|all|(first|last)-([1-9][0-9]*))$")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from raysim.core.errors import ConfigError
+from raysim.base.errors import ConfigError
 from raysim.systems import traces
 from raysim.systems.tiers import ALL, check_tier
 

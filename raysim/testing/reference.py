@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import torch
 
-from raysim.core.preprocess import to_model_input
-from raysim.core.seeding import Purpose, derive_seed, sample_clients
+from raysim.base.preprocess import to_model_input
+from raysim.base.seeding import Purpose, derive_seed, sample_clients
 
 # client id -> (its train images uint8 [n, H, W, 3], its labels [n])
 ClientRows = Callable[[int], tuple[np.ndarray, np.ndarray]]

@@ -7,7 +7,7 @@ file's SHA-256, and where each client's persistent state is). Client states are 
 only the clients whose state changed since the previous one, as ``<root>/<run id>/clients/round-NNNNNN.safetensors``,
 and its manifest maps every client to the file holding its latest state (files no kept checkpoint refers to are
 removed). There is no RNG position to save: every random draw derives from (run seed, purpose, round, client)
-(:mod:`raysim.core.seeding`), so round r + 1 of a resumed run draws exactly what the uninterrupted run drew.
+(:mod:`raysim.base.seeding`), so round r + 1 of a resumed run draws exactly what the uninterrupted run drew.
 
 Files are written under temporary names and renamed into place, so a crash never leaves a half-written checkpoint
 under a ``round-*`` name; loading checks every file's SHA-256. Nothing here unpickles anything. torch loads with the
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from raysim.core.errors import ConfigError
+from raysim.base.errors import ConfigError
 
 if TYPE_CHECKING:
     from raysim.core.messages import GlobalState, Tensors

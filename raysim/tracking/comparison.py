@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 from mlflow.tracking import MlflowClient
 
-from raysim.core.errors import ConfigError
+from raysim.base.errors import ConfigError
 from raysim.tracking.mlflow import COMPARE, KIND, TRAINABLE, store_client
 from raysim.tracking.plots import plot_compared_curves, plot_tradeoff
 from raysim.tracking.report import collect, latest_by_step

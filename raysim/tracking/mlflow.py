@@ -24,8 +24,8 @@ from mlflow.entities import DatasetInput, Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from raysim.core.errors import ConfigError
-from raysim.core.paths import unwritable
+from raysim.base.errors import ConfigError
+from raysim.base.paths import unwritable
 
 PARAM_LIMIT = 500  # MLflow caps a param value's length
 SUMMARY = "summary/"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from raysim.core.errors import ConfigError
+from raysim.base.errors import ConfigError
 from raysim.tracking.mlflow import COMPARE, KIND, SWEEP, every_run, store_client, summary_key
 from raysim.tracking.plots import plot_compared_curves, plot_global_vs_worst
 

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from raysim.base.errors import ConfigError
 from raysim.config import CheckpointConfig, Config, TrackingConfig, build_config
-from raysim.core.errors import ConfigError
 from raysim.tracking import checkpoint as ckpt
 
 CHANGEABLE = {("federation", "rounds"), ("checkpoint", "every"), ("checkpoint", "keep")}

@@ -17,8 +17,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from raysim.base.errors import ConfigError
 from raysim.config import beside_store
-from raysim.core.errors import ConfigError
 from raysim.tracking.mlflow import EXPERIMENT_KIND, MACHINE_LEARNING, check_run_store, check_store, store_client
 
 START_TIMEOUT_S = 120  # ~10-20 s on a busy 2-core machine

@@ -10,8 +10,8 @@ import ray
 import torch
 
 from raysim.actors.proxy import unwrapped
+from raysim.base.errors import ConfigError
 from raysim.config import build_config
-from raysim.core.errors import ConfigError
 from raysim.core.protocol import split_encoder
 from raysim.engine import driver
 from raysim.engine.driver import end_coordinator, start_coordinator

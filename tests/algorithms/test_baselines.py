@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
+from raysim.base.errors import ConfigError
 from raysim.config import build_config
-from raysim.core.errors import ConfigError
 from raysim.core.messages import ClientUpdate, GlobalState
 from raysim.core.registry import get_method
 from raysim.ops.nullspace import null_space_projector

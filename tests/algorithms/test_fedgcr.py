@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from raysim.algorithms._fairness import last_epoch_mean
+from raysim.base.errors import ConfigError
 from raysim.config import build_config
 from raysim.core import training
-from raysim.core.errors import ConfigError
 from raysim.core.messages import Broadcast, ClientUpdate, GlobalState
 from raysim.core.protocol import ClientContext
 from raysim.core.registry import get_method

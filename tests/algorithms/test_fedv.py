@@ -12,9 +12,9 @@ from torch import nn
 
 from raysim.algorithms import _split as split
 from raysim.algorithms.fedv import FedV, client_init_seed, server_lr
+from raysim.base.errors import ConfigError
 from raysim.config import build_config
 from raysim.core import training as train
-from raysim.core.errors import ConfigError
 from raysim.core.messages import ClientUpdate, GlobalState
 from raysim.engine.driver import make_simulation, stop
 from raysim.models.backbones import build_backbone

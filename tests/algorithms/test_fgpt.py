@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from raysim.algorithms._group_prompts import cached_cosine
+from raysim.base.errors import ConfigError
 from raysim.config import build_config
 from raysim.core import training as train
-from raysim.core.errors import ConfigError
 from raysim.core.messages import Broadcast, ClientUpdate, GlobalState
 from raysim.core.registry import get_method
 from raysim.engine.client import ClientRuntime

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from raysim.algorithms import _group_prompts as sel
-from raysim.core.errors import ConfigError
+from raysim.base.errors import ConfigError
 
 
 def test_paper_blocks_scale_the_12_block_layout():

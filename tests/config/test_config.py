@@ -1,6 +1,7 @@
 import pytest
 import yaml
 
+from raysim.base.errors import ConfigError
 from raysim.config import (
     build_config,
     dump_yaml,
@@ -11,7 +12,6 @@ from raysim.config import (
     presets,
     setting_note,
 )
-from raysim.core.errors import ConfigError
 from raysim.core.registry import METHODS
 
 

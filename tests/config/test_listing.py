@@ -8,11 +8,11 @@ from dataclasses import fields
 import pytest
 from click.testing import CliRunner
 
+from raysim.base.settings import described
 from raysim.cli import main
 from raysim.config import SECTIONS, build_config
 from raysim.config.listing import option_names, options_text, shown
 from raysim.core.registry import METHODS, get_method
-from raysim.core.settings import described
 
 
 def ls(*args):

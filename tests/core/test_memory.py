@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from raysim.core.memory import reuse_freed_memory, trim_memory
+from raysim.base.memory import reuse_freed_memory, trim_memory
 
 GLIBC_ONLY = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="glibc's mallopt and malloc_trim; elsewhere both are no-ops"
@@ -23,7 +23,7 @@ def resident_mb() -> float:
 
 REUSE = """
 import resource, numpy as np
-from raysim.core.memory import reuse_freed_memory
+from raysim.base.memory import reuse_freed_memory
 
 def faults():  # page faults of ten 64 MB blocks, each freed before the next (as a forward's activations are)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt

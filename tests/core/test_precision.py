@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from raysim.base.errors import ConfigError
+from raysim.base.precision import _NATIVE_BF16_PROBES, AUTO_ENV, autocast, native_bf16_cpu, resolve
 from raysim.config import build_config
-from raysim.core.errors import ConfigError
 from raysim.core.messages import Broadcast
-from raysim.core.precision import _NATIVE_BF16_PROBES, AUTO_ENV, autocast, native_bf16_cpu, resolve
 from raysim.engine.client import ClientRuntime
 from raysim.engine.setup import THREADS_ENV, resolved
 from raysim.testing.smoke import prepared

@@ -1,11 +1,11 @@
-"""Pixels to model input (:func:`raysim.core.preprocess.to_model_input`): shapes, values by hand, bad input."""
+"""Pixels to model input (:func:`raysim.base.preprocess.to_model_input`): shapes, values by hand, bad input."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from raysim.core.preprocess import to_model_input
+from raysim.base.preprocess import to_model_input
 
 
 def test_to_model_input_shapes_and_range():

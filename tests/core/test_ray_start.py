@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from raysim.core.errors import ConfigError
-from raysim.core.ray_start import RayDidNotStart, starting_ray, wait_for_ray
+from raysim.base.errors import ConfigError
+from raysim.base.ray_start import RayDidNotStart, starting_ray, wait_for_ray
 
 
 def waiting_thread(go: threading.Event, seen: list) -> threading.Thread:

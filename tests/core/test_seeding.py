@@ -1,4 +1,4 @@
-from raysim.core.seeding import Purpose, derive_seed, rng, sample_clients
+from raysim.base.seeding import Purpose, derive_seed, rng, sample_clients
 
 
 def test_derived_seeds_depend_only_on_their_keys():

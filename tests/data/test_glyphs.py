@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from raysim.base.errors import ConfigError
 from raysim.config import DataConfig
-from raysim.core.errors import ConfigError
 from raysim.data import glyphs
 from raysim.data.sources import _to_numpy, fixed_test_split
 
@@ -224,8 +224,8 @@ def test_digits5_under_a_dif_gives_the_fewest_clients_to_the_domain_standing_for
 def test_held_out_clients_leave_each_domain_one_that_trains(generated):
     """On the DIF-10 preset the serif domain (SVHN's stand-in) has one client: holding out 17 of 22 leaves exactly
     one training client per domain, 18 is refused before anything runs."""
+    from raysim.base.errors import ConfigError
     from raysim.config import build_config, load_preset, preset_for_method
-    from raysim.core.errors import ConfigError
     from raysim.engine.setup import prepare_shards
 
     preset = preset_for_method(load_preset("offline-digit5-dif10"), "fedvpt")

@@ -5,7 +5,7 @@ import hashlib
 import numpy as np
 import pytest
 
-from raysim.core.errors import ConfigError
+from raysim.base.errors import ConfigError
 from raysim.data.partition import (
     PARTITIONERS,
     Partition,

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from raysim.base.errors import ConfigError
 from raysim.config import DataConfig
-from raysim.core.errors import ConfigError
 from raysim.data import real as real_module
 from raysim.data.real import DOMAINNET_CLASSES, FOLDER_DATASETS, REAL_SOURCES
 from raysim.data.sources import fixed_test_split, load_dataset

@@ -14,8 +14,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from raysim.base.errors import ConfigError
 from raysim.config import DataConfig
-from raysim.core.errors import ConfigError
 from raysim.data.sources import fixed_test_split, load_dataset
 
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from raysim.base.precision import autocast
 from raysim.config import build_config
 from raysim.core.messages import Broadcast
-from raysim.core.precision import autocast
 from raysim.engine.capacity import tier_rows
 from raysim.engine.client import ClientRuntime
 from raysim.ops.aggregate import tensor_bytes

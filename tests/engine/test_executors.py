@@ -9,8 +9,8 @@ import pytest
 import ray
 import torch
 
+from raysim.base.errors import ConfigError
 from raysim.config import build_config
-from raysim.core.errors import ConfigError
 from raysim.engine.executors import RayExecutor, balance
 from raysim.engine.ray_session import PoolReservation
 from raysim.engine.setup import prepare_shards

@@ -10,8 +10,8 @@ from dataclasses import asdict
 import pytest
 import torch
 
+from raysim.base.errors import ConfigError
 from raysim.cli import main
-from raysim.core.errors import ConfigError
 from raysim.engine.pretrain import PretrainRecipe, pretrain, sha256_of
 from raysim.models import backbones
 from raysim.models.backbones import DEFAULT_BACKBONE, NANO_BACKBONE, build_backbone

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 import raysim
+from raysim.base.errors import ConfigError
 from raysim.config import build_config
-from raysim.core.errors import ConfigError
 from raysim.engine.ray_connect import connect_ray_during, warn_of_another_raysim
 from raysim.testing.smoke import FAST
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from raysim.base.seeding import sample_clients
 from raysim.core.registry import get_method
-from raysim.core.seeding import sample_clients
 from raysim.models.factory import build_model
 from raysim.testing.reference import fedavg_rounds
 from raysim.testing.smoke import prepared, run_rounds, smoke_config

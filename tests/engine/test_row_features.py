@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
+from raysim.base.errors import ConfigError
 from raysim.config import build_config
-from raysim.core.errors import ConfigError
 from raysim.engine import driver, setup
 from raysim.engine import model_setup as building
 from raysim.engine import ray_session as ray_session_module

@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from raysim.core.errors import BadUpdateError, ConfigError
+from raysim.base.errors import BadUpdateError, ConfigError
 from raysim.core.messages import ClientUpdate
 from raysim.core.registry import get_method
 from raysim.engine.simulation import screen

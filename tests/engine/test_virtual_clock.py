@@ -9,10 +9,10 @@ import itertools
 import pytest
 from rich.console import Console
 
+from raysim.base.seeding import Purpose, derive_seed
 from raysim.config import build_config
 from raysim.core.messages import Broadcast
 from raysim.core.protocol import ClientContext
-from raysim.core.seeding import Purpose, derive_seed
 from raysim.core.training import batch_plan, within_work
 from raysim.engine.client import ClientRuntime
 from raysim.engine.driver import run

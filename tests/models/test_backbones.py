@@ -6,7 +6,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from raysim.core.errors import ConfigError
+from raysim.base.errors import ConfigError
 from raysim.models import backbones
 from raysim.models.backbones import BACKBONES, DEFAULT_BACKBONE, build_backbone, input_spec
 
@@ -46,7 +46,7 @@ def test_seed_fixes_the_weights_without_touching_global_rng():
 
 
 def test_seeding_leaves_accelerator_rngs_alone(monkeypatch):
-    from raysim.core.prompts import PromptSpec
+    from raysim.base.prompts import PromptSpec
     from raysim.models.prompted import PromptedViT
 
     def reseed(seed):

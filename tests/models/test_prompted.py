@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from raysim.core.errors import ConfigError
-from raysim.core.prompts import PromptSlot, PromptSpec
+from raysim.base.errors import ConfigError
+from raysim.base.prompts import PromptSlot, PromptSpec
 from raysim.models.backbones import DEFAULT_BACKBONE, build_backbone
 from raysim.models.prompted import TIMM_INTERNALS, PromptedViT
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from raysim.core.errors import ConfigError
+from raysim.base.errors import ConfigError
 from raysim.ops import selection as sel
 
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from raysim.core.errors import ConfigError
+from raysim.base.errors import ConfigError
 from raysim.sweep.compare import Comparison, arm, arm_space, default_name, end_stopped_cells, scoring
 from raysim.sweep.space import default_space_file, load_space
 

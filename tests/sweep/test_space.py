@@ -6,8 +6,8 @@ from importlib import resources
 
 import pytest
 
+from raysim.base.errors import ConfigError
 from raysim.config import yaml12
-from raysim.core.errors import ConfigError
 from raysim.core.registry import METHODS
 from raysim.sweep.space import default_space_file, load_space
 

@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from raysim.base.errors import ConfigError
 from raysim.config import build_config
-from raysim.core.errors import ConfigError
 from raysim.systems import fedscale
 from raysim.systems.profiles import draw_profiles
 from raysim.systems.traces import resolve

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from raysim.base.errors import ConfigError
 from raysim.config import build_config
-from raysim.core.errors import ConfigError
 from raysim.systems.profiles import draw_profiles
 from raysim.systems.tiers import parse_tiers, trains_block
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from raysim.core.errors import ConfigError
+from raysim.base.errors import ConfigError
 from raysim.core.messages import GlobalState
 from raysim.tracking import checkpoint as ckpt
 

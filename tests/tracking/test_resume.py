@@ -13,8 +13,8 @@ from mlflow.tracking import MlflowClient
 from rich.console import Console
 
 from raysim.algorithms._group_prompts import INSTABILITY, GroupDiagnostics
+from raysim.base.errors import ConfigError
 from raysim.config import build_config
-from raysim.core.errors import ConfigError
 from raysim.core.protocol import CachesRowFeatures, Personalised, SendsExtras, SplitLearning
 from raysim.core.registry import METHODS, get_method
 from raysim.engine.driver import run

@@ -5,7 +5,7 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-from raysim.core.errors import ConfigError
+from raysim.base.errors import ConfigError
 
 
 def shipped() -> list[str]:

@@ -1,7 +1,7 @@
 """SIGTERM as a clean stop: what job schedulers (SLURM's time limit, Kubernetes, ``timeout``) send instead of Ctrl-C.
 
 ``raysim run`` takes SIGTERM (:func:`take_sigterm`): outside the rounds it raises
-:class:`~raysim.core.errors.Terminated` (a ``KeyboardInterrupt``, so everything that cleans up after Ctrl-C cleans up
+:class:`~raysim.base.errors.Terminated` (a ``KeyboardInterrupt``, so everything that cleans up after Ctrl-C cleans up
 after it), and during the rounds the driver's ``StopOnCtrlC`` treats it as the first Ctrl-C (finish the round, write
 a checkpoint, say how to resume).
 ``ray.init`` installs a handler of its own (and Ray's native one, which prints a stack trace), so the Ray connection
@@ -14,7 +14,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from raysim.core.errors import Terminated
+from raysim.base.errors import Terminated
 
 
 def raise_terminated(signum, frame) -> None:

@@ -19,7 +19,7 @@ import contextlib
 import os
 import platform
 
-from raysim.core.errors import ConfigError
+from raysim.base.errors import ConfigError
 
 _NATIVE_BF16_PROBES = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
 _NATIVE_BF16_FLAGS = {"avx512_bf16", "amx_tile"}  # the same, as Linux names them in /proc/cpuinfo

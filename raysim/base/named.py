@@ -1,6 +1,6 @@
 """Named entries of one kind, looked up with a one-line error that lists the valid names (timm's pattern):
 methods (:mod:`raysim.core.registry`), data sources, partitioners and backbones. Imports nothing of raysim's but
-:mod:`raysim.core.errors`, so every layer may use it.
+:mod:`raysim.base.errors`, so every layer may use it.
 
 A registry may name the module whose import fills it (``load=``): the first lookup imports it, so listing the
 methods needs no import of them beforehand and no module imports ``raysim.algorithms`` by name.
@@ -12,7 +12,7 @@ import importlib
 from collections.abc import Iterator
 from typing import Generic, TypeVar
 
-from raysim.core.errors import unknown_name
+from raysim.base.errors import unknown_name
 
 T = TypeVar("T")
 

@@ -3,7 +3,7 @@
 The config sections (:mod:`raysim.config.sections`) and the methods' options (:mod:`raysim.algorithms.options`) are
 frozen dataclasses whose fields are declared with :func:`setting`; :func:`validate` runs the checks, the CLI builds
 its flags from them, and ``raysim ls options`` and the documentation's reference print them. Errors are
-:class:`~raysim.core.errors.ConfigError` with one line naming the key.
+:class:`~raysim.base.errors.ConfigError` with one line naming the key.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
-from raysim.core.errors import ConfigError
+from raysim.base.errors import ConfigError
 
 Check = tuple[Callable[[Any], bool], str]  # (predicate on the value, what it must be)
 

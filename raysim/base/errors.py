@@ -37,4 +37,4 @@ class RunInterrupted(RuntimeError):
 
 class Terminated(KeyboardInterrupt):
     """A SIGTERM (a scheduler's time limit, ``timeout``, Kubernetes) that stops the command at once; handled as a
-    second Ctrl-C is, but the CLI exits with 143 (:mod:`raysim.core.stop_signals`)."""
+    second Ctrl-C is, but the CLI exits with 143 (:mod:`raysim.base.stop_signals`)."""
