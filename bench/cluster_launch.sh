@@ -25,6 +25,7 @@ WORKER_IP=127.0.0.3
 WORK=$(mktemp -d /tmp/raysim-cluster.XXXXXX)  # logs and the SSH daemons' pid files
 TRACKING=http://127.0.0.1:5000                 # the head's MLflow server (cluster/README.md)
 ROUNDS=20                                      # the job and the node-loss run: long enough to lose a node in
+SSH="ssh -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -i ~/.ssh/raysim_cluster"
 
 declare -a TIMES=()
 step() {  # step NAME COMMAND...: run it, record its seconds
@@ -44,8 +45,12 @@ on_head() {  # a command on the head node, as a cluster user runs one
   as_node "ray exec ~/loopback.yaml $(printf '%q' "$*")"
 }
 on_worker_node() {  # a command on the worker node over SSH (ray exec reaches the head only)
-  as_node "ssh -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR \
-    -i ~/.ssh/raysim_cluster $NODE_USER@$WORKER_IP $(printf '%q' ". ~/.raysim-node-env && $*")"
+  as_node "$SSH $NODE_USER@$WORKER_IP $(printf '%q' ". ~/.raysim-node-env && $*")"
+}
+ray_job() {  # ray_job VERB ARGS...: a `ray job` command against the head's job server, with the cluster's token
+  local verb=$1
+  shift
+  as_node "RAY_AUTH_MODE=token ray job $verb --address http://127.0.0.1:8265 $*"
 }
 
 prerequisites() {
@@ -80,7 +85,7 @@ node_user() {  # the account both nodes run as: Python >= 3.10 as `python` (a ve
   chmod 600 "$home/.ssh/authorized_keys" "$home/.ssh/raysim_cluster"
 }
 
-ssh_daemons() {  # 127.0.0.1 (head) in this PID namespace, 127.0.0.2 (worker node) in a new one
+ssh_daemons() {  # the head's in this PID namespace, the worker node's in a new one
   mkdir -p /run/sshd
   /usr/sbin/sshd -o ListenAddress=$HEAD_IP -o PidFile="$WORK/sshd-head.pid"
   setsid unshare --pid --fork --mount-proc /usr/sbin/sshd -D -o ListenAddress=$WORKER_IP -o PidFile=/run/sshd-worker.pid \
@@ -88,8 +93,7 @@ ssh_daemons() {  # 127.0.0.1 (head) in this PID namespace, 127.0.0.2 (worker nod
   echo $! >"$WORK/sshd-worker.pid"
   for ip in $HEAD_IP $WORKER_IP; do
     for _ in $(seq 50); do
-      su - "$NODE_USER" -c "ssh -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR \
-        -o BatchMode=yes -i ~/.ssh/raysim_cluster $NODE_USER@$ip true" 2>/dev/null && continue 2
+      su - "$NODE_USER" -c "$SSH -o BatchMode=yes $NODE_USER@$ip true" 2>/dev/null && continue 2
       sleep 0.2
     done
     echo "no SSH login to $NODE_USER@$ip (is another SSH daemon holding port 22?)" >&2
@@ -152,12 +156,12 @@ exec_run() {
   on_head "python ~/raysim/bench/cluster_probe.py pool $TRACKING cluster-exec" | tee "$WORK/pool.txt"
 }
 job_run() {
-  as_node "RAY_AUTH_MODE=token ray job submit --address http://127.0.0.1:8265 --submission-id raysim-job-$$ --working-dir . \
+  ray_job submit --submission-id raysim-job-$$ --working-dir . \
     -- raysim run fedvpt --address auto --preset quick --rounds $ROUNDS --workers 2 \
-    --tracking-uri $TRACKING --set checkpoint.dir=~/raysim-runs/checkpoints --experiment cluster-job"
-  as_node "RAY_AUTH_MODE=token ray job status --address http://127.0.0.1:8265 raysim-job-$$" | tee "$WORK/job-status.txt"
+    --tracking-uri $TRACKING --set checkpoint.dir=~/raysim-runs/checkpoints --experiment cluster-job
+  ray_job status raysim-job-$$ | tee "$WORK/job-status.txt"
   grep -qi succeeded "$WORK/job-status.txt"
-  as_node "RAY_AUTH_MODE=token ray job logs --address http://127.0.0.1:8265 raysim-job-$$" | tail -3
+  ray_job logs raysim-job-$$ | tail -3
   # token authentication is on: a client with another token is refused
   if as_node "RAY_AUTH_MODE=token RAY_AUTH_TOKEN=not-the-cluster-token ray job list --address http://127.0.0.1:8265" \
     >"$WORK/wrong-token.log" 2>&1; then
@@ -166,13 +170,13 @@ job_run() {
   fi
   grep -o "Authentication failed: [^.]*" "$WORK/wrong-token.log" | head -1
   # raysim's exit code is the job's status: a bad method name fails the job with raysim's one-line error
-  if as_node "RAY_AUTH_MODE=token ray job submit --address http://127.0.0.1:8265 --submission-id raysim-bad-$$ \
-    --working-dir . -- raysim run no-such-method" >"$WORK/bad-job.log" 2>&1; then
+  if ray_job submit --submission-id raysim-bad-$$ --working-dir . -- raysim run no-such-method \
+    >"$WORK/bad-job.log" 2>&1; then
     echo "a job with a bad method name did not fail" >&2
     return 1
   fi
-  as_node "RAY_AUTH_MODE=token ray job status --address http://127.0.0.1:8265 raysim-bad-$$" | grep -i failed
-  as_node "RAY_AUTH_MODE=token ray job logs --address http://127.0.0.1:8265 raysim-bad-$$" | grep "unknown method"
+  ray_job status raysim-bad-$$ | grep -i failed
+  ray_job logs raysim-bad-$$ | grep "unknown method"
 }
 node_loss_run() {
   on_head "cd ~/raysim && raysim run fedvpt --address auto --preset quick --rounds $ROUNDS --workers 2 \
@@ -196,10 +200,13 @@ cloud_commands() {  # what aws.yaml and gcp.yaml run on their nodes beyond onpre
   done
   on_head "python -m pip check"  # the packages the head setup commands added fit raysim's
 }
-ray_down() {
-  on_head "pkill -f '[m]lflow server' || true"  # the server ray exec started (ray down stops Ray only)
+cluster_down() {  # the MLflow server ray exec started (ray down stops Ray only), then the cluster
+  on_head "pkill -f '[m]lflow server' || true"
   as_node "ray down -y ~/loopback.yaml"
   CLUSTER_UP=
+}
+ray_down() {
+  cluster_down
   sleep 12  # ssh's shared connections (ControlPersist=10s) close
   if pgrep -u "$NODE_USER" -a; then
     echo "processes of $NODE_USER are left after ray down" >&2
@@ -209,8 +216,7 @@ ray_down() {
 
 cleanup() {  # on any exit: the cluster down if a failed step left it up, then the SSH daemons
   if [ -n "${CLUSTER_UP:-}" ]; then
-    on_head "pkill -f '[m]lflow server'" >/dev/null 2>&1 || true
-    as_node "ray down -y ~/loopback.yaml" >/dev/null 2>&1 || true
+    cluster_down >/dev/null 2>&1 || true
   fi
   [ -f "$WORK/sshd-head.pid" ] && kill "$(cat "$WORK/sshd-head.pid")" 2>/dev/null || true
   pkill -f "sshd -D -o ListenAddress=$WORKER_IP" 2>/dev/null || true

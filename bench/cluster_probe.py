@@ -98,11 +98,16 @@ def round_logged(uri: str, experiment: str, round: str, timeout_s: str) -> None:
 
 
 def history(client, run_id: str) -> dict[tuple[str, int], float]:
-    """Every metric but the timings, by (name, round)."""
+    """Every metric but the timings, by (name, round); a replayed round keeps its latest value."""
     from raysim.ops.metrics import TIMING_KEYS
+    from raysim.tracking.report import latest_by_step
 
     keys = set(client.get_run(run_id).data.metrics) - TIMING_KEYS
-    return {(key, m.step): m.value for key in keys for m in client.get_metric_history(run_id, key)}
+    return {
+        (key, step): value
+        for key in keys
+        for step, value in latest_by_step(client.get_metric_history(run_id, key)).items()
+    }
 
 
 def commands(config: str) -> None:
@@ -132,9 +137,7 @@ def same(uri: str, experiment_a: str, experiment_b: str) -> None:
     client = MlflowClient(uri)
     a, b = (newest_run(client, name, finished=True) for name in (experiment_a, experiment_b))
     ha, hb = history(client, a.info.run_id), history(client, b.info.run_id)
-    differ = sorted(
-        k for k in ha.keys() | hb.keys() if not math.isclose(ha.get(k, math.nan), hb.get(k, 0), abs_tol=1e-6)
-    )
+    differ = sorted(k for k in ha.keys() | hb.keys() if not equal(ha.get(k), hb.get(k)))
     rounds = max(step for key, step in ha if not key.startswith("summary/"))
     print(f"{a.info.run_id} vs {b.info.run_id}: {len(ha)} values over {rounds} rounds, {len(differ)} differ")
     for key in differ[:10]:
@@ -145,5 +148,5 @@ def same(uri: str, experiment_a: str, experiment_b: str) -> None:
 
 
 if __name__ == "__main__":
-    commands = {"nodes": nodes, "http": http, "commands": commands, "pool": pool, "round": round_logged, "same": same}
-    commands[sys.argv[1]](*sys.argv[2:])
+    QUESTIONS = {"nodes": nodes, "http": http, "commands": commands, "pool": pool, "round": round_logged, "same": same}
+    QUESTIONS[sys.argv[1]](*sys.argv[2:])

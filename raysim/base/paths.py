@@ -1,5 +1,5 @@
-"""Whether a folder a run will write in can be written and will outlive the command, checked before the run exists
-(creates nothing that stays)."""
+"""Where a run writes: the file of a SQLite store, and whether a folder can be written and will outlive the command,
+checked before the run exists (creates nothing that stays)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,12 @@ import tempfile
 from pathlib import Path
 
 RAY_JOB_CONFIG = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # what Ray gives a job's entrypoint: its runtime env, as JSON
+SQLITE = "sqlite:///"
+
+
+def sqlite_file(uri: str) -> Path | None:
+    """The file of a SQLite MLflow store (``sqlite:///PATH``); None for another store (a server)."""
+    return Path(uri[len(SQLITE) :]) if uri.startswith(SQLITE) else None
 
 
 def unwritable(folder: str | Path) -> Path | None:

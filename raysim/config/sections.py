@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from raysim.base.errors import ConfigError, unknown_name
+from raysim.base.paths import sqlite_file
 from raysim.base.settings import NON_NEGATIVE, POSITIVE, at_least, setting, validate
 from raysim.data.partition import CLASS_SETS, PACHINKO_FORMS, PARTITIONERS
 from raysim.data.sources import SOURCES
@@ -364,9 +365,8 @@ class CheckpointConfig:
 
 def beside_store(tracking_uri: str) -> Path:
     """Where raysim keeps a run's files besides MLflow's: the SQLite store's folder, else ./raysim-runs."""
-    if tracking_uri.startswith("sqlite:///"):
-        return Path(tracking_uri[len("sqlite:///") :]).resolve().parent
-    return Path.cwd() / DEFAULT_TRACKING_DIR
+    store = sqlite_file(tracking_uri)
+    return store.resolve().parent if store is not None else Path.cwd() / DEFAULT_TRACKING_DIR
 
 
 SECTIONS = {

@@ -29,7 +29,7 @@ from raysim.actors.coordinator import Coordinator
 from raysim.actors.proxy import ActorProxy, unwrapped
 from raysim.base.errors import ConfigError, RunInterrupted, SimulationLost, Terminated
 from raysim.base.memory import trim_memory
-from raysim.base.paths import ray_job_working_dir, unwritable
+from raysim.base.paths import ray_job_working_dir, sqlite_file, unwritable
 from raysim.base.precision import native_bf16_cpu
 from raysim.base.ray_start import wait_for_ray
 from raysim.config import Config, dump_yaml
@@ -337,8 +337,7 @@ def check_outlives_ray_job(uri: str, checkpoints: Path) -> None:
     job_folder = ray_job_working_dir()
     if job_folder is None:
         return
-    store = Path(uri[len("sqlite:///") :]) if uri.startswith("sqlite:///") else None
-    for what, path in (("its MLflow store", store), ("its checkpoints", checkpoints)):
+    for what, path in (("its MLflow store", sqlite_file(uri)), ("its checkpoints", checkpoints)):
         if path is not None and path.resolve().is_relative_to(job_folder):
             raise ConfigError(
                 f"this Ray job would write {what} in its working directory {job_folder}, which Ray deletes when the "

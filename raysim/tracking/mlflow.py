@@ -25,7 +25,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from raysim.base.errors import ConfigError
-from raysim.base.paths import unwritable
+from raysim.base.paths import sqlite_file, unwritable
 
 PARAM_LIMIT = 500  # MLflow caps a param value's length
 SUMMARY = "summary/"
@@ -66,8 +66,8 @@ def check_store(uri: str) -> None:
     A SQLite file must be creatable (its nearest existing folder writable); a server must answer ``/health``;
     a plain folder is refused as MLflow 3 does, unless MLFLOW_ALLOW_FILE_STORE is set.
     """
-    if uri.startswith("sqlite:///"):
-        path = Path(uri[len("sqlite:///") :])
+    path = sqlite_file(uri)
+    if path is not None:
         blocked = path if path.exists() and not (path.is_file() and os.access(path, os.W_OK)) else None
         blocked = blocked or (None if path.exists() else unwritable(path.parent))
         if blocked is not None:
@@ -103,9 +103,9 @@ def created(uri: str) -> None:
     create them (and break the store's migrations for all but one). A lock file beside the store (``mlflow.db.lock``)
     serialises that first opening across processes; the later ones find the tables made. Other stores (a server)
     are their own. The kernel releases the ``flock`` when its holder ends, however it ends."""
-    if not uri.startswith("sqlite:///"):
+    path = sqlite_file(uri)
+    if path is None:
         return
-    path = Path(uri[len("sqlite:///") :])
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(f"{path}.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # waits for the process creating the tables
@@ -114,7 +114,8 @@ def created(uri: str) -> None:
 
 def check_run_store(uri: str, whose: str = "") -> None:
     """Fail with one line, creating nothing, when a SQLite store to read from does not exist."""
-    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///") :]).is_file():
+    store = sqlite_file(uri)
+    if store is not None and not store.is_file():
         raise ConfigError(f"the MLflow store {uri}{whose} does not exist; pass --tracking-uri of an existing store")
 
 
@@ -159,9 +160,8 @@ def every_run(client: MlflowClient, experiment_id: str, query: str, page_size: i
 
 
 def _artifact_root(uri: str) -> str | None:
-    if uri.startswith("sqlite:///"):
-        return (Path(uri[len("sqlite:///") :]).parent / "artifacts").resolve().as_uri()
-    return None
+    store = sqlite_file(uri)
+    return (store.parent / "artifacts").resolve().as_uri() if store is not None else None
 
 
 def _duplicate_key(error: MlflowException) -> bool:
