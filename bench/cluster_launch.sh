@@ -207,11 +207,14 @@ cluster_down() {  # the MLflow server ray exec started (ray down stops Ray only)
 }
 ray_down() {
   cluster_down
-  sleep 12  # ssh's shared connections (ControlPersist=10s) close
-  if pgrep -u "$NODE_USER" -a; then
-    echo "processes of $NODE_USER are left after ray down" >&2
-    return 1
-  fi
+  # Ray processes `ray stop` did not stop within its grace period, then ssh's shared connections (ControlPersist=10s)
+  for _ in $(seq 60); do
+    pgrep -u "$NODE_USER" >/dev/null || return 0
+    sleep 1
+  done
+  pgrep -u "$NODE_USER" -a
+  echo "processes of $NODE_USER are left a minute after ray down" >&2
+  return 1
 }
 
 cleanup() {  # on any exit: the cluster down if a failed step left it up, then the SSH daemons
