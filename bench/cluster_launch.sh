@@ -155,18 +155,8 @@ exec_run() {
     --tracking-uri $TRACKING --experiment cluster-exec"
   on_head "python ~/raysim/bench/cluster_probe.py pool $TRACKING cluster-exec" | tee "$WORK/pool.txt"
 }
-submit_job() {  # ray job submit ARGS..., again while the head's job agent is not up yet (Ray: "try again later")
-  local attempt
-  for attempt in $(seq 6); do
-    ray_job submit "$@" 2>&1 | tee "$WORK/job-submit.log" && return 0
-    grep -q "No available agent" "$WORK/job-submit.log" || return 1
-    echo "the head's job agent is not up yet (attempt $attempt); again in 10 s"
-    sleep 10
-  done
-  return 1
-}
 job_run() {
-  submit_job --submission-id raysim-job-$$ --working-dir . \
+  ray_job submit --submission-id raysim-job-$$ --working-dir . \
     -- raysim run fedvpt --address auto --preset quick --rounds $ROUNDS --workers 2 \
     --tracking-uri $TRACKING --set checkpoint.dir=~/raysim-runs/checkpoints --experiment cluster-job
   ray_job status raysim-job-$$ | tee "$WORK/job-status.txt"
@@ -180,7 +170,7 @@ job_run() {
   fi
   grep -o "Authentication failed: [^.]*" "$WORK/wrong-token.log" | head -1
   # raysim's exit code is the job's status: a bad method name fails the job with raysim's one-line error
-  if submit_job --submission-id raysim-bad-$$ --working-dir . -- raysim run no-such-method \
+  if ray_job submit --submission-id raysim-bad-$$ --working-dir . -- raysim run no-such-method \
     >"$WORK/bad-job.log" 2>&1; then
     echo "a job with a bad method name did not fail" >&2
     return 1
