@@ -54,7 +54,13 @@ ray_job() {  # ray_job VERB ARGS...: a `ray job` command against the head's job 
 }
 
 prerequisites() {
-  local missing=()
+  local missing=() port
+  for port in 6379 8265 52365; do  # the head's GCS, job server and dashboard agent: no other Ray may hold them
+    if ss -ltn "sport = :$port" | grep -q LISTEN; then
+      echo "port $port is taken (another Ray on this machine?); stop it first (ray stop, or end its run)" >&2
+      return 1
+    fi
+  done
   command -v sshd >/dev/null || [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
   command -v rsync >/dev/null || missing+=(rsync)
   python3 -c "import ensurepip" 2>/dev/null || missing+=(python3-venv)
