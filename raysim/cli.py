@@ -1,4 +1,5 @@
-"""``raysim`` command line: ``raysim run METHOD``, ``tune``, ``compare``, ``report``, ``ui``, ``pretrain``, ``ls``.
+"""``raysim`` command line: ``raysim run METHOD``, ``tune``, ``compare``, ``report``, ``ui``, ``pretrain``, ``ls``,
+``data fetch``.
 
 Bad input ends in one line on stderr (``raysim: error: ...``) and exit code 2, never a traceback.
 """
@@ -50,9 +51,7 @@ class OneLineErrors(click.Group):
                 leave("raysim: terminated (SIGTERM)", signal.SIGTERM)
             leave("raysim: interrupted")
         except click.UsageError as error:
-            hint = f" (see 'raysim {error.ctx.info_name if error.ctx and error.ctx.parent else ''} --help')".replace(
-                "  ", " "
-            )
+            hint = f" (see '{' '.join(['raysim', *subcommands(error.ctx)])} --help')"
             fail(error.format_message().replace("\n", " ") + hint)
         except ConfigError as error:  # raised in a Ray task it arrives wrapped; ``cause`` is the original
             fail(str(getattr(error, "cause", None) or error))
@@ -64,6 +63,15 @@ class OneLineErrors(click.Group):
             sys.exit(1)
         except RunInterrupted as stopped:
             leave(f"raysim: {stopped}", stopped.signum, at_once=stopped.ray_lost)
+
+
+def subcommands(ctx: click.Context | None) -> list[str]:
+    """The subcommands ``ctx`` ran, outermost first (``["data", "fetch"]``), whatever the program was called."""
+    names = []
+    while ctx is not None and ctx.parent is not None:
+        names.append(ctx.info_name)
+        ctx = ctx.parent
+    return names[::-1]
 
 
 def leave(message: str, signum: int = signal.SIGINT, at_once: bool = False) -> None:
@@ -445,6 +453,27 @@ def _listing(kind: str) -> dict[str, str]:
 
         return dict(BACKBONES.items())
     return presets()
+
+
+@main.group(context_settings={"max_content_width": 100})
+def data():
+    """The papers' datasets in the data cache ($RAYSIM_CACHE, default ~/.cache/raysim).
+
+    \b
+    raysim data fetch cifar100           download, check and unpack a dataset's public archive
+    """
+
+
+@data.command(name="fetch")
+@click.argument("name")
+def data_fetch(name):
+    """Download dataset NAME's public archive (cifar10, cifar100, tiny-imagenet) into the data cache's downloads/,
+    check its SHA-256, unpack it there and print the folder; a run without --data-dir reads it from there (and
+    fetches it itself the first time). An interrupted download resumes; $RAYSIM_DATA_MIRROR (a base URL) fetches
+    from a mirror instead (docs/datasets.md)."""
+    from raysim.data.fetch import fetch  # urllib and the archive formats: only for this command
+
+    click.echo(fetch(name))
 
 
 if __name__ == "__main__":

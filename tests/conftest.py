@@ -55,9 +55,11 @@ def pytest_configure(config):
 
 @pytest.fixture(scope="session", autouse=True)
 def private_cache(tmp_path_factory):
-    """Generated datasets go to a per-session cache, never the user's ~/.cache/raysim."""
+    """Generated datasets go to a per-session cache, never the user's ~/.cache/raysim; a data set that would fetch
+    itself asks a closed local port (the offline error at once), never the internet."""
     mp = pytest.MonkeyPatch()
     mp.setenv("RAYSIM_CACHE", str(tmp_path_factory.mktemp("raysim-cache")))
+    mp.setenv("RAYSIM_DATA_MIRROR", "http://127.0.0.1:9")
     yield
     mp.undo()
 

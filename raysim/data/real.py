@@ -1,10 +1,11 @@
-"""The papers' real datasets, read from local files in their official on-disk formats (no downloads).
+"""The papers' real datasets, read from local files in their official on-disk formats.
 
 CIFAR-10/100 come from the official *binary* version (never unpickled), Tiny-ImageNet from its release
 folder, and Office-Caltech10, DomainNet (the 10-class subset of the prompt-FL literature), PACS and
-Digit-Five from image folders ``<domain>/<class>/*.jpg|png``. Where to get each and the exact layouts are
-in docs/datasets.md. Image files are decoded and resized with Ray Data; rows keep a sorted, deterministic
-order because the partition depends on it.
+Digit-Five from image folders ``<domain>/<class>/*.jpg|png``. Without ``--data-dir``, CIFAR-10/100 and
+Tiny-ImageNet are read from the data cache, where the first run that needs one downloads its archive
+(:mod:`raysim.data.fetch`). Where to get each and the exact layouts are in docs/datasets.md. Image files are
+decoded and resized with Ray Data; rows keep a sorted, deterministic order because the partition depends on it.
 """
 
 from __future__ import annotations
@@ -49,11 +50,11 @@ class Layout:
     expected: str
     url: str
 
-    def missing(self, data_dir) -> ConfigError:
-        """The error for an unset data_dir or one that holds no copy of the dataset."""
+    def missing(self, data_dir, failed_download: str = "") -> ConfigError:
+        """The error for an unset data_dir or one that holds no copy of the dataset (and why it was not downloaded)."""
         return ConfigError(
             f"dataset '{self.name}' needs --data-dir pointing at {self.expected}; got {data_dir!r}; "
-            f"get it from {self.url} (see docs/datasets.md)"
+            f"get it from {self.url}{failed_download} (see docs/datasets.md)"
         )
 
     def malformed(self, path: Path, problem: str) -> ConfigError:
@@ -61,13 +62,27 @@ class Layout:
         return ConfigError(f"{path} {problem}; dataset '{self.name}' expects {self.expected} (see docs/datasets.md)")
 
     def root(self, data_dir, folder: str, marker: str) -> Path:
-        """``data_dir`` or its child ``folder``, whichever holds ``marker``."""
-        if data_dir:
-            base = Path(data_dir).expanduser().resolve()
-            for root in (base, base / folder):
-                if (root / marker).exists():
-                    return root
+        """``data_dir`` or its child ``folder``, whichever holds ``marker``; without ``data_dir``, the dataset's
+        folder in the data cache, downloaded there first where it has a public archive (:mod:`raysim.data.fetch`)."""
+        if not data_dir:
+            return self.fetched()
+        base = Path(data_dir).expanduser().resolve()
+        for root in (base, base / folder):
+            if (root / marker).exists():
+                return root
         raise self.missing(data_dir)
+
+    def fetched(self) -> Path:
+        """The dataset's folder in the data cache, fetched on first use; without an archive, or where the download
+        fails, the error for a missing dataset (saying what to download, its SHA-256 and where to put it)."""
+        from raysim.data import fetch  # urllib and the archive formats: only for a dataset read without --data-dir
+
+        if self.name not in fetch.ARCHIVES:
+            raise self.missing(None)
+        try:
+            return fetch.fetch(self.name)
+        except fetch.DownloadFailed as failed:
+            raise self.missing(None, f"; {failed}") from None
 
     def file(self, root: Path, name: str) -> Path:
         """``root / name``, which must exist."""
