@@ -42,6 +42,9 @@ class ReportsGlobalLoss:
     """Mixin for a method: before local training, measure F_k (:func:`received_model_loss`) and report it as
     ``metrics["global_loss"]``."""
 
+    each_update = "its server weighs each client by the loss it reports"
+    record_dp = "its clients report their data's loss, which DP-SGD does not privatise, and its server reads it"
+
     def client_update(self, ctx, broadcast, client_state, data):
         loss = received_model_loss(self, ctx, broadcast, data)
         update = super().client_update(ctx, broadcast, client_state, data)

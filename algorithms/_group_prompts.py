@@ -96,6 +96,18 @@ def cached_cosine(data, rows, keys: torch.Tensor) -> torch.Tensor:
     return sel.cosine(torch.tensor(data.features["query"][rows]).to(keys.device), keys)
 
 
+COUNTS_SENT = {COUNTS: "N_g^i, how many of the client's rows chose each group"}
+COUNTS_PRIVATE = {COUNTS: 1.0}  # under user-level DP, as shares (L2 norm <= 1) with a clip of their own, C
+COUNTS_NOT_RECORD_PRIVATE = "its clients send their rows' group counts, which DP-SGD does not privatise"
+
+
+def count_shares(counts: torch.Tensor) -> torch.Tensor:
+    """A client's group counts N_g^i as shares of its rows (sum 1, so L2 norm <= 1): what user-level DP clips and
+    noises of the counts; all zeros for a client that counted nothing."""
+    total = counts.sum()
+    return counts / total if total > 0 else torch.zeros_like(counts)
+
+
 def aggregate_with_counts(
     updates: list[ClientUpdate], by_counts: str, fallback_at_most: float = 0
 ) -> tuple[Tensors, torch.Tensor]:

@@ -51,6 +51,9 @@ LOSS_METRIC = {"local": LOCAL_LOSS, "global": GLOBAL_LOSS}  # fedgcr.client_loss
 
 @implements("fedgcr")
 class FedGCR(CachesRowFeatures, SendsExtras, Diagnostics, FedAvg):
+    each_update = "its server clusters the round's clients by each one's representation"
+    record_dp = "its clients send a representation averaged over their data, which DP-SGD does not privatise"
+    extras_sent: ClassVar[dict[str, str]] = {REPR: "h_tilde, the client's type-specific feature averaged over its data"}
     customize: ClassVar[bool] = True
     reweight: ClassVar[bool] = True
 

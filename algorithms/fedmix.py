@@ -26,6 +26,8 @@ drops the label-mean term). Before any client has shared its means (round 1) cli
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -45,6 +47,11 @@ SENT = "means_sent"  # client state: it has shared its means
 @implements("fedmix")
 class FedMix(SendsExtras, FedVPT):
     sent_once = frozenset({X_MEAN, Y_MEAN})
+    extras_sent: ClassVar[dict[str, str]] = {
+        X_MEAN: "the mean of the client's images",
+        Y_MEAN: "the mean of its one-hot labels",
+    }
+    record_dp = "its clients send their images' and labels' means, which DP-SGD does not privatise"
 
     def init_global(self, model, generator) -> GlobalState:
         size = model.input_spec[0]

@@ -43,6 +43,8 @@ def projected_step(optimizer, params, closure, prompt: torch.Tensor, projectors:
 
 @implements("fedpr")
 class FedPR(FedVPT):
+    record_dp = "its local step is projected, not the plain step DP-SGD replaces"
+
     def client_update(self, ctx, broadcast, client_state, data) -> ClientUpdate:
         model, o = ctx.model, self.options
         model.load_trainable(broadcast.params)

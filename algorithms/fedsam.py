@@ -21,6 +21,8 @@ from raysim.ops.sam import sam_step
 
 @implements("fedsam")
 class FedSAM(FedVPT):
+    record_dp = "its local step is sharpness-aware (two passes), not the plain step DP-SGD replaces"
+
     def client_update(self, ctx, broadcast, client_state, data) -> ClientUpdate:
         ctx.model.load_trainable(broadcast.params)
         step = partial(sam_step, radius=self.options.rho)

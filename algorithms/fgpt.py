@@ -31,6 +31,13 @@ GROUP, COUNTS, FIXED_KEYS = "extra.group_prompts", gp.COUNTS, gp.FIXED_KEYS
 
 @implements("fgpt")
 class FGPT(gp.GroupDiagnostics, CachesRowFeatures, SendsExtras, ResolvesOptions, FedAvg):
+    extras_sent = gp.COUNTS_SENT
+    private_extras = gp.COUNTS_PRIVATE
+    record_dp = gp.COUNTS_NOT_RECORD_PRIVATE
+
+    def bounded_extra(self, name, tensor):
+        return gp.count_shares(tensor)
+
     top_k = 1  # groups whose logits are averaged at inference
 
     def group_block(self, depth: int) -> int:

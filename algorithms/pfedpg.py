@@ -41,6 +41,8 @@ DESCRIPTORS, STEPS, HEADS, SEEN = "descriptors", "adam_steps", "attention_heads"
 
 @implements("pfedpg")
 class PFedPG(Personalised, FedVPT):
+    each_update = "its prompt generator steps on each client's delta with that client's descriptor"
+
     def init_global(self, model, generator) -> GlobalState:
         vit, clients, length = model.vit, self.config.federation.clients, self.options.prompt_length
         dim, heads = vit.embed_dim, self.options.heads or vit.blocks[0].attn.num_heads

@@ -41,6 +41,13 @@ COUNTS = gp.COUNTS  # update extra: N_g^i
 
 @implements("sgpt")
 class SGPT(gp.GroupDiagnostics, CachesRowFeatures, SendsExtras, ResolvesOptions, FedAvg):
+    extras_sent = gp.COUNTS_SENT
+    private_extras = gp.COUNTS_PRIVATE
+    record_dp = gp.COUNTS_NOT_RECORD_PRIVATE
+
+    def bounded_extra(self, name, tensor):
+        return gp.count_shares(tensor)
+
     @property
     def uses_groups(self) -> bool:
         return self.options.prompts != "shared"

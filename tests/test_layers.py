@@ -90,6 +90,7 @@ LAYERS = (
     ("raysim.data",),
     ("raysim.models",),
     ("raysim.core",),  # the protocol, messages, training loops, the methods' registry
+    ("raysim.privacy",),  # channels, mechanisms, accounting: what the config checks and the engine applies
     ("raysim.config",),
     ("raysim.tracking",),
     ("raysim.algorithms",),

@@ -2,7 +2,8 @@
 
 ``reference/cli.md`` is every command's ``--help`` (click); ``reference/config.md`` every config key of every section
 and ``reference/options.md`` every method's options, each with its type, default, accepted values and help, as
-:func:`raysim.base.settings.setting` declares them (what ``raysim ls options METHOD`` prints).
+:func:`raysim.base.settings.setting` declares them (what ``raysim ls options METHOD`` prints); ``reference/privacy.md``
+what each privacy setting covers of each method's channels (:mod:`raysim.privacy.channels`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from raysim.cli import main
 from raysim.config import SECTIONS
 from raysim.config.listing import accepts, shown
 from raysim.core.registry import FAMILIES, METHODS
+from raysim.privacy.channels import REFUSED, outcomes
 
 
 def cell(text: str) -> str:
@@ -81,14 +83,49 @@ def cli_page() -> str:
         "Every `raysim` command's `--help`, generated from the command line itself. Bad input ends in one line on "
         "stderr (`raysim: error: ...`) and exit code 2.",
     ]
-    commands = [[], *([name] for name in main.commands)]
+    commands = [[]]
+    for name, command in main.commands.items():  # a group's subcommands after it (raysim data fetch)
+        commands += [[name], *([name, sub] for sub in getattr(command, "commands", {}))]
     for path in commands:
         shown_help = CliRunner().invoke(main, [*path, "--help"], prog_name="raysim", terminal_width=100).output
         lines += ["", f"## raysim {' '.join(path)}".rstrip(), "", "```text", shown_help.rstrip(), "```"]
     return "\n".join(lines) + "\n"
 
 
-PAGES = {"reference/config.md": config_page, "reference/options.md": options_page, "reference/cli.md": cli_page}
+def privacy_page() -> str:
+    """Per method and privacy setting, what its clients send and whether the setting covers it
+    (:func:`raysim.privacy.channels.outcomes`): the run refuses where a channel is not covered."""
+    settings = {
+        "user-level DP": ("user", False),
+        "record-level DP": ("record", False),
+        "secure aggregation": ("none", True),
+    }
+    lines = [
+        "# Privacy coverage",
+        "",
+        "For every method and privacy setting ([Privacy](../how-to/privacy.md)), generated from the methods' "
+        "declarations: each channel its clients send is privatised, or the run refuses to start with the line shown.",
+        "",
+        f"| method | channels | {' | '.join(settings)} |",
+        "|---|---|" + "---|" * len(settings),
+    ]
+    for name in METHODS:
+        found = {label: outcomes(name, *setting) for label, setting in settings.items()}
+        channels = ", ".join(f"`{c}`" for c in next(iter(found.values())))
+        cells = []
+        for outcome in found.values():
+            refused = [line for state, line in outcome.values() if state == REFUSED]
+            cells.append(cell("refused: " + refused[0].split(": ", 1)[1]) if refused else "covered")
+        lines.append(f"| `{name}` | {channels} | {' | '.join(cells)} |")
+    return "\n".join(lines) + "\n"
+
+
+PAGES = {
+    "reference/config.md": config_page,
+    "reference/options.md": options_page,
+    "reference/cli.md": cli_page,
+    "reference/privacy.md": privacy_page,
+}
 
 
 def on_files(files, config):

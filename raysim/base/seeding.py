@@ -26,6 +26,7 @@ class Purpose(IntEnum):
     EVAL = 8  # the clients evaluated when a large population is evaluated on a sample: ()
     SYSTEMS = 9  # the clients' devices drawn from distributions: (field,)
     DROPOUT = 10  # which selected clients fail mid-round: (round,)
+    PRIVACY = 11  # differential privacy's noise: the server's (round,), a client's DP-SGD from its seed ()
 
 
 class Init(IntEnum):
@@ -48,7 +49,11 @@ def rng(run_seed: int, purpose: Purpose, *keys: int) -> np.random.Generator:
     return np.random.default_rng(derive_seed(run_seed, purpose, *keys))
 
 
-def sample_clients(run_seed: int, round: int, candidates: list[int], m: int) -> list[int]:
-    """m of the candidates, uniformly without replacement, sorted (the round's participants)."""
-    chosen = rng(run_seed, Purpose.SAMPLE, round).choice(len(candidates), size=m, replace=False)
+def sample_clients(run_seed: int, round: int, candidates: list[int], m: int, poisson: bool = False) -> list[int]:
+    """The round's participants, sorted: m of the candidates uniformly without replacement, or with ``poisson`` each
+    candidate independently with probability m / len(candidates) (a cohort of m on average)."""
+    draws = rng(run_seed, Purpose.SAMPLE, round)
+    if poisson:
+        return [c for c, u in zip(candidates, draws.random(len(candidates))) if u < m / len(candidates)]
+    chosen = draws.choice(len(candidates), size=m, replace=False)
     return sorted(candidates[i] for i in chosen)

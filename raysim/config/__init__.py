@@ -1,6 +1,7 @@
 """Run configuration: sections declared once (:mod:`.sections`), whole configs, presets and overrides (:mod:`.build`).
 
-Imports: core, data (the names of sources and partitioners). Never the engine.
+Imports: core, data (the names of sources and partitioners), privacy (which channels a method sends). Never the
+engine.
 """
 
 from raysim.config.build import (  # noqa: F401
@@ -23,6 +24,7 @@ from raysim.config.sections import (  # noqa: F401
     DataConfig,
     FederationConfig,
     ModelConfig,
+    PrivacyConfig,
     ResourceConfig,
     TrackingConfig,
     TrainConfig,

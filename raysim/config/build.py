@@ -26,12 +26,14 @@ from raysim.config.sections import (
     DataConfig,
     FederationConfig,
     ModelConfig,
+    PrivacyConfig,
     ResourceConfig,
     SystemsConfig,
     TrackingConfig,
     TrainConfig,
 )
 from raysim.core.registry import METHODS, NoOptions, get_method, require_tiers
+from raysim.privacy import channels
 
 NOT_COMPUTED = ("tracking", "resources", "checkpoint")  # where and how a run goes, not what it computes
 
@@ -49,6 +51,7 @@ class Config:
     resources: ResourceConfig = field(default_factory=ResourceConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
     options: Any = field(default_factory=NoOptions)
 
     def __post_init__(self):
@@ -59,12 +62,44 @@ class Config:
             )
         if self.systems.tiers is not None:
             require_tiers(self.method, "systems.tiers")
+        self._check_privacy()
         workers = self.resources.workers
         if workers > self.federation.clients:
             raise ConfigError(
                 f"workers={workers} is more than the {self.federation.clients} clients; use --workers "
                 f"{min(self.federation.clients, 2)} or fewer"
             )
+
+    def _check_privacy(self) -> None:
+        """What spans privacy and the other sections; then every channel the method sends must be covered."""
+        fed, p = self.federation, self.privacy
+        if fed.sampling == "poisson" and self.clocked:
+            raise ConfigError(
+                "federation.sampling=poisson draws from every trainable client, the virtual clock from those online; "
+                "use federation.sampling=fixed with systems.*, deadlines and over-selection"
+            )
+        if p.secure_aggregation and p.min_survivors > fed.clients_per_round:
+            raise ConfigError(
+                f"privacy.min_survivors={p.min_survivors} is more than the {fed.clients_per_round} clients a round; "
+                f"lower it or raise --participation"
+            )
+        if p.accountant == "pld" and (p.mode == "record" or (p.mode == "user" and fed.sampling == "fixed")):
+            raise ConfigError(
+                "privacy.accountant=pld cannot account sampling without replacement (a fixed cohort, DP-SGD's "
+                "batches); use privacy.accountant=rdp, or federation.sampling=poisson for user-level DP"
+            )
+        if p.mode == "record" and self.train.cohort == "on":
+            raise ConfigError(
+                "privacy.mode=record clips each row's gradient, which cohort training does not; use "
+                "train.cohort=off or auto"
+            )
+        if p.mode == "user" and p.delta >= 1 / fed.trainable_clients:
+            units = fed.trainable_clients
+            raise ConfigError(
+                f"privacy.delta={p.delta:g} is at least 1 / {units} (the trainable clients), which allows releasing "
+                f"one client's data outright; use a delta below {1 / units:.3g}, e.g. {10 ** -(len(str(units)) + 1):g}"
+            )
+        channels.check(self)
 
     @property
     def clocked(self) -> bool:

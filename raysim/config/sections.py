@@ -25,6 +25,9 @@ DEFAULT_TRACKING_DIR = "raysim-runs"
 PRECISIONS = ("auto", "fp32", "bf16")  # client compute; auto is resolved by the driver (raysim.base.precision)
 BAD_UPDATE_POLICIES = ("reject", "fail")
 STRAGGLER_POLICIES = ("drop", "wait", "partial")
+SAMPLINGS = ("fixed", "poisson")
+PRIVACY_MODES = ("none", "user", "record")
+ACCOUNTANTS = ("rdp", "pld")
 RESOURCE_UNIT = 1e-4  # the finest CPU or GPU share Ray reserves
 
 
@@ -87,6 +90,13 @@ class FederationConfig:
         0.0,
         "Select ceil((1 + f) m) clients and keep the first m to finish (production FL's over-selection).",
         checks=(NON_NEGATIVE,),
+    )
+    sampling: str = setting(
+        "fixed",
+        "How a round's clients are drawn: 'fixed', m of them uniformly without replacement, or 'poisson', each "
+        "independently with probability m / (trainable clients), so the cohort's size varies (the sampling "
+        "DP-FedAvg's accounting assumes; privacy.*).",
+        choices=SAMPLINGS,
     )
 
     def __post_init__(self):
@@ -369,6 +379,122 @@ def beside_store(tracking_uri: str) -> Path:
     return store.resolve().parent if store is not None else Path.cwd() / DEFAULT_TRACKING_DIR
 
 
+@dataclass(frozen=True)
+class PrivacyConfig:
+    """Differential privacy and secure aggregation (docs/privacy.md): user-level DP as DP-FedAvg (McMahan et al.,
+    ICLR 2018) with fixed or adaptive clipping (Andrew et al., NeurIPS 2021), record-level DP-SGD inside each client
+    (Abadi et al., CCS 2016), accounted with Google's dp-accounting; secure aggregation's view of the cohort's sum
+    (Bell et al., CCS 2020)."""
+
+    mode: str = setting(
+        "none",
+        "'user': each client's whole message clipped and the cohort's sum noised at the server (user-level DP); "
+        "'record': per-sample clipping and noise in every local step (record-level DP-SGD); 'none'.",
+        choices=PRIVACY_MODES,
+    )
+    clip: str = setting(
+        "1.0",
+        "The L2 bound C on a client's update (user) or on one sample's gradient (record), or adaptive:QUANTILE "
+        "(user: C follows the QUANTILE of the clients' update norms, Andrew et al.).",
+    )
+    noise_multiplier: float | None = setting(
+        None,
+        "z: Gaussian noise of standard deviation z * C on the clipped sum (null: calibrated from target_epsilon).",
+        checks=(NON_NEGATIVE,),
+    )
+    target_epsilon: float | None = setting(
+        None,
+        "Calibrate z before the run so that the epsilon spent after the last round is at most this (with delta).",
+        checks=(POSITIVE,),
+    )
+    delta: float | None = setting(
+        None, "The delta of the reported (epsilon, delta); below 1 / clients (user) or 1 / records (record)."
+    )
+    accountant: str = setting(
+        "rdp", "dp-accounting's accountant: Renyi DP or privacy loss distributions.", choices=ACCOUNTANTS
+    )
+    clip_lr: float = setting(
+        0.2,
+        "Adaptive clipping's geometric step eta: C <- C * exp(-eta (clipped share - quantile)).",
+        checks=(POSITIVE,),
+    )
+    count_noise: float | None = setting(
+        None,
+        "Adaptive clipping: standard deviation of the noise on the count of unclipped clients (null: m / 20, "
+        "Andrew et al.'s choice); it spends part of z.",
+        checks=(POSITIVE,),
+    )
+    secure_aggregation: bool = setting(
+        False,
+        "The server's step sees only the cohort's sum (SecAgg+), its key agreement charged to bytes and the clock.",
+    )
+    min_survivors: int = setting(
+        2,
+        "Secure aggregation: fewest clients whose masked inputs arrive for the sum to be recovered; fewer lose the "
+        "round.",
+        checks=(at_least(2),),
+    )
+
+    def __post_init__(self):
+        validate(self)
+        adaptive_quantile(self.clip)
+        if self.mode == "none":
+            set_keys = [
+                key for key in ("noise_multiplier", "target_epsilon", "delta") if getattr(self, key) is not None
+            ]
+            if set_keys:
+                raise ConfigError(
+                    f"privacy.{set_keys[0]} is set but privacy.mode=none; set privacy.mode=user or record"
+                )
+            return
+        if self.delta is None:
+            raise ConfigError(f"privacy.mode={self.mode} needs privacy.delta, e.g. privacy.delta=1e-5")
+        if not 0 < self.delta < 1:
+            raise ConfigError(f"privacy.delta={self.delta:g} must be in (0, 1), e.g. 1e-5")
+        if (self.noise_multiplier is None) == (self.target_epsilon is None):
+            raise ConfigError(
+                f"privacy.mode={self.mode} needs exactly one of privacy.noise_multiplier and privacy.target_epsilon"
+            )
+        if self.mode == "record" and self.adaptive is not None:
+            raise ConfigError("privacy.clip=adaptive is for privacy.mode=user; give record-level DP a number")
+
+    @property
+    def private(self) -> bool:
+        return self.mode != "none"
+
+    @property
+    def adaptive(self) -> float | None:
+        """The target quantile of adaptive clipping, or None for a fixed clip."""
+        return adaptive_quantile(self.clip)
+
+    @property
+    def initial_clip(self) -> float:
+        """C at the first round: the fixed clip, or adaptive clipping's start (1.0, as Andrew et al.'s)."""
+        return 1.0 if self.adaptive is not None else float(self.clip)
+
+
+def adaptive_quantile(clip: str) -> float | None:
+    """``adaptive:Q`` -> Q, a number -> None; anything else a one-line ConfigError."""
+    text = str(clip).strip()
+    if text.startswith("adaptive:"):
+        try:
+            quantile = float(text.split(":", 1)[1])
+        except ValueError:
+            quantile = -1.0
+        if not 0 < quantile < 1:
+            raise ConfigError(f"privacy.clip={text} needs a quantile in (0, 1), e.g. adaptive:0.5")
+        return quantile
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (value > 0 and math.isfinite(value)):
+        raise ConfigError(
+            f"privacy.clip={text} must be a positive number or adaptive:QUANTILE, e.g. 1.0 or adaptive:0.5"
+        )
+    return None
+
+
 SECTIONS = {
     "federation": FederationConfig,
     "train": TrainConfig,
@@ -378,4 +504,5 @@ SECTIONS = {
     "resources": ResourceConfig,
     "tracking": TrackingConfig,
     "checkpoint": CheckpointConfig,
+    "privacy": PrivacyConfig,
 }

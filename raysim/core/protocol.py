@@ -61,6 +61,7 @@ class ClientContext:
     instructions: Tensors = field(default_factory=dict)
     work: float = 1.0  # the share of its local samples the client gets through (< 1: a straggler cut at the deadline)
     tier: str = "all"  # the client's capacity tier (raysim.systems.tiers): what it trains and sends
+    private: Any = None  # record-level DP-SGD's step (raysim.privacy.dp_sgd.DPSGD) under privacy.mode=record
 
     def generator(self) -> torch.Generator:
         """A fresh generator seeded for this (round, client): the same draws on any worker or backend."""
@@ -71,6 +72,14 @@ class Method:
     """The core hooks. ``self.config`` is the run's resolved config; ``self.options`` its section of this method."""
 
     info: ClassVar[MethodInfo]  # set by ``implements`` (or ``register``)
+    each_update: ClassVar[str] = ""
+    """Why the server step reads each client's update rather than sums over the cohort (``""``: weighted sums are
+    enough, as FedAvg's mean): such a method refuses differential privacy and secure aggregation, where the server
+    sees only the cohort's sum."""
+    record_dp: ClassVar[str] = ""
+    """Why record-level DP-SGD cannot cover what this method's clients send (``""``: its local training is
+    :func:`raysim.core.training.local_train`'s plain steps, which DP-SGD replaces, and nothing else it sends reads
+    the data)."""
 
     def __init__(self, config):
         self.config = config
@@ -124,6 +133,15 @@ class SendsExtras:
     """
 
     sent_once: ClassVar[frozenset[str]] = frozenset()
+    extras_sent: ClassVar[dict[str, str]] = {}
+    """Every extra a client may send, by name, and what it is (the channels differential privacy must account)."""
+    private_extras: ClassVar[dict[str, float]] = {}
+    """The extras user-level DP may clip and noise, each with its share of the clip (its L2 bound is share x C
+    after :meth:`bounded_extra`); an extra sent but not named here makes ``privacy.mode=user`` refuse the method."""
+
+    def bounded_extra(self, name: str, tensor: torch.Tensor) -> torch.Tensor:
+        """Extra ``name`` as it enters user-level DP's clipped sum (SGPT's counts as shares); default: as sent."""
+        return tensor
 
     def uplink_extras(self, state: GlobalState) -> dict[str, tuple[int, ...]]:
         """Name -> shape of every extra an update carries (a client without data may send none)."""

@@ -87,7 +87,8 @@ def local_train(
         objective: (inputs, labels, rows) -> scalar loss; ``rows`` index ``data`` (for its cached features).
         epochs: defaults to ``train.local_epochs``.
         extra: tensors outside the model (requiring grad) the same optimiser trains (Fed-RoD's personal head).
-        step: how one batch updates the tensors (FedSAM's two-pass sharpness-aware step, FedPR's projected one).
+        step: how one batch updates the tensors (FedSAM's two-pass sharpness-aware step, FedPR's projected one);
+            under record-level DP (``ctx.private``) its DP-SGD step and batches replace the plain ones.
 
     Returns:
         ``train_loss`` (mean over steps of the last epoch reached), ``steps``, ``samples`` (rows processed),
@@ -99,7 +100,9 @@ def local_train(
     params = [p for p in model.parameters() if p.requires_grad] + list(extra)
     if len(data) == 0 or not params:
         return {"train_loss": float("nan"), "steps": 0, "samples": 0, "compute_s": 0.0}
-    plan = within_work(batch_plan(len(data), cfg.batch_size, epochs, ctx.generator()), ctx.work)
+    private = ctx.private  # record-level DP-SGD: its own batches and step (the config refuses a method's own step)
+    draw = private.plan if private is not None else batch_plan
+    plan = within_work(draw(len(data), cfg.batch_size, epochs, ctx.generator()), ctx.work)
     optimizer = make_optimizer(params, cfg)
     labels_all = torch.tensor(data.labels)
     model.train()
@@ -109,7 +112,10 @@ def local_train(
             losses, last_epoch = [], epoch
         x = model_inputs(model, data.images[rows], ctx.device)
         y = labels_all[rows].to(ctx.device)
-        loss = step(optimizer, params, partial(objective, x, y, rows))
+        if private is not None:
+            loss = private.step(optimizer, params, objective, x, y, rows)
+        else:
+            loss = step(optimizer, params, partial(objective, x, y, rows))
         losses.append(loss.item())
         samples += len(rows)
     model.eval()

@@ -23,6 +23,8 @@ from raysim.data.shards import ClientData, ShardStore
 from raysim.engine.capacity import sent_rows, tier_rows
 from raysim.engine.cohort import train_cohort
 from raysim.engine.cohort_plan import cohort_training
+from raysim.privacy import calibration
+from raysim.privacy.dp_sgd import DPSGD
 from raysim.systems.tiers import ALL
 
 # (client id, per-client instructions, client state[, work share[, capacity tier]]): a straggler's partial round has
@@ -74,6 +76,7 @@ class ClientRuntime:
         self.device = pick_device()
         model = build_model(config, self.method, num_classes)
         self.remote = None
+        self.record_noise: float | None = None  # record-level DP's z, from the run's smallest client (first round)
         if isinstance(self.method, SplitLearning):  # the server's blocks run elsewhere; a stand-in asks for them
             self.remote = self.method.client_stand_in()
             model.offload(*self.method.server_segment(len(model.vit.blocks)), self.remote)
@@ -92,6 +95,8 @@ class ClientRuntime:
         server (or a handle on it)."""
         if self.remote is not None:
             self.remote.server = server
+        if self.config.privacy.mode == "record" and self.record_noise is None:
+            self.record_noise = calibration.noise_multiplier(self.config, calibration.smallest_client(shards))
         updates = []
         for cohort in cohorts:
             ctxs = [self._context(round, *task[:2], *task[3:]) for task in cohort]
@@ -123,7 +128,12 @@ class ClientRuntime:
         self, round: int, client_id: int, instructions: Tensors, work: float = 1.0, tier: str = ALL
     ) -> ClientContext:
         seed = derive_seed(self.config.federation.seed, Purpose.CLIENT, round, client_id)
-        return ClientContext(round, client_id, seed, self.model, self.device, self.config, instructions, work, tier)
+        private = None
+        if self.record_noise is not None:
+            private = DPSGD(self.record_noise, self.config.privacy.initial_clip, seed)
+        return ClientContext(
+            round, client_id, seed, self.model, self.device, self.config, instructions, work, tier, private
+        )
 
     def evaluate(
         self, params: Tensors, client_ids: list[int], states: dict[int, Tensors], shards: ShardStore, server=None

@@ -16,8 +16,10 @@ def resolve_cohort(train, resources) -> str:
 
 
 def cohort_training(config) -> bool:
-    """Whether the run trains a worker's clients in cohorts: the method supports it and ``train.cohort`` resolves on."""
-    return resolve_cohort(config.train, config.resources) == "on" and get_method(config.method).cohort
+    """Whether the run trains a worker's clients in cohorts: the method supports it, ``train.cohort`` resolves on, and
+    no record-level DP clips each row's gradient."""
+    on = resolve_cohort(config.train, config.resources) == "on" and config.privacy.mode != "record"
+    return on and get_method(config.method).cohort
 
 
 def cohorts_of(tasks: list, config) -> list[list]:

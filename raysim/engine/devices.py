@@ -43,14 +43,21 @@ class Devices:
         return {c for c, u in zip(selected, draws) if u < self.systems.dropout}
 
     def settle(
-        self, now: float, broadcast: Broadcast, received: list[ClientUpdate], failed: int, retrain: Retrain
+        self,
+        now: float,
+        broadcast: Broadcast,
+        received: list[ClientUpdate],
+        failed: int,
+        retrain: Retrain,
+        protocol: tuple[float, float] = (0.0, 0.0),
     ) -> tuple[list[ClientUpdate], dict[str, float]]:
         """The updates the round keeps, and its systems metrics; a straggler under ``partial`` trains again, cut to
-        the work it gets through by the deadline (``retrain``)."""
+        the work it gets through by the deadline (``retrain``). ``protocol``: bytes (down, up) every client's
+        messages carry besides the broadcast and its update (secure aggregation's key agreement)."""
         fed, p = self.fed, self.profiles
         ids = np.array([u.client_id for u in received], dtype=np.int64)
-        down = np.array([broadcast.bytes_to(c) for c in ids], dtype=float)
-        up = np.array([u.bytes_up for u in received], dtype=float)
+        down = np.array([broadcast.bytes_to(c) + protocol[0] for c in ids], dtype=float)
+        up = np.array([u.bytes_up + protocol[1] for u in received], dtype=float)
         samples = np.array([u.metrics.get("samples", 0) for u in received], dtype=float)
         finish = finish_times(down, samples, up, p.speed[ids], p.downlink[ids], p.uplink[ids])
         online = finish <= p.online_left(now)[ids]  # a client whose device goes offline first fails mid-round

@@ -50,9 +50,10 @@ from raysim.engine.ray_connect import connect_ray_during, joined_address
 from raysim.engine.ray_session import Pool, PoolReservation
 from raysim.engine.setup import initial_state, prepare_shards, resolved
 from raysim.ops.metrics import summarise
+from raysim.privacy import calibration
 from raysim.tracking import checkpoint as ckpt
 from raysim.tracking import provenance
-from raysim.tracking.mlflow import TRAINABLE, Tracker, check_run, check_store, import_store, summary_metrics
+from raysim.tracking.mlflow import SUMMARY, TRAINABLE, Tracker, check_run, check_store, import_store, summary_metrics
 from raysim.tracking.plots import plot_accuracy_curves, plot_client_accuracy, plot_type_accuracy, type_accuracy_table
 from raysim.tracking.progress import RoundProgress, print_summary
 
@@ -211,11 +212,13 @@ def describe(config: Config, shards: ShardStore) -> str:
         precision += " (--precision fp32 for float32)"
     elif get_method(config.method).bf16 and res.gpus_per_client == 0 and native_bf16_cpu():
         precision += " (this CPU has bf16: --precision bf16 is faster)"
-    return (
+    line = (
         f"{config.method} | {data.dataset}/{data.partition} | {fed.clients} clients "
         f"({fed.clients_per_round}/round, {len(shards.unseen)} unseen) x {fed.rounds} rounds | "
         f"{config.model.backbone} | {precision} | {where} | seed {fed.seed}"
     )
+    privacy = budget(config, shards)
+    return f"{line} | {privacy}" if privacy else line
 
 
 def run(
@@ -265,7 +268,7 @@ def run(
                 start = ckpt.Checkpoint(run_id, 0, config.to_dict(), initial, {}, uri)
                 run_folder = config.checkpoint.root(uri) / run_id
                 _log_setup(tracker, record, drawn[0] if drawn else partition_artifacts(shards))
-                tracker.log_metrics({TRAINABLE: trainable}, step=0)
+                tracker.log_metrics({TRAINABLE: trainable, **noise_of(config, shards)}, step=0)
             else:
                 tracker.attach(resume.run_id)
                 run_id, start, run_folder = resume.run_id, resume, resume.folder.parent
@@ -468,3 +471,27 @@ def _log_results(
         for path in [*curves, tmp / "client_accuracy.png", state, *method_files, *figures]:
             tracker.log_artifact(path)
     tracker.log_metrics(summary_metrics(summary), step=0)  # one value per run: MLflow draws step-0 metrics as bars
+    if "privacy_epsilon" in history[-1]:  # the budget the run spent
+        tracker.log_metrics({f"{SUMMARY}privacy_epsilon": history[-1]["privacy_epsilon"]}, step=0)
+
+
+def budget(config: Config, shards: ShardStore) -> str:
+    """The run's privacy in words, for its header: the mode, z, the clip and the budget it will have spent after the
+    last round (``""`` for a run without privacy settings)."""
+    p = config.privacy
+    secure = "secure aggregation" if p.secure_aggregation else ""
+    if not p.private:
+        return secure
+    smallest = calibration.smallest_client(shards)
+    z = calibration.noise_multiplier(config, smallest)
+    epsilon = calibration.spent(config, config.federation.rounds, smallest)
+    level = "user-level" if p.mode == "user" else f"record-level (smallest client: {smallest} rows)"
+    words = f"{level} DP, z={z:.4g}, clip {p.clip}: epsilon {epsilon:.3g} at delta {p.delta:g} after the last round"
+    return f"{words}, {secure}" if secure else words
+
+
+def noise_of(config: Config, shards: ShardStore) -> dict[str, float]:
+    """A private run's noise multiplier z (given, or calibrated to its target), logged once at step 0."""
+    if not config.privacy.private:
+        return {}
+    return {"privacy_noise_multiplier": calibration.noise_multiplier(config, calibration.smallest_client(shards))}

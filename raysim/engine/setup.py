@@ -24,6 +24,7 @@ from raysim.data.shards import ShardStore, build_shards
 from raysim.data.sources import cache_dir, load_dataset
 from raysim.engine.cohort_plan import resolve_cohort
 from raysim.engine.ray_session import PoolReservation
+from raysim.privacy import calibration
 from raysim.systems.profiles import draw_profiles
 
 if TYPE_CHECKING:
@@ -129,6 +130,10 @@ def initial_state(
     # anything is written
     if config.clocked and draw_profiles(config.systems, shards.num_clients, config.federation.seed).tiered:
         require_tiers(config.method, f"the capacity tiers of {config.systems.trace or 'systems.tiers'}")
+    if config.privacy.private:  # a delta too large for the data, or a target no noise reaches, is refused here
+        smallest = calibration.smallest_client(shards)
+        calibration.check_record_delta(config, smallest)
+        calibration.update_noise(config, smallest)
     res = config.resources
     if reservation is not None:
         wait_for_ray()

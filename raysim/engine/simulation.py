@@ -30,6 +30,8 @@ from raysim.engine.devices import Devices
 from raysim.engine.executors import start_executor
 from raysim.engine.ray_session import Pool
 from raysim.ops.metrics import accuracy_metrics, client_accuracies, generic_accuracy
+from raysim.privacy import calibration, secure_sum
+from raysim.privacy.cohort_view import CohortView
 from raysim.systems.profiles import draw_profiles
 from raysim.systems.tiers import ALL
 from raysim.tracking.checkpoint import Checkpoint, detached, flattened
@@ -157,6 +159,15 @@ class Simulation:
         self.devices = Devices(config, profiles) if config.clocked else None
         self.tiers = profiles.tier if profiles is not None and profiles.tiered else None  # capacity tiers, per client
         self.sim_time = self.history[-1].get("sim_time_s", 0.0) if self.history else 0.0  # the virtual clock
+        privacy = config.privacy
+        self.smallest = calibration.smallest_client(self.shards)  # record-level DP's accounting unit
+        self.view = None  # what the server's step sees under DP or secure aggregation (raysim.privacy.cohort_view)
+        if privacy.private or privacy.secure_aggregation:
+            self.view = CohortView(config, self.method)
+        # user-level DP's clip C: adaptive clipping's continues from the history
+        self.clip = (
+            self.history[-1].get("privacy_next_clip", privacy.initial_clip) if self.history else privacy.initial_clip
+        )
         self.callbacks = list(callbacks)
         for callback in self.callbacks:
             callback.on_start(self)
@@ -171,7 +182,9 @@ class Simulation:
         fed = self.config.federation
         start = time.perf_counter()
         if self.devices is None:
-            sampled, waited, failed = sample_clients(fed.seed, round, self.seen, fed.clients_per_round), 0.0, set()
+            poisson = fed.sampling == "poisson"
+            sampled = sample_clients(fed.seed, round, self.seen, fed.clients_per_round, poisson)
+            waited, failed = 0.0, set()
         else:
             sampled, waited = self.devices.select(round, self.sim_time, self.seen)
             failed = self.devices.failing(round, sampled)
@@ -180,9 +193,11 @@ class Simulation:
         broadcast = self.method.configure(round, self.state, sampled)
         received = self._train(round, broadcast, [(c, 1.0) for c in sampled if c not in failed])
         arrived, systems = received, {}
+        protocol = secure_sum.overhead(len(sampled)) if self.config.privacy.secure_aggregation else (0.0, 0.0)
         if self.devices is not None:  # the virtual clock: who made it, and how long the round took
             retrain = partial(self._train, round, broadcast)
-            arrived, systems = self.devices.settle(self.sim_time + waited, broadcast, received, len(failed), retrain)
+            now = self.sim_time + waited
+            arrived, systems = self.devices.settle(now, broadcast, received, len(failed), retrain, protocol)
             systems["round_sim_s"] += waited
             self.sim_time += systems["round_sim_s"]
             systems["sim_time_s"] = self.sim_time
@@ -199,8 +214,12 @@ class Simulation:
         split = isinstance(self.method, SplitLearning)
         if split:
             metrics.update(self.method.update_server(round, self.server, updates))
-        if sum(u.num_samples for u in updates) > 0:  # a round in which no client had data changes nothing
-            self.state = self.method.aggregate(round, self.state, updates)
+        stepped, private = updates, {}
+        if self.view is not None:
+            stepped, private = self.view.view(round, self.state, updates, self.clip)
+            self.clip = private.get("privacy_next_clip", self.clip)
+        if sum(u.num_samples for u in stepped) > 0:  # a round in which no client had data changes nothing
+            self.state = self.method.aggregate(round, self.state, stepped)
         if split and self.method.resets_client_states(round):
             self.clients.clear()
         elapsed = time.perf_counter() - start
@@ -208,6 +227,7 @@ class Simulation:
             down, up = self.method.traffic(round, broadcast, sampled, received)
         else:
             down, up = broadcast.bytes_down(sampled), float(sum(u.bytes_up for u in received))
+            down, up = down + protocol[0] * len(sampled), up + protocol[1] * len(received)
         samples = sum(u.metrics.get("samples", 0) for u in updates)
         losses = [u.metrics["train_loss"] for u in updates if u.metrics.get("steps", 0) > 0]
         metrics = {
@@ -217,16 +237,19 @@ class Simulation:
             "train_samples_per_s": samples / elapsed if elapsed > 0 else 0.0,
             **systems,
             **metrics,
+            **private,
         }
+        evaluated = round % fed.eval_every == 0 or round == fed.rounds
+        privacy = self.config.privacy
+        if privacy.private and (privacy.accountant == "rdp" or evaluated):  # PLD composes anew: ~1 s a call
+            metrics["privacy_epsilon"] = calibration.spent(self.config, round, self.smallest)
         if losses:
             metrics["train_loss"] = float(np.mean(losses))
         if rejected:
             metrics["rejected_updates"] = float(len(rejected))
         if self.tiers is not None:
             metrics["tiered_updates"] = float(sum(1 for u in updates if u.trained))
-        report = RoundReport(
-            round, metrics, sampled=sampled, evaluated=round % fed.eval_every == 0 or round == fed.rounds
-        )
+        report = RoundReport(round, metrics, sampled=sampled, evaluated=evaluated)
         if report.evaluated:
             self._evaluate(report)
         self.updates = updates

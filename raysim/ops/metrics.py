@@ -30,6 +30,7 @@ ROUND_KEYS = (
     "eval_time_s",
     "rejected_updates",
 )  # logged by the round loop for every method
+PRIVACY_KEYS = ("privacy_epsilon", "privacy_clip", "privacy_next_clip", "privacy_clipped_share", "secagg_lost")
 SUMMARY_WINDOW = 10
 # keys that measure the machine, not the method: they differ between runs that are otherwise identical
 TIMING_KEYS = frozenset(
@@ -47,7 +48,7 @@ TIMING_KEYS = frozenset(
 
 def reported_metrics(info) -> set[str]:
     """Every per-round key a method's runs may log: the shared ones and its own (``MethodInfo.metrics``)."""
-    return {*ACCURACY_KEYS, *ROUND_KEYS, *info.metrics}
+    return {*ACCURACY_KEYS, *ROUND_KEYS, *PRIVACY_KEYS, *info.metrics}
 
 
 def accuracy_metrics(

@@ -19,8 +19,8 @@ SHOWN = (
 
 
 def format_metrics(metrics: dict[str, float]) -> str:
-    """``global 81.2 | local 79.0 | worst 40.0 | loss 0.61 | 1.2 MB`` from whatever keys are present (MB: the
-    round's bytes up and down)."""
+    """``global 81.2 | local 79.0 | worst 40.0 | loss 0.61 | 1.2 MB | epsilon 2.1`` from whatever keys are present
+    (MB: the round's bytes up and down; epsilon: the privacy budget spent so far)."""
     parts = [
         f"{label} {metrics[key]:.4g}" if key == "train_loss" else f"{label} {metrics[key]:.1f}"
         for key, label in SHOWN
@@ -28,6 +28,8 @@ def format_metrics(metrics: dict[str, float]) -> str:
     ]
     if "bytes_up" in metrics and "bytes_down" in metrics:
         parts.append(f"{(metrics['bytes_up'] + metrics['bytes_down']) / 1e6:.3g} MB")
+    if "privacy_epsilon" in metrics:
+        parts.append(f"epsilon {metrics['privacy_epsilon']:.3g}")
     return " | ".join(parts)
 
 
@@ -99,6 +101,12 @@ def print_summary(
             f"{sum(down) / 1e6:.3g} MB down in all",
             highlight=False,
             soft_wrap=True,
+        )
+    if history and "privacy_epsilon" in history[-1]:
+        p = config.privacy
+        console.print(
+            f"privacy ({p.mode}-level DP): epsilon {history[-1]['privacy_epsilon']:.4g} spent at delta {p.delta:g}",
+            highlight=False,
         )
     name = config.tracking.run_name  # None in a checkpoint written before runs were named this way
     console.print(

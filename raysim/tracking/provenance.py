@@ -74,9 +74,16 @@ def _named_keys(config: Config) -> set[str]:
     }
 
 
-# Keys added after hashes were published (the virtual clock's): left out while at their defaults, so a setting's
-# hash, its runs' names and a comparison's finished cells stay what they were.
-LATER_KEYS = ("federation.deadline_s", "federation.stragglers", "federation.over_select", "systems.")
+# Keys added after hashes were published (the virtual clock's, privacy's): left out while at their defaults, so a
+# setting's hash, its runs' names and a comparison's finished cells stay what they were.
+LATER_KEYS = (
+    "federation.deadline_s",
+    "federation.stragglers",
+    "federation.over_select",
+    "federation.sampling",
+    "systems.",
+    "privacy.",
+)
 # Added later (2026-11-29), each changing what one partition computes where it holds its new value: pathological
 # class sets drawn at random, where they were a ring; an imbalanced domains partition's counts in the data set's
 # paper order, where they were by domain id; its domains' sizes shrinking as FedGCR's authors' do, where every row

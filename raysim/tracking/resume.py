@@ -54,6 +54,12 @@ def resumed_config(found: ckpt.Checkpoint, method: str | None, layers: list[Mapp
     saved_precision = found.config.get("train", {}).get("precision", "fp32")
     pinned = {"tracking": {"tracking_uri": found.tracking_uri}, "train": {"precision": saved_precision}}
     config = build_config(found.method, [found.config, *layers, pinned])
+    saved_rounds = found.config.get("federation", {}).get("rounds", config.federation.rounds)
+    if config.privacy.target_epsilon is not None and config.federation.rounds != saved_rounds:
+        raise ConfigError(
+            f"run {found.run_id} calibrated its noise to privacy.target_epsilon over {saved_rounds} rounds; more "
+            "rounds would change the noise of the rounds to come and spend more than the target; start a new run"
+        )
     if config.federation.rounds <= found.round:
         raise ConfigError(
             f"run {found.run_id} has already run {found.round} of its {config.federation.rounds} "

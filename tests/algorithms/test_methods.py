@@ -66,6 +66,7 @@ def test_every_method_trains_quietly_alike_on_both_backends_and_reports_the_shar
     down = tensor_bytes(broadcast.params) + tensor_bytes(broadcast.extras) + own
     # up: the parameters and every declared extra, those sent once (FedMix's data means) on first participations only
     extras = method_obj.uplink_extras(initial) if isinstance(method_obj, SendsExtras) else {}
+    assert set(extras) <= set(getattr(method_obj, "extras_sent", {}))  # every channel declared (raysim.privacy)
     once = {n: shape for n, shape in extras.items() if n in method_obj.sent_once}
     up = tensor_bytes(initial.params) + extra_bytes({n: s for n, s in extras.items() if n not in once})
     joined: set[int] = set()

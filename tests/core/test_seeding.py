@@ -43,4 +43,5 @@ def test_purpose_values_never_change():
         ("EVAL", 8),
         ("SYSTEMS", 9),
         ("DROPOUT", 10),
+        ("PRIVACY", 11),
     ]

@@ -1,0 +1,46 @@
+"""Every tensor a method's clients send is privatised under the run's privacy settings, or the run refuses to start
+with one line naming the method and the channel: walked over every registered method and mode."""
+
+from __future__ import annotations
+
+import pytest
+
+from raysim.base.errors import ConfigError
+from raysim.config import build_config
+from raysim.core.registry import METHODS, get_method
+from raysim.privacy.channels import PRIVATISED, REFUSED, extras_of, outcomes
+
+SETTINGS = {
+    "user": {"mode": "user", "noise_multiplier": 1.0, "delta": 1e-3},
+    "record": {"mode": "record", "noise_multiplier": 1.0, "delta": 1e-3},
+    "secure": {"secure_aggregation": True},
+}
+
+
+@pytest.mark.parametrize("setting", SETTINGS)
+@pytest.mark.parametrize("method", list(METHODS))
+def test_every_channel_is_privatised_or_the_run_refuses_in_one_line(method, setting):
+    privacy = SETTINGS[setting]
+    found = outcomes(method, privacy.get("mode", "none"), privacy.get("secure_aggregation", False))
+    info = get_method(method)
+    sent = {"activations"} if info.split_learning else {"params", *extras_of(info.cls)}
+    assert set(found) == sent
+    assert {state for state, _ in found.values()} <= {PRIVATISED, REFUSED}
+    refused = [line for state, line in found.values() if state == REFUSED]
+    layers = [{"federation": {"clients": 100}, "privacy": privacy}]
+    if refused:
+        with pytest.raises(ConfigError) as error:
+            build_config(method, layers)
+        assert str(error.value) == refused[0] and method in refused[0] and "\n" not in refused[0]
+    else:
+        assert build_config(method, layers).privacy.mode == privacy.get("mode", "none")
+
+
+def test_the_papers_methods_and_the_baselines_compared_under_dp_are_covered():
+    for method in ("fedavg", "fedvpt", "sgpt", "fgpt"):
+        assert all(state == PRIVATISED for state, _ in outcomes(method, "user").values()), method
+    assert outcomes("sgpt", "user")["selection_counts"][0] == PRIVATISED
+    assert outcomes("sgpt", "record")["params"][0] == REFUSED  # its counts read the data outside DP-SGD
+    assert outcomes("fedvpt", "record")["params"][0] == PRIVATISED
+    assert outcomes("fedmix", "user")["data_mean"][0] == REFUSED
+    assert outcomes("fedgcr", "none", secure_aggregation=True)["params"][0] == REFUSED
