@@ -98,6 +98,7 @@ def cached_cosine(data, rows, keys: torch.Tensor) -> torch.Tensor:
 
 COUNTS_SENT = {COUNTS: "N_g^i, how many of the client's rows chose each group"}
 COUNTS_PRIVATE = {COUNTS: 1.0}  # under user-level DP, as shares (L2 norm <= 1) with a clip of their own, C
+COUNTS_DROPPED = {COUNTS: 0.0}  # not sent under user-level DP: the server's step on one noised mean never reads them
 COUNTS_NOT_RECORD_PRIVATE = "its clients send their rows' group counts, which DP-SGD does not privatise"
 
 

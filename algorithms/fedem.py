@@ -44,6 +44,11 @@ def component(k: int) -> tuple[str, str, str]:
 
 @implements("fedem")
 class FedEM(Personalised, FedAvg):
+    record_dp = (
+        "its clients train each of K components on the same rows (K times the accounted steps), weighting each row by "
+        "a mixture fitted to all its rows"
+    )
+
     def parts(self, vit, generator) -> ModelParts:
         o, dim, classes = self.options, vit.embed_dim, vit.num_classes
         slot = PromptSlot("component", (0,), length=o.prompt_length, dynamic=True)

@@ -31,6 +31,8 @@ def balanced_softmax_loss(logits: torch.Tensor, labels: torch.Tensor, class_coun
 
 @implements("fedrod")
 class FedRoD(Personalised, FedAvg):
+    record_dp = "its balanced-softmax loss reads the client's label histogram, so one row's gradient depends on all"
+
     def client_update(self, ctx, broadcast, client_state, data) -> ClientUpdate:
         model, view = ctx.model, broadcast.params
         model.load_trainable(view)

@@ -32,7 +32,7 @@ GROUP, COUNTS, FIXED_KEYS = "extra.group_prompts", gp.COUNTS, gp.FIXED_KEYS
 @implements("fgpt")
 class FGPT(gp.GroupDiagnostics, CachesRowFeatures, SendsExtras, ResolvesOptions, FedAvg):
     extras_sent = gp.COUNTS_SENT
-    private_extras = gp.COUNTS_PRIVATE
+    private_extras = gp.COUNTS_DROPPED
     record_dp = gp.COUNTS_NOT_RECORD_PRIVATE
 
     def bounded_extra(self, name, tensor):

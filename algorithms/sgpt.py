@@ -208,5 +208,5 @@ class SGPT(gp.GroupDiagnostics, CachesRowFeatures, SendsExtras, ResolvesOptions,
         if o.momentum:
             params[KEYS] = sel.momentum(state.params[KEYS], params[KEYS], o.alpha_k)
             params[GROUP] = sel.momentum(state.params[GROUP], params[GROUP], o.alpha_g)
-        total = state.server["selection_total"] + group_counts.sum(dim=0)
+        total = state.server["selection_total"] + group_counts.sum(dim=0).clamp(min=0)  # noised under DP: never < 0
         return GlobalState(params=params, server={**state.server, "selection_total": total})

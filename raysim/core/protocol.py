@@ -76,6 +76,8 @@ class Method:
     """Why the server step reads each client's update rather than sums over the cohort (``""``: weighted sums are
     enough, as FedAvg's mean): such a method refuses differential privacy and secure aggregation, where the server
     sees only the cohort's sum."""
+    user_dp: ClassVar[str] = ""
+    """Why user-level DP's clipping cannot bound what this method's clients send (``""``: it can)."""
     record_dp: ClassVar[str] = ""
     """Why record-level DP-SGD cannot cover what this method's clients send (``""``: its local training is
     :func:`raysim.core.training.local_train`'s plain steps, which DP-SGD replaces, and nothing else it sends reads
@@ -137,7 +139,8 @@ class SendsExtras:
     """Every extra a client may send, by name, and what it is (the channels differential privacy must account)."""
     private_extras: ClassVar[dict[str, float]] = {}
     """The extras user-level DP may clip and noise, each with its share of the clip (its L2 bound is share x C
-    after :meth:`bounded_extra`); an extra sent but not named here makes ``privacy.mode=user`` refuse the method."""
+    after :meth:`bounded_extra`; a share of 0: not sent under DP, the server's step reads zeros); an extra sent but
+    not named here makes ``privacy.mode=user`` refuse the method."""
 
     def bounded_extra(self, name: str, tensor: torch.Tensor) -> torch.Tensor:
         """Extra ``name`` as it enters user-level DP's clipped sum (SGPT's counts as shares); default: as sent."""

@@ -76,7 +76,7 @@ class ClientRuntime:
         self.device = pick_device()
         model = build_model(config, self.method, num_classes)
         self.remote = None
-        self.record_noise: float | None = None  # record-level DP's z, from the run's smallest client (first round)
+        self.record_noise: float | None = None  # record-level DP's z, from the run's clients' sizes (first round)
         if isinstance(self.method, SplitLearning):  # the server's blocks run elsewhere; a stand-in asks for them
             self.remote = self.method.client_stand_in()
             model.offload(*self.method.server_segment(len(model.vit.blocks)), self.remote)
@@ -96,7 +96,7 @@ class ClientRuntime:
         if self.remote is not None:
             self.remote.server = server
         if self.config.privacy.mode == "record" and self.record_noise is None:
-            self.record_noise = calibration.noise_multiplier(self.config, calibration.smallest_client(shards))
+            self.record_noise = calibration.noise_multiplier(self.config, calibration.record_units(self.config, shards))
         updates = []
         for cohort in cohorts:
             ctxs = [self._context(round, *task[:2], *task[3:]) for task in cohort]

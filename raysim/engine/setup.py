@@ -131,9 +131,9 @@ def initial_state(
     if config.clocked and draw_profiles(config.systems, shards.num_clients, config.federation.seed).tiered:
         require_tiers(config.method, f"the capacity tiers of {config.systems.trace or 'systems.tiers'}")
     if config.privacy.private:  # a delta too large for the data, or a target no noise reaches, is refused here
-        smallest = calibration.smallest_client(shards)
-        calibration.check_record_delta(config, smallest)
-        calibration.update_noise(config, smallest)
+        units = calibration.record_units(config, shards)
+        calibration.check_record_delta(config, units)
+        calibration.update_noise(config, units)
     res = config.resources
     if reservation is not None:
         wait_for_ray()

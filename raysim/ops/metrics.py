@@ -30,7 +30,7 @@ ROUND_KEYS = (
     "eval_time_s",
     "rejected_updates",
 )  # logged by the round loop for every method
-PRIVACY_KEYS = ("privacy_epsilon", "privacy_clip", "privacy_next_clip", "privacy_clipped_share", "secagg_lost")
+PRIVACY_KEYS = ("privacy_epsilon", "privacy_clip", "privacy_next_clip", "privacy_unclipped_share", "secagg_lost")
 SUMMARY_WINDOW = 10
 # keys that measure the machine, not the method: they differ between runs that are otherwise identical
 TIMING_KEYS = frozenset(

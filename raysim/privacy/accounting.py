@@ -106,17 +106,25 @@ def epsilon(event: dp_accounting.DpEvent, delta: float, accountant: str = "rdp")
     return float(rdp_privacy_accountant.compute_epsilon(RDP_ORDERS, count * step_rdp, delta)[0])
 
 
+def worst_epsilon(events, delta: float, accountant: str = "rdp") -> float:
+    """The largest :func:`epsilon` of ``events`` (one event, or several: a run's units that differ, each its own)."""
+    if isinstance(events, dp_accounting.DpEvent):
+        return epsilon(events, delta, accountant)
+    return max(epsilon(event, delta, accountant) for event in events)
+
+
 def calibrate(
-    event_of: Callable[[float], dp_accounting.DpEvent], target_epsilon: float, delta: float, accountant: str = "rdp"
+    event_of: Callable[[float], object], target_epsilon: float, delta: float, accountant: str = "rdp"
 ) -> float:
-    """The smallest z, to ``CALIBRATION_RTOL`` relative, whose ``event_of(z)`` spends at most ``target_epsilon`` at
-    ``delta``: a bracket by factors of e^2 from [1/e, e], Brent's method on log z, then up by ``CALIBRATION_RTOL``
-    until the target holds. (dp-accounting's ``calibrate_dp_mechanism`` runs the same Brent search, but with a
-    tolerance absolute in z and a fresh accountant per evaluation: about twice the evaluations of :func:`epsilon`,
-    whose cache serves the repeats, at ~0.2 s each for a fixed-size step.)"""
+    """The smallest z, to ``CALIBRATION_RTOL`` relative, whose ``event_of(z)`` (an event, or several whose worst
+    counts: :func:`worst_epsilon`) spends at most ``target_epsilon`` at ``delta``: a bracket by factors of e^2 from
+    [1/e, e], Brent's method on log z, then up by ``CALIBRATION_RTOL`` until the target holds. (dp-accounting's
+    ``calibrate_dp_mechanism`` runs the same Brent search, but with a tolerance absolute in z and a fresh accountant
+    per evaluation: about twice the evaluations of :func:`epsilon`, whose cache serves the repeats, at ~0.2 s each
+    for a fixed-size step.)"""
     if not 0 < target_epsilon < math.inf:
         raise ValueError(f"target_epsilon={target_epsilon} must be positive and finite")
-    gap = lambda log_z: epsilon(event_of(math.exp(log_z)), delta, accountant) - target_epsilon
+    gap = lambda log_z: worst_epsilon(event_of(math.exp(log_z)), delta, accountant) - target_epsilon
     low, high = -1.0, 1.0
     while gap(low) <= 0:
         if low < -20:
@@ -127,7 +135,7 @@ def calibrate(
             raise ValueError(f"target_epsilon={target_epsilon} is not met at z = e^20: event_of ignores z?")
         low, high = high, high + 2
     z = math.exp(optimize.brentq(gap, low, high, xtol=CALIBRATION_RTOL))
-    while epsilon(event_of(z), delta, accountant) > target_epsilon:
+    while worst_epsilon(event_of(z), delta, accountant) > target_epsilon:
         z *= 1 + CALIBRATION_RTOL
     return z
 

@@ -4,16 +4,23 @@ epsilon spent after each round, all from the run's config and its clients' sizes
 and every worker compute the same numbers and a resumed run continues them.
 
 User-level: the DP event of a round is the cohort's sampling (``federation.sampling``) of a Gaussian sum over the
-trainable clients (:func:`~raysim.privacy.accounting.user_event`), T rounds composed. Record-level: a client's
-local steps (epochs x ceil(n / B), :mod:`~raysim.privacy.dp_sgd`) in every one of the T rounds, composed, for the
-smallest training client (the largest sampling rate B / n: every other client's records are at least as private);
-a client's chance of sitting a round out is not counted (an upper bound)."""
+trainable clients (:func:`~raysim.privacy.accounting.user_event`), T rounds composed.
+
+Record-level: a client of n rows takes S = E ceil(n / B) local steps a round, each a batch of min(B, n) of its rows
+(:mod:`~raysim.privacy.dp_sgd`), in every one of the T rounds (a client's chance of sitting a round out is not
+counted: an upper bound). The guarantee is the worst client's, and it is not the smallest client's: the steps grow
+with n in jumps, so a client just past a multiple of B may spend more than a smaller one. The clients with the same
+S differ only in their sampling rate min(B, n) / n, largest for the fewest rows, so the run accounts the smallest
+client of each S (:func:`record_units`) and reports their largest epsilon.
+"""
 
 from __future__ import annotations
 
 from functools import lru_cache
 
 from raysim.base.errors import ConfigError
+
+Units = tuple[int, ...]  # record-level: the clients' sizes whose epsilons bound every client's (record_units)
 
 
 def _accounting():
@@ -23,21 +30,60 @@ def _accounting():
     return accounting
 
 
+def record_units(config, shards) -> Units:
+    """For each number of local steps a training client takes, the fewest rows of a client taking that many: the
+    sizes whose epsilons bound every client's (empty for a run without record-level DP)."""
+    if config.privacy.mode != "record":
+        return ()
+    batch = config.train.batch_size
+    smallest: dict[int, int] = {}
+    for n in shards.train_sizes()[shards.seen_clients()].tolist():
+        steps = -(-int(n) // batch)
+        smallest[steps] = min(smallest.get(steps, n), int(n))
+    return tuple(sorted(smallest.values()))
+
+
+class _Event:
+    """The run's DP events as a function of (z, rounds): hashable, so a calibration is cached per setting."""
+
+    def __init__(self, config, units: Units):
+        fed, train = config.federation, config.train
+        if config.privacy.mode == "user":
+            self.values = ("user", fed.clients_per_round, fed.trainable_clients, fed.rounds, fed.sampling)
+        else:
+            self.values = ("record", train.batch_size, train.local_epochs, fed.rounds, units)
+
+    def __call__(self, z: float, rounds: int | None = None):
+        accounting = _accounting()
+        if self.values[0] == "user":
+            _, cohort, population, total, sampling = self.values
+            return accounting.user_event(z, cohort, population, total if rounds is None else rounds, sampling)
+        _, batch, epochs, total, units = self.values
+        rounds = total if rounds is None else rounds
+        return tuple(accounting.record_event(z, min(batch, n), n, epochs * -(-n // batch) * rounds) for n in units)
+
+    def __hash__(self):
+        return hash(self.values)
+
+    def __eq__(self, other):
+        return isinstance(other, _Event) and self.values == other.values
+
+
 @lru_cache(maxsize=64)
-def _calibrated(event_of, target: float, delta: float, accountant: str) -> float:
+def _calibrated(event_of: _Event, target: float, delta: float, accountant: str) -> float:
     try:
         return _accounting().calibrate(event_of, target, delta, accountant)
     except ValueError as error:
         raise ConfigError(f"privacy.target_epsilon={target:g}: {error}") from None
 
 
-def noise_multiplier(config, smallest: int = 0) -> float:
+def noise_multiplier(config, units: Units = ()) -> float:
     """z: the given ``privacy.noise_multiplier``, or the smallest z whose epsilon after the last round is at most
-    ``privacy.target_epsilon`` (``smallest``: the fewest training rows of a client, for record-level DP)."""
+    ``privacy.target_epsilon`` (``units``: :func:`record_units`, for record-level DP)."""
     p = config.privacy
     if p.noise_multiplier is not None:
         return p.noise_multiplier
-    return _calibrated(_key(config, smallest), p.target_epsilon, p.delta, p.accountant)
+    return _calibrated(_Event(config, units), p.target_epsilon, p.delta, p.accountant)
 
 
 def count_noise(config) -> float:
@@ -49,10 +95,10 @@ def count_noise(config) -> float:
     return p.count_noise or config.federation.clients_per_round / 20
 
 
-def update_noise(config, smallest: int = 0) -> float:
+def update_noise(config, units: Units = ()) -> float:
     """The noise multiplier the update gets: z, less what adaptive clipping's count spends of it
     (:func:`~raysim.privacy.accounting.split_noise`)."""
-    z, std = noise_multiplier(config, smallest), count_noise(config)
+    z, std = noise_multiplier(config, units), count_noise(config)
     if not std:
         return z
     try:
@@ -64,53 +110,26 @@ def update_noise(config, smallest: int = 0) -> float:
         ) from None
 
 
-def spent(config, rounds: int, smallest: int = 0) -> float:
-    """The epsilon spent, at ``privacy.delta``, after ``rounds`` rounds."""
+def spent(config, rounds: int, units: Units = ()) -> float:
+    """The epsilon spent, at ``privacy.delta``, after ``rounds`` rounds (the worst client's, record-level)."""
     p = config.privacy
-    z = noise_multiplier(config, smallest)
-    return _accounting().epsilon(_key(config, smallest)(z, rounds), p.delta, p.accountant)
+    events = _Event(config, units)(noise_multiplier(config, units), rounds)
+    return _accounting().worst_epsilon(events, p.delta, p.accountant)
 
 
-class _Event:
-    """A hashable event builder (z, rounds) -> DpEvent for one run's settings: calibration is cached per setting."""
-
-    def __init__(self, mode: str, values: tuple):
-        self.mode, self.values = mode, values
-
-    def __call__(self, z: float, rounds: int | None = None):
-        if self.mode == "user":
-            cohort, population, total, sampling = self.values
-            return _accounting().user_event(z, cohort, population, total if rounds is None else rounds, sampling)
-        batch, records, steps, total = self.values
-        return _accounting().record_event(z, batch, records, steps * (total if rounds is None else rounds))
-
-    def __hash__(self):
-        return hash((self.mode, self.values))
-
-    def __eq__(self, other):
-        return isinstance(other, _Event) and (self.mode, self.values) == (other.mode, other.values)
+def relation(config) -> str:
+    """The neighbouring relation the run's epsilon holds under, in words (a fixed-size sample: replace one unit)."""
+    fixed = config.privacy.mode == "record" or config.federation.sampling == "fixed"
+    unit = "client" if config.privacy.mode == "user" else "row"
+    return f"replace one {unit}" if fixed else f"add or remove one {unit}"
 
 
-def _key(config, smallest: int) -> _Event:
-    fed, train = config.federation, config.train
-    if config.privacy.mode == "user":
-        return _Event("user", (fed.clients_per_round, fed.trainable_clients, fed.rounds, fed.sampling))
-    steps = train.local_epochs * -(-smallest // train.batch_size)
-    return _Event("record", (min(train.batch_size, smallest), smallest, steps, fed.rounds))
-
-
-def smallest_client(shards) -> int:
-    """The fewest training rows of a client that trains (record-level DP's accounting unit); 0 without one."""
-    seen = shards.seen_clients()
-    return int(shards.train_sizes()[seen].min()) if len(seen) else 0
-
-
-def check_record_delta(config, smallest: int) -> None:
+def check_record_delta(config, units: Units) -> None:
     """Refuse a record-level delta of at least 1 / (the smallest client's training rows): such a delta allows
     releasing one row outright. (User-level's bound, 1 / trainable clients, the config checks.)"""
     p = config.privacy
-    if p.mode == "record" and p.delta >= 1 / smallest:
+    if p.mode == "record" and units and p.delta >= 1 / units[0]:
         raise ConfigError(
-            f"privacy.delta={p.delta:g} is at least 1 / {smallest} (the training rows of the smallest client); use "
-            f"a delta below {1 / smallest:.3g}"
+            f"privacy.delta={p.delta:g} is at least 1 / {units[0]} (the training rows of the smallest client); use "
+            f"a delta below {1 / units[0]:.3g}"
         )

@@ -52,6 +52,9 @@ def outcomes(method: str, mode: str, secure_aggregation: bool = False) -> dict[s
         return {"params": (PRIVATISED, "trained with per-sample clipping and noise (DP-SGD)")}
     if mode != "user":
         return {channel: (PRIVATISED, "inside the cohort's secure sum") for channel in ("params", *extras)}
+    if cls.user_dp:
+        line = f"{where}: {method} is not covered by user-level DP: {cls.user_dp}; use another method"
+        return {channel: (REFUSED, line) for channel in ("params", *extras)}
     out = {"params": (PRIVATISED, "the update (trained minus received) clipped to C; the sum noised")}
     for name, what in extras.items():
         share = cls.private_extras.get(name)
@@ -61,6 +64,8 @@ def outcomes(method: str, mode: str, secure_aggregation: bool = False) -> dict[s
                 "sends only parameters, or give the method a bounded form of it (SendsExtras.private_extras)"
             )
             out[name] = (REFUSED, line)
+        elif share == 0:
+            out[name] = (PRIVATISED, "not sent (the server's step on one noised mean does not read it)")
         else:
             out[name] = (PRIVATISED, f"bounded, clipped to {share:g} x C and noised with the update")
     return out

@@ -52,7 +52,8 @@ class CohortView:
     ) -> tuple[list[ClientUpdate], dict[str, float]]:
         """The updates the method's step gets this round, and the round's privacy metrics."""
         if self.privacy.secure_aggregation and len(updates) < self.privacy.min_survivors:
-            return [], {"secagg_lost": 1.0}
+            kept = {"privacy_clip": clip, "privacy_next_clip": clip} if self.count_std else {}  # C stays, resumably
+            return [], {"secagg_lost": 1.0, **kept}
         if not self.user:
             return updates, {}
         return self._private_mean(round, state, updates, clip)
@@ -62,7 +63,8 @@ class CohortView:
         params = state.params
         total: Tensors = {name: torch.zeros(t.shape, dtype=torch.float64) for name, t in params.items()}
         declared = self.method.uplink_extras(state) if self.shares else {}
-        extras: Tensors = {name: torch.zeros(declared[name], dtype=torch.float64) for name in self.shares}
+        sent = {name: share for name, share in self.shares.items() if share > 0}  # a share of 0: not sent under DP
+        extras: Tensors = {name: torch.zeros(declared[name], dtype=torch.float64) for name in sent}
         unclipped = 0
         for update in updates:
             delta = {name: update.params[name].double() - params[name].double() for name in params}
@@ -70,22 +72,27 @@ class CohortView:
             unclipped += norm <= clip
             for name, t in bounded.items():
                 total[name] += t
-            for name, share in self.shares.items():
+            for name, share in sent.items():
                 if name in update.extras:
                     part, _ = clipped({name: self.method.bounded_extra(name, update.extras[name])}, share * clip)
                     extras[name] += part[name]
-        sensitivity = clip * math.sqrt(1 + sum(s * s for s in self.shares.values()))
-        std = self.update_noise * sensitivity
-        noise = gaussian({**total, **{f"extra:{k}": v for k, v in extras.items()}}, std, generator)
+        sensitivity = clip * math.sqrt(1 + sum(s * s for s in sent.values()))
+        noise = gaussian(
+            {**total, **{f"extra:{k}": v for k, v in extras.items()}}, self.update_noise * sensitivity, generator
+        )
         mean = {
             name: (params[name].double() + (total[name] + noise[name]) / self.cohort).to(params[name].dtype)
             for name in params
         }
-        sent = {name: ((v + noise[f"extra:{name}"]) / self.cohort).float() for name, v in extras.items()}  # as sent
-        metrics = {"privacy_clip": clip, "privacy_clipped_share": 1 - unclipped / len(updates) if updates else 0.0}
+        received = {name: ((v + noise[f"extra:{name}"]) / self.cohort).float() for name, v in extras.items()}
+        received |= {name: torch.zeros(declared[name]) for name in self.shares if name not in sent}
+        metrics = {"privacy_clip": clip}
         if self.count_std:  # centred bits b_i - 1/2, as TF Privacy's quantile estimator: their sum's sensitivity is 1/2
             centred = unclipped - len(updates) / 2
-            count = centred + float(torch.randn((), generator=generator, dtype=torch.float64)) * self.count_std
+            share = (
+                centred + float(torch.randn((), generator=generator, dtype=torch.float64)) * self.count_std
+            ) / self.cohort + 0.5
             p = self.privacy
-            metrics["privacy_next_clip"] = next_clip(clip, count / self.cohort + 0.5, p.adaptive, p.clip_lr)
-        return [ClientUpdate(VIEW_CLIENT, 1, mean, sent)], metrics
+            metrics["privacy_unclipped_share"] = share  # as released (noised)
+            metrics["privacy_next_clip"] = next_clip(clip, share, p.adaptive, p.clip_lr)
+        return [ClientUpdate(VIEW_CLIENT, 1, mean, received)], metrics

@@ -45,14 +45,14 @@ def update(client, w, **extras):
     return ClientUpdate(client, 10, {"w": torch.tensor(w)}, dict(extras))
 
 
-def test_without_noise_the_step_gets_the_received_tensors_plus_the_clipped_updates_over_m():
-    view = CohortView(config(noise_multiplier=0.0, clip="1.0"), Plain())
+def test_without_noise_to_speak_of_the_step_gets_the_received_tensors_plus_the_clipped_updates_over_m():
+    view = CohortView(config(noise_multiplier=1e-12, clip="1.0"), Plain())
     updates = [update(0, [4.0, 5.0]), update(1, [1.5, 1.0]), update(2, [1.0, 1.0])]  # deltas (3, 4), (0.5, 0), 0
     [seen], metrics = view.view(1, STATE, updates, 1.0)
     # clipped: (0.6, 0.8), (0.5, 0), (0, 0); summed (1.1, 0.8); divided by m = 4 (not by the 3 that arrived)
     assert seen.client_id == VIEW_CLIENT and seen.num_samples == 1 and not seen.metrics
     assert seen.params["w"].tolist() == pytest.approx([1 + 1.1 / 4, 1 + 0.8 / 4])
-    assert metrics["privacy_clip"] == 1.0 and metrics["privacy_clipped_share"] == pytest.approx(1 / 3)
+    assert metrics == {"privacy_clip": 1.0}  # a fixed clip releases nothing else
 
 
 def test_the_noise_on_the_sum_has_standard_deviation_z_c():
@@ -66,7 +66,7 @@ def test_the_noise_on_the_sum_has_standard_deviation_z_c():
 
 
 def test_an_extra_is_clipped_to_its_share_and_the_sensitivity_grows_with_it():
-    view = CohortView(config(noise_multiplier=0.0, clip="2.0"), Counting())
+    view = CohortView(config(noise_multiplier=1e-12, clip="2.0"), Counting())
     updates = [update(0, [1.0, 1.0], counts=torch.tensor([3.0, 1.0]))]
     [seen], _ = view.view(1, STATE, updates, 2.0)
     shares = torch.tensor([0.75, 0.25])  # bounded to shares; their norm 0.79 is within 0.5 x C = 1: kept
@@ -80,10 +80,11 @@ def test_an_extra_is_clipped_to_its_share_and_the_sensitivity_grows_with_it():
 
 
 def test_adaptive_clipping_counts_the_unclipped_clients_and_steps_c():
-    view = CohortView(config(noise_multiplier=0.0, clip="adaptive:0.5", count_noise=1e-9, clip_lr=0.2), Plain())
+    view = CohortView(config(noise_multiplier=1e-12, clip="adaptive:0.5", count_noise=1e-9, clip_lr=0.2), Plain())
     updates = [update(c, w) for c, w in enumerate([[1.0, 1.2], [1.0, 4.0], [1.1, 1.0], [1.0, 1.0]])]  # 0.2, 3, 0.1, 0
     _, metrics = view.view(1, STATE, updates, 1.0)
     # centred bits: (3 - 4/2) / m + 1/2 = 3/4 of the cohort unclipped, over the 1/2 aimed at: C shrinks
+    assert metrics["privacy_unclipped_share"] == pytest.approx((3 - 2) / 4 + 0.5)
     assert metrics["privacy_next_clip"] == pytest.approx(1.0 * math.exp(-0.2 * ((3 - 2) / 4 + 0.5 - 0.5)))
     _, metrics = view.view(2, STATE, [update(0, [9.0, 1.0])], 1.0)  # one client arrived, clipped
     assert metrics["privacy_next_clip"] == pytest.approx(math.exp(-0.2 * ((0 - 0.5) / 4 + 0.5 - 0.5)))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 
 import dp_accounting
+import numpy as np
 import pytest
 from click.testing import CliRunner
 from mlflow.tracking import MlflowClient
@@ -92,22 +93,41 @@ def test_privacy_settings_name_their_runs_apart_and_leave_other_runs_names_alone
     assert len(set(hashes[:3])) == 3 and hashes[3] == hashes[0]
 
 
-def test_record_level_dp_sgd_trains_and_is_accounted_per_local_step(tracking_uri, tmp_path):
+def test_record_level_epsilon_is_the_worst_clients_of_all(tracking_uri, tmp_path):
+    """Each client's epsilon by hand (B of its n rows without replacement, Gaussian(z/2), E ceil(n / B) steps a
+    round): the run reports the largest, which is not the smallest client's where steps jump with n."""
     config = config_for(tracking_uri, tmp_path, {"mode": "record", "noise_multiplier": 1.0, "delta": 1e-3})
     result = quiet_run(config)
     from raysim.engine.setup import prepare_shards
 
     shards = prepare_shards(config)
-    smallest = int(shards.train_sizes()[shards.seen_clients()].min())
-    steps = -(-smallest // 16)  # one local epoch of batches of 16
-    step = dp_accounting.SampledWithoutReplacementDpEvent(
-        smallest, min(16, smallest), dp_accounting.GaussianDpEvent(0.5)
-    )
-    expected = rdp_epsilon(
-        dp_accounting.SelfComposedDpEvent(step, steps * 3), 1e-3, dp_accounting.NeighboringRelation.REPLACE_ONE
-    )
-    assert result.history[-1]["privacy_epsilon"] == pytest.approx(expected, rel=1e-6)
+    sizes = sorted({int(n) for n in shards.train_sizes()[shards.seen_clients()]})
+    by_size = {}
+    for n in sizes:
+        step = dp_accounting.SampledWithoutReplacementDpEvent(n, min(16, n), dp_accounting.GaussianDpEvent(0.5))
+        event = dp_accounting.SelfComposedDpEvent(step, -(-n // 16) * 3)
+        by_size[n] = rdp_epsilon(event, 1e-3, dp_accounting.NeighboringRelation.REPLACE_ONE)
+    assert result.history[-1]["privacy_epsilon"] == pytest.approx(max(by_size.values()), rel=1e-6)
     assert "global_acc" in result.history[-1]
+
+
+def test_a_client_just_past_a_multiple_of_the_batch_spends_more_than_a_smaller_one():
+    """z = 2, B = 32, T = 50: 20 rows (1 step of all 20), 33 rows (2 steps of 32 of 33), 64 rows (2 steps of 32)."""
+    layers = [{"train": {"batch_size": 32}, "federation": {"rounds": 50, "clients": 100}}]
+    config = build_config("fedvpt", [*layers, {"privacy": {"mode": "record", "noise_multiplier": 2.0, "delta": 1e-5}}])
+
+    class Sizes:
+        def seen_clients(self):
+            return [0, 1, 2]
+
+        def train_sizes(self):
+            return np.array([20, 64, 33])
+
+    units = calibration.record_units(config, Sizes())
+    assert units == (20, 33)  # per number of steps, the fewest rows
+    spent = {n: calibration.spent(config, 50, (n,)) for n in (20, 33, 64)}
+    assert spent[33] > spent[64] and spent[33] > spent[20]
+    assert calibration.spent(config, 50, units) == pytest.approx(spent[33])
 
 
 def test_secure_aggregation_changes_the_bytes_and_not_the_numbers(tracking_uri, tmp_path):
@@ -124,8 +144,11 @@ USER = "privacy.mode=user privacy.noise_multiplier=1 privacy.delta=1e-5"
 BAD = {
     "negative z": (
         "privacy.mode=user privacy.noise_multiplier=-1 privacy.delta=1e-5",
-        "noise_multiplier=-1.0 must be >= 0",
+        "noise_multiplier=-1.0 must be > 0",
     ),
+    "no noise": ("privacy.mode=user privacy.noise_multiplier=0 privacy.delta=1e-5", "z = 0 adds no noise"),
+    "unused key": ("privacy.min_survivors=3", "does nothing without privacy.secure_aggregation=true"),
+    "over-selection": (f"{USER} federation.over_select=0.5", "over-selection keeps the first to finish"),
     "delta of a client": (
         "privacy.mode=user privacy.noise_multiplier=1 privacy.delta=0.1",
         "delta=0.1 is at least 1 / 20",
@@ -155,6 +178,8 @@ def test_bad_privacy_input_is_one_line_exit_2_and_leaves_no_run(tmp_path, settin
         ("pfedhn", "privacy.secure_aggregation=true", "pfedhn cannot run where the server sees only the cohort's sum"),
         ("fedmix", "privacy.mode=user", "fedmix sends data_mean"),
         ("fedvz", "privacy.mode=user", "fedvz is split learning"),
+        ("harmofl", "privacy.mode=user", "harmofl is not covered by user-level DP"),
+        ("fedem", "privacy.mode=record", "fedem is not covered by record-level DP-SGD"),
         ("sgpt", "privacy.mode=record", "sgpt is not covered by record-level DP-SGD"),
     ],
 )
