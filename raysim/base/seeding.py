@@ -27,6 +27,7 @@ class Purpose(IntEnum):
     SYSTEMS = 9  # the clients' devices drawn from distributions: (field,)
     DROPOUT = 10  # which selected clients fail mid-round: (round,)
     PRIVACY = 11  # differential privacy's noise: the server's (round,), a client's DP-SGD from its seed ()
+    COMPRESSION = 12  # a client's encoding of its update (QSGD's rounding, rand-k's coordinates): (round, client)
 
 
 class Init(IntEnum):

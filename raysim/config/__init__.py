@@ -21,6 +21,7 @@ from raysim.config.sections import (  # noqa: F401
     PRECISIONS,
     SECTIONS,
     CheckpointConfig,
+    CompressionConfig,
     DataConfig,
     FederationConfig,
     ModelConfig,

@@ -23,6 +23,7 @@ from raysim.config import yaml12
 from raysim.config.sections import (
     SECTIONS,
     CheckpointConfig,
+    CompressionConfig,
     DataConfig,
     FederationConfig,
     ModelConfig,
@@ -52,6 +53,7 @@ class Config:
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
+    compression: CompressionConfig = field(default_factory=CompressionConfig)
     options: Any = field(default_factory=NoOptions)
 
     def __post_init__(self):
@@ -59,6 +61,11 @@ class Config:
             raise ConfigError(
                 f"{self.method} is split learning: its traffic is per local step, which the virtual clock does not "
                 "model; unset systems.* and federation.deadline_s/over_select"
+            )
+        if self.compression.on and get_method(self.method).split_learning:
+            raise ConfigError(
+                f"{self.method} is split learning: its clients send activations every local step, not an update "
+                "compression.uplink could encode; unset compression.*"
             )
         if self.systems.tiers is not None:
             require_tiers(self.method, "systems.tiers")
@@ -73,6 +80,12 @@ class Config:
     def _check_privacy(self) -> None:
         """What spans privacy and the other sections; then every channel the method sends must be covered."""
         fed, p = self.federation, self.privacy
+        if p.mode == "user" and (fed.over_select > 0 or self.systems.trace is not None):
+            raise ConfigError(
+                "privacy.mode=user accounts a uniform cohort; over-selection keeps the first to finish (which other "
+                "clients' data decide) and a trace draws among the clients online; unset federation.over_select and "
+                "systems.trace"
+            )
         if fed.sampling == "poisson" and self.clocked:
             raise ConfigError(
                 "federation.sampling=poisson draws from every trainable client, the virtual clock from those online; "

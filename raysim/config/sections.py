@@ -14,9 +14,10 @@ from pathlib import Path
 
 from raysim.base.errors import ConfigError, unknown_name
 from raysim.base.paths import sqlite_file
-from raysim.base.settings import NON_NEGATIVE, POSITIVE, at_least, setting, validate
+from raysim.base.settings import NON_NEGATIVE, POSITIVE, at_least, positive, setting, validate
 from raysim.data.partition import CLASS_SETS, PACHINKO_FORMS, PARTITIONERS
 from raysim.data.sources import SOURCES
+from raysim.ops.codecs import parse as parse_codec
 from raysim.systems import traces
 from raysim.systems.distributions import parse_distribution
 from raysim.systems.tiers import parse_tiers
@@ -393,14 +394,14 @@ class PrivacyConfig:
         choices=PRIVACY_MODES,
     )
     clip: str = setting(
-        "1.0",
+        "1",
         "The L2 bound C on a client's update (user) or on one sample's gradient (record), or adaptive:QUANTILE "
         "(user: C follows the QUANTILE of the clients' update norms, Andrew et al.).",
     )
     noise_multiplier: float | None = setting(
         None,
         "z: Gaussian noise of standard deviation z * C on the clipped sum (null: calibrated from target_epsilon).",
-        checks=(NON_NEGATIVE,),
+        checks=(positive("z = 0 adds no noise and spends an infinite epsilon; use privacy.mode=none"),),
     )
     target_epsilon: float | None = setting(
         None,
@@ -437,15 +438,24 @@ class PrivacyConfig:
 
     def __post_init__(self):
         validate(self)
-        adaptive_quantile(self.clip)
+        quantile = adaptive_quantile(self.clip)
+        # one spelling per value (1, 1.0 and "1.0" are one clip), so a run's name and hash do not depend on it
+        object.__setattr__(self, "clip", f"adaptive:{quantile:g}" if quantile is not None else f"{float(self.clip):g}")
+        unused = {key for key in ("clip_lr", "count_noise") if quantile is None and self.differs(key)}
         if self.mode == "none":
-            set_keys = [
-                key for key in ("noise_multiplier", "target_epsilon", "delta") if getattr(self, key) is not None
-            ]
-            if set_keys:
-                raise ConfigError(
-                    f"privacy.{set_keys[0]} is set but privacy.mode=none; set privacy.mode=user or record"
-                )
+            unused |= {
+                k for k in ("clip", "noise_multiplier", "target_epsilon", "delta", "accountant") if self.differs(k)
+            }
+        if not self.secure_aggregation and self.differs("min_survivors"):
+            unused.add("min_survivors")
+        if unused:
+            key = sorted(unused)[0]
+            needs = {"min_survivors": "privacy.secure_aggregation=true", "clip_lr": "privacy.clip=adaptive:QUANTILE"}
+            needs["count_noise"] = needs["clip_lr"]
+            raise ConfigError(
+                f"privacy.{key} is set but does nothing without {needs.get(key, 'privacy.mode=user or record')}"
+            )
+        if self.mode == "none":
             return
         if self.delta is None:
             raise ConfigError(f"privacy.mode={self.mode} needs privacy.delta, e.g. privacy.delta=1e-5")
@@ -457,6 +467,10 @@ class PrivacyConfig:
             )
         if self.mode == "record" and self.adaptive is not None:
             raise ConfigError("privacy.clip=adaptive is for privacy.mode=user; give record-level DP a number")
+
+    def differs(self, key: str) -> bool:
+        """Whether ``key`` holds another value than its default."""
+        return getattr(self, key) != next(f.default for f in fields(self) if f.name == key)
 
     @property
     def private(self) -> bool:
@@ -495,6 +509,33 @@ def adaptive_quantile(clip: str) -> float | None:
     return None
 
 
+@dataclass(frozen=True)
+class CompressionConfig:
+    """Compressed updates (docs/how-to/compression.md): what a client's update of the parameters is encoded as on
+    the uplink, and whether the client keeps the encoding's error for its next update."""
+
+    uplink: str = setting(
+        "none",
+        "none, qsgd:BITS (unbiased stochastic quantisation, BITS in 1..16), topk:FRACTION or randk:FRACTION (the "
+        "fraction of each tensor's coordinates kept, in (0, 1]).",
+    )
+    error_feedback: bool = setting(
+        False, "Each client adds what its last encoding lost to its next update (error feedback)."
+    )
+
+    def __post_init__(self):
+        try:
+            parse_codec(self.uplink)
+        except ValueError as error:
+            raise ConfigError(f"compression.uplink={error}") from None
+        if self.error_feedback and self.uplink == "none":
+            raise ConfigError("compression.error_feedback=true needs a compression.uplink other than none")
+
+    @property
+    def on(self) -> bool:
+        return self.uplink != "none"
+
+
 SECTIONS = {
     "federation": FederationConfig,
     "train": TrainConfig,
@@ -505,4 +546,5 @@ SECTIONS = {
     "tracking": TrackingConfig,
     "checkpoint": CheckpointConfig,
     "privacy": PrivacyConfig,
+    "compression": CompressionConfig,
 }

@@ -61,9 +61,12 @@ class ClientUpdate:
     metrics: dict[str, float] = field(default_factory=dict)
     state: Tensors | None = None
     trained: Tensors = field(default_factory=dict)
+    sent: int | None = None  # bytes of ``params`` as encoded under compression.uplink (None: sent as they are)
 
     @property
     def bytes_up(self) -> int:
+        if self.sent is not None:
+            return self.sent + tensor_bytes(self.extras)
         whole = {name: t for name, t in self.params.items() if name not in self.trained}
         rows = sum(
             int(mask.sum()) * (t.numel() // max(len(mask), 1)) * t.element_size()

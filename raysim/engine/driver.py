@@ -458,6 +458,10 @@ def _log_results(
         if config.clocked:
             plot_accuracy_curves(history, title + ": time to accuracy", tmp / "time_to_accuracy.png", x="sim_time_s")
             curves.append(tmp / "time_to_accuracy.png")
+        if config.compression.on:
+            path = tmp / "accuracy_vs_bytes.png"
+            plot_accuracy_curves(history, f"{title}: {config.compression.uplink} uplink", path, x="bytes_up_total")
+            curves.append(path)
         plot_client_accuracy(client_acc, title + " (final)", tmp / "client_accuracy.png")
         figures = []
         if shards.client_domain is not None and client_acc:
@@ -482,11 +486,14 @@ def budget(config: Config, shards: ShardStore) -> str:
     secure = "secure aggregation" if p.secure_aggregation else ""
     if not p.private:
         return secure
-    smallest = calibration.smallest_client(shards)
-    z = calibration.noise_multiplier(config, smallest)
-    epsilon = calibration.spent(config, config.federation.rounds, smallest)
-    level = "user-level" if p.mode == "user" else f"record-level (smallest client: {smallest} rows)"
-    words = f"{level} DP, z={z:.4g}, clip {p.clip}: epsilon {epsilon:.3g} at delta {p.delta:g} after the last round"
+    units = calibration.record_units(config, shards)
+    z = calibration.noise_multiplier(config, units)
+    epsilon = calibration.spent(config, config.federation.rounds, units)
+    level = "user-level" if p.mode == "user" else "record-level"
+    words = (
+        f"{level} DP, z={z:.4g}, clip {p.clip}: epsilon {epsilon:.3g} at delta {p.delta:g} after the last round "
+        f"({calibration.relation(config)})"
+    )
     return f"{words}, {secure}" if secure else words
 
 
@@ -494,4 +501,4 @@ def noise_of(config: Config, shards: ShardStore) -> dict[str, float]:
     """A private run's noise multiplier z (given, or calibrated to its target), logged once at step 0."""
     if not config.privacy.private:
         return {}
-    return {"privacy_noise_multiplier": calibration.noise_multiplier(config, calibration.smallest_client(shards))}
+    return {"privacy_noise_multiplier": calibration.noise_multiplier(config, calibration.record_units(config, shards))}

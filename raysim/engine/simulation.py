@@ -29,6 +29,7 @@ from raysim.engine.client_states import ClientStates
 from raysim.engine.devices import Devices
 from raysim.engine.executors import start_executor
 from raysim.engine.ray_session import Pool
+from raysim.engine.uplink import OwnStates, Uplink, own_state
 from raysim.ops.metrics import accuracy_metrics, client_accuracies, generic_accuracy
 from raysim.privacy import calibration, secure_sum
 from raysim.privacy.cohort_view import CohortView
@@ -160,10 +161,11 @@ class Simulation:
         self.tiers = profiles.tier if profiles is not None and profiles.tiered else None  # capacity tiers, per client
         self.sim_time = self.history[-1].get("sim_time_s", 0.0) if self.history else 0.0  # the virtual clock
         privacy = config.privacy
-        self.smallest = calibration.smallest_client(self.shards)  # record-level DP's accounting unit
+        self.units = calibration.record_units(config, self.shards)  # record-level DP's accounted clients' sizes
         self.view = None  # what the server's step sees under DP or secure aggregation (raysim.privacy.cohort_view)
         if privacy.private or privacy.secure_aggregation:
             self.view = CohortView(config, self.method)
+        self.uplink = Uplink(config) if config.compression.on else None  # compressed updates (raysim.engine.uplink)
         # user-level DP's clip C: adaptive clipping's continues from the history
         self.clip = (
             self.history[-1].get("privacy_next_clip", privacy.initial_clip) if self.history else privacy.initial_clip
@@ -208,8 +210,13 @@ class Simulation:
         for reason in rejected.values():
             log.warning("round %d: rejected the update of %s", round, reason)
         for update in updates:
-            if update.state is not None:
-                self.clients.put(update.client_id, update.state)
+            state = update.state
+            if self.uplink is not None:  # with error feedback's new residual
+                state = self.uplink.state_to_keep(update.client_id, state, self.clients.get(update.client_id))
+            if state is not None:
+                self.clients.put(update.client_id, state)
+        if self.uplink is not None:
+            self.uplink.residuals.clear()  # a client whose update was not used keeps its previous residual
         metrics = {}
         split = isinstance(self.method, SplitLearning)
         if split:
@@ -242,7 +249,7 @@ class Simulation:
         evaluated = round % fed.eval_every == 0 or round == fed.rounds
         privacy = self.config.privacy
         if privacy.private and (privacy.accountant == "rdp" or evaluated):  # PLD composes anew: ~1 s a call
-            metrics["privacy_epsilon"] = calibration.spent(self.config, round, self.smallest)
+            metrics["privacy_epsilon"] = calibration.spent(self.config, round, self.units)
         if losses:
             metrics["train_loss"] = float(np.mean(losses))
         if rejected:
@@ -266,9 +273,14 @@ class Simulation:
         return report
 
     def _train(self, round: int, broadcast: Broadcast, work: list[tuple[int, float]]) -> list[ClientUpdate]:
-        """The clients' updates, by client id; each ``(client, share of its work)`` trains from its kept state."""
-        tasks = [(c, broadcast.instructions.get(c, {}), self.clients.get(c), share, self._tier(c)) for c, share in work]
-        return sorted(self.executor.train(round, broadcast, tasks), key=lambda u: u.client_id)
+        """The clients' updates, by client id, as the server receives them (decoded, under compression); each
+        ``(client, share of its work)`` trains from its kept state."""
+        kept = self.clients.get if self.uplink is None else lambda c: own_state(self.clients.get(c))
+        tasks = [(c, broadcast.instructions.get(c, {}), kept(c), share, self._tier(c)) for c, share in work]
+        updates = sorted(self.executor.train(round, broadcast, tasks), key=lambda u: u.client_id)
+        if self.uplink is not None:
+            updates = [self.uplink.send(round, broadcast, u, self.clients.get(u.client_id)) for u in updates]
+        return updates
 
     def _tier(self, client: int) -> str:
         """The client's capacity tier (docs/systems.md): ``all`` unless ``systems.tiers`` or a trace gives one."""
@@ -278,6 +290,8 @@ class Simulation:
         start = time.perf_counter()
         # client states travel to the workers only for methods that evaluate with them (personalised ones)
         states = self.clients if isinstance(self.method, Personalised) else {}
+        if states and self.uplink is not None:
+            states = OwnStates(states)  # error feedback's residuals stay out of evaluation
         counts = self.executor.evaluate(self.state.params, self.eval_seen + self.eval_unseen, states)
         report.metrics.update(accuracy_metrics(counts, self.eval_seen, self.eval_unseen, self.shards.client_domain))
         if isinstance(self.method, Personalised):  # the global model too, on the same rows (as held-out clients)

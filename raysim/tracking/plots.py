@@ -35,7 +35,8 @@ def integer_axis(ax, axis: str = "x") -> None:
 
 def plot_accuracy_curves(history: list[dict[str, float]], title: str, path: str | Path, x: str = "round") -> None:
     """Accuracy (%) per evaluated round for each accuracy metric present, against the round or, with
-    ``x="sim_time_s"``, the virtual clock (time-to-accuracy)."""
+    ``x="sim_time_s"``, the virtual clock (time-to-accuracy), or with ``x="bytes_up_total"`` the bytes uploaded so
+    far (a compression's accuracy for its bytes)."""
     rounds = [h[x] for h in history if "global_acc" in h]
     fig, ax = plt.subplots(figsize=CURVES_SIZE, dpi=120)
     for key, label in CURVES:
@@ -46,6 +47,8 @@ def plot_accuracy_curves(history: list[dict[str, float]], title: str, path: str 
     if x == "round":
         ax.set_xlabel("round")
         integer_axis(ax, "x")
+    elif x == "bytes_up_total":
+        ax.set_xlabel("bytes uploaded so far")
     else:
         ax.set_xlabel("virtual time (s)")
     accuracy_axis(ax, "y")

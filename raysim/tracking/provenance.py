@@ -74,8 +74,8 @@ def _named_keys(config: Config) -> set[str]:
     }
 
 
-# Keys added after hashes were published (the virtual clock's, privacy's): left out while at their defaults, so a
-# setting's hash, its runs' names and a comparison's finished cells stay what they were.
+# Keys added after hashes were published (the virtual clock's, privacy's, compression's): left out while at their
+# defaults, so a setting's hash, its runs' names and a comparison's finished cells stay what they were.
 LATER_KEYS = (
     "federation.deadline_s",
     "federation.stragglers",
@@ -83,6 +83,7 @@ LATER_KEYS = (
     "federation.sampling",
     "systems.",
     "privacy.",
+    "compression.",
 )
 # Added later (2026-11-29), each changing what one partition computes where it holds its new value: pathological
 # class sets drawn at random, where they were a ring; an imbalanced domains partition's counts in the data set's

@@ -44,4 +44,5 @@ def test_purpose_values_never_change():
         ("SYSTEMS", 9),
         ("DROPOUT", 10),
         ("PRIVACY", 11),
+        ("COMPRESSION", 12),
     ]

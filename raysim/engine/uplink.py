@@ -1,0 +1,104 @@
+"""Compressed uplinks (``compression.*``): each client's update of the parameters encoded as the client would send
+it, its bytes counted from the encoding (what the virtual clock charges and ``bytes_up`` reports), and decoded as
+the server receives it, before screening and aggregation (:mod:`raysim.ops.compression`).
+
+A client encodes, per tensor, what it trained minus what it received (a capacity tier's trained rows only), plus
+its error-feedback residual where ``compression.error_feedback`` is on; the residual is kept with the client's state
+(:class:`~raysim.engine.client_states.ClientStates`, under ``RESIDUAL``), so a population of any size keeps its
+bytes only, and a checkpoint keeps it. Extras (SGPT's counts, FedGCR's representation) go uncompressed. The
+encoding's random draws come from (run seed, round, client), so every backend and a resumed run draw the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+import torch
+
+from raysim.base.seeding import Purpose, derive_seed
+from raysim.core.messages import Broadcast, ClientUpdate, Tensors
+from raysim.ops.codecs import parse
+from raysim.ops.compression import decode, encode, nbytes
+
+RESIDUAL = "uplink.residual/"  # a client state's names that hold error feedback's residual, one per tensor
+
+
+def own_state(state: Tensors | None) -> Tensors | None:
+    """``state`` without the residual: what the method kept (None where it kept nothing)."""
+    if state is None:
+        return None
+    own = {name: t for name, t in state.items() if not name.startswith(RESIDUAL)}
+    return own or None
+
+
+def residual_of(state: Tensors | None) -> Tensors:
+    """The residual in ``state``, by tensor name."""
+    return {name[len(RESIDUAL) :]: t for name, t in (state or {}).items() if name.startswith(RESIDUAL)}
+
+
+class OwnStates(Mapping):
+    """The method's part of every client's state (a view: nothing is copied until a client's state is read)."""
+
+    def __init__(self, states: Mapping[int, Tensors]):
+        self.states = states
+
+    def __getitem__(self, client: int) -> Tensors:
+        own = own_state(self.states[client])
+        if own is None:
+            raise KeyError(client)
+        return own
+
+    def __iter__(self) -> Iterator[int]:
+        return (client for client in self.states if own_state(self.states[client]) is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+class Uplink:
+    """The round's uplink under ``compression.*``: :meth:`send` turns a trained update into what the server
+    receives, and remembers each sender's new residual until :meth:`state_to_keep` stores it."""
+
+    def __init__(self, config):
+        self.codec = parse(config.compression.uplink)
+        self.feedback = config.compression.error_feedback
+        self.seed = config.federation.seed
+        self.residuals: dict[int, Tensors] = {}  # the round's senders' new residuals
+
+    def send(self, round: int, broadcast: Broadcast, update: ClientUpdate, state: Tensors | None) -> ClientUpdate:
+        """``update`` as the server decodes it, its params' encoded bytes in ``update.sent``; ``state`` is what the
+        client kept (its residual in it)."""
+        received = {**broadcast.params, **broadcast.instructions.get(update.client_id, {})}
+        residual = residual_of(state) if self.feedback else {}
+        generator = torch.Generator().manual_seed(derive_seed(self.seed, Purpose.COMPRESSION, round, update.client_id))
+        decoded, kept, sent = {}, {}, 0
+        for name, tensor in sorted(update.params.items()):
+            base = received[name].to(tensor.dtype)
+            rows = update.trained.get(name)
+            delta = (tensor - base)[rows] if rows is not None else tensor - base
+            vector = delta.reshape(-1).float()
+            if name in residual:
+                vector = vector + residual[name]
+            encoded = encode(self.codec, vector, generator)
+            values = decode(self.codec, encoded, len(vector))
+            sent += nbytes(encoded)
+            if self.feedback:
+                kept[RESIDUAL + name] = vector - values
+            change = torch.zeros_like(tensor)
+            if rows is not None:
+                change[rows] = values.reshape(delta.shape).to(tensor.dtype)
+            else:
+                change = values.reshape(tensor.shape).to(tensor.dtype)
+            decoded[name] = base + change
+        update.params, update.sent = decoded, sent
+        if self.feedback:
+            self.residuals[update.client_id] = kept
+        return update
+
+    def state_to_keep(self, client: int, method_state: Tensors | None, previous: Tensors | None) -> Tensors | None:
+        """The client's state after the round: the method's (new, else its previous) and its new residual."""
+        own = method_state if method_state is not None else own_state(previous)
+        residual = self.residuals.pop(client, None)
+        if residual is None:
+            return method_state
+        return {**(own or {}), **residual}

@@ -1,0 +1,99 @@
+"""Compressed uplinks in the round loop: error feedback's residual over two rounds by hand, the bytes a run reports
+from the encodings, exact resume with residuals, and one-line errors."""
+
+from __future__ import annotations
+
+import io
+import math
+
+import pytest
+import torch
+from click.testing import CliRunner
+from rich.console import Console
+
+from raysim.cli import main
+from raysim.config import build_config
+from raysim.core.messages import Broadcast, ClientUpdate
+from raysim.engine.driver import run
+from raysim.engine.uplink import RESIDUAL, Uplink, own_state
+from raysim.ops.metrics import TIMING_KEYS
+from raysim.testing.console import own_lines
+from raysim.tracking import checkpoint as ckpt
+from raysim.tracking import resume
+
+SMALL = {
+    "federation": {"clients": 20, "rounds": 3, "participation": 0.25, "eval_every": 3, "seed": 2},
+    "data": {"dataset": "synthetic", "partition": "iid"},
+    "model": {"backbone": "raysim_vit_nano_p4_16", "pretrained": False},
+    "resources": {"backend": "sequential"},
+    "fedvpt": {"prompt_length": 2},
+}
+
+
+def test_top_k_with_error_feedback_sends_what_the_last_round_left_out():
+    uplink = Uplink(build_config("fedvpt", [{"compression": {"uplink": "topk:0.25", "error_feedback": True}}]))
+    received = Broadcast({"w": torch.tensor([1.0, 1.0, 1.0, 1.0])})
+    first = uplink.send(1, received, ClientUpdate(7, 10, {"w": torch.tensor([4.0, 0.0, 1.5, 3.0])}), None)
+    # delta (3, -1, 0.5, 2): top-1 keeps 3; the residual is the rest
+    assert first.params["w"].tolist() == [4.0, 1.0, 1.0, 1.0] and first.sent == 4 + 4
+    state = uplink.state_to_keep(7, None, None)
+    assert state[RESIDUAL + "w"].tolist() == [0.0, -1.0, 0.5, 2.0] and own_state(state) is None
+    second = uplink.send(2, received, ClientUpdate(7, 10, {"w": torch.tensor([1.0, 1.0, 1.0, 2.0])}), state)
+    # delta (0, 0, 0, 1) + residual = (0, -1, 0.5, 3): top-1 keeps 3
+    assert second.params["w"].tolist() == [1.0, 1.0, 1.0, 4.0]
+    kept = uplink.state_to_keep(7, {"personal": torch.ones(1)}, state)
+    assert kept[RESIDUAL + "w"].tolist() == [0.0, -1.0, 0.5, 0.0] and own_state(kept) == {"personal": torch.ones(1)}
+
+
+def test_a_tier_sends_only_the_rows_it_trained():
+    uplink = Uplink(build_config("fedvpt", [{"compression": {"uplink": "topk:1"}}]))
+    update = ClientUpdate(
+        0, 5, {"w": torch.tensor([[2.0, 2.0], [5.0, 5.0]])}, trained={"w": torch.tensor([True, False])}
+    )
+    sent = uplink.send(1, Broadcast({"w": torch.full((2, 2), 5.0)}), update, None)
+    assert sent.params["w"].tolist() == [[2.0, 2.0], [5.0, 5.0]] and sent.sent == 2 * 4 + 2 * 4
+
+
+def quiet_run(config, **kwargs):
+    return run(config, show_progress=False, console=Console(file=io.StringIO()), **kwargs)
+
+
+def test_a_run_reports_the_encoded_bytes_and_resumes_exactly_with_its_residuals(tracking_uri, tmp_path):
+    layers = [
+        SMALL,
+        {"compression": {"uplink": "qsgd:4", "error_feedback": True}},
+        {"tracking": {"tracking_uri": tracking_uri}, "checkpoint": {"dir": str(tmp_path / "ck"), "keep": 0}},
+    ]
+    config = build_config("fedvpt", layers)
+    full = quiet_run(config)
+    plain = quiet_run(build_config("fedvpt", [SMALL, layers[2]]))
+    sizes = [math.prod(t.shape) for t in ckpt.load(tmp_path / "ck" / full.run_id).state.params.values()]
+    per_client = sum(4 + math.ceil(d / 8) + math.ceil(4 * d / 8) for d in sizes)  # norm, signs, 4-bit levels
+    for compressed, raw in zip(full.history, plain.history, strict=True):
+        assert compressed["bytes_up"] == 5 * per_client and raw["bytes_up"] == 5 * 4 * sum(sizes)
+    found = ckpt.load(tmp_path / "ck" / full.run_id / "round-000002")
+    assert any(RESIDUAL in name for state in found.client_states.values() for name in state)
+    resumed = quiet_run(resume.resumed_config(found, "fedvpt", []), resume=found)
+
+    def numbers(history):
+        return [{k: v for k, v in h.items() if k not in TIMING_KEYS} for h in history]
+
+    assert numbers(resumed.history) == numbers(full.history)
+
+
+@pytest.mark.parametrize(
+    "method, settings, fragment",
+    [
+        ("fedvpt", ["compression.uplink=qsgd:17"], "compression.uplink='qsgd:17': qsgd takes whole bits in 1..16"),
+        ("fedvpt", ["compression.uplink=topk:0"], "topk takes the fraction kept, in (0, 1]"),
+        ("fedvpt", ["compression.error_feedback=true"], "needs a compression.uplink other than none"),
+        ("fedvz", ["compression.uplink=qsgd:8"], "fedvz is split learning"),
+    ],
+)
+def test_bad_compression_input_is_one_line_exit_2(tmp_path, method, settings, fragment):
+    args = [part for setting in settings for part in ("--set", setting)]
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    result = CliRunner().invoke(main, ["run", method, "--preset", "quick", "--tracking-uri", uri, *args])
+    lines = own_lines(result.stderr)
+    assert result.exit_code == 2 and len(lines) == 1 and fragment in lines[0], result.stderr
+    assert not (tmp_path / "mlflow.db").exists()
