@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Where raysim's processes land on a GPU, for a GPU machine (after `bash .gpu/install.sh`, ../shared/gpu/README.md;
-# about 8 minutes on one H100):
+# Where raysim's processes land on a GPU, for a GPU machine (about 8 minutes on one H100). raysim must be importable
+# there: on a GPU machine without network, install the GPU toolkit's bundle first, `bash .gpu/install.sh`, which puts
+# it in /tmp/site (this script sources /tmp/site/env.sh when it exists). `.gpu/` is not part of the repository: on a
+# CPU machine, `bash ../shared/gpu/pack.sh` from the checkout's root writes it (git ignores it; carry it to the GPU
+# machine with the checkout; ../shared/gpu/README.md).
 #   features  sgpt, one worker holding the GPU: the driver ("python ... raysim") never appears on the GPU; the
 #             worker (ray::ClientWorker) appears once, running the cached-feature pass (ClientWorker.model_setup)
 #             before round 1, and no other raysim process
