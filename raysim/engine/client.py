@@ -65,8 +65,8 @@ class ClientRuntime:
     """Runs the client hooks of one method on a model built once."""
 
     def __init__(self, config, num_classes: int):
-        # the model code (timm, torchvision: about 110 MB and 2 s) is imported here, where a model is built, and not
-        # with this module, which the coordinator imports too (its executor)
+        # the model code (timm, torchvision: docs/performance.md, "Memory") is imported here, where a model is built,
+        # and not with this module, which the coordinator imports too (its executor)
         from raysim.models.factory import build_model, pick_device
 
         torch.set_num_threads(config.resources.torch_threads)

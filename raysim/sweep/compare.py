@@ -63,10 +63,10 @@ from raysim.tracking.mlflow import COMPARE, KIND, Tracker, check_store, end_runn
 HASH = "raysim.config_hash"
 TUNED_FILE = "tuned.json"
 TUNING_FILE = "tuning.json"  # method -> its sweep's folder while it is tuned: a stopped tuning resumes
-SCORED_FILE = "scored.json"  # method -> the rows its trials were scored on (data.holdout; none before 2026-11-29)
+SCORED_FILE = "scored.json"  # method -> the rows its trials were scored on (data.holdout; absent: the test rows)
 SCORED_ON = {
     "validation": "validation rows (a fifth of the training rows; the test rows unseen)",
-    "test": "the test rows",  # a method tuned before 2026-11-29
+    "test": "the test rows",  # a method tuned in a comparison that wrote no scored.json
 }
 
 
@@ -245,7 +245,7 @@ def scoring(comparison: Comparison) -> dict[str, str]:
 
 
 def _scored_on(methods: tuple[str, ...], done: dict, scored: dict) -> dict[str, str]:
-    """``scored.json``'s record, else the test rows for a method tuned before the record (2026-11-29), else the
+    """``scored.json``'s record, else the test rows for a method tuned in a comparison that kept no record, else the
     validation rows (:func:`_arm_sweep`)."""
     return {label: scored.get(label, "test" if label in done else "validation") for label in methods}
 
