@@ -22,6 +22,7 @@ comparison (a lock in its folder).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import io
 import json
 import sys
@@ -182,7 +183,7 @@ def plan(
         flags,
         sweeping.pinned_layer(probes[0], name),
         tune_budget,
-        str(beside_store(uri) / "compare" / name),
+        str(beside_store(uri) / "compare" / folder_name(name)),
     )
     first = comparison.config(methods[0], comparison.seeds[0], {})
     return dataclasses.replace(comparison, max_concurrent=sweeping.plan_concurrency(first, max_concurrent))
@@ -193,6 +194,18 @@ def default_name(methods: tuple[str, ...], preset: str | None) -> str:
     is the preset's name, dots and all (``offline-dir0.3``), or a YAML file's name less ``.yaml``/``.yml``."""
     preset_name = Path(preset).name.removesuffix(".yaml").removesuffix(".yml") if preset else None
     return "-".join(["compare", *methods, *([preset_name] if preset_name else [])])
+
+
+FOLDER_CHARS = 100  # a comparison's folder name at most (file systems refuse names over 255 bytes)
+
+
+def folder_name(name: str) -> str:
+    """The folder of comparison ``name``: the name, path separators replaced, or where it is longer than
+    ``FOLDER_CHARS`` (many arms with settings of their own) its start and a hash of the whole, so it stays unique."""
+    safe = name.replace("/", "_").replace("\\", "_")
+    if len(safe) <= FOLDER_CHARS:
+        return safe
+    return f"{safe[: FOLDER_CHARS - 9]}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
 
 
 def tuned_values(comparison: Comparison) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
@@ -257,7 +270,7 @@ def _arm_sweep(comparison: Comparison, label: str) -> sweeping.Sweep:
     method, own = arm(label)
     layers = [*comparison.layers(label), own, {"tracking": {"experiment": f"{comparison.name}-tuning"}}]
     layers.append({"federation": {"seed": comparison.seeds[0]}, "data": {"holdout": "validation"}})
-    name = f"{comparison.name}-{method}-{time.strftime('%Y%m%d-%H%M%S')}"
+    name = f"{folder_name(comparison.name)}-{method}-{time.strftime('%Y%m%d-%H%M%S')}"
     space = arm_space(comparison, label)
     sweep = sweeping.plan(method, space, comparison.tune_budget, None, "global_acc", "max", "fifo", name, None, layers)
     return sweeping.open_parent(sweep)
@@ -449,7 +462,7 @@ def _run_cells(comparison: Comparison, tuned: dict, scored: dict, todo: list[tup
         param_space={"cell": tune.grid_search(todo)},
         tune_config=tune.TuneConfig(max_concurrent_trials=comparison.max_concurrent),
         run_config=tune.RunConfig(
-            name=f"{comparison.name}-{time.strftime('%Y%m%d-%H%M%S')}",
+            name=f"{folder_name(comparison.name)}-{time.strftime('%Y%m%d-%H%M%S')}",
             storage_path=comparison.folder,
             verbose=0,  # Tune's trial tables give way to CellProgress
             callbacks=[CellProgress(rounds, finished)],

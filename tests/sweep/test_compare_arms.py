@@ -11,7 +11,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from raysim.base.errors import ConfigError
-from raysim.sweep.compare import Comparison, arm, arm_space, default_name, end_stopped_cells, scoring
+from raysim.sweep.compare import Comparison, arm, arm_space, default_name, end_stopped_cells, folder_name, scoring
 from raysim.sweep.space import default_space_file, load_space
 
 
@@ -111,3 +111,13 @@ def test_cells_a_stopped_comparison_left_running_end_killed(tracking_uri):
     end_stopped_cells(Comparison("c", ("fedavg",), (0,), None, [], pinned, 0, "unused"), own.info.run_id)
     status = {run: client.get_run(run.info.run_id).info.status for run in (own, stopped, done, other)}
     assert [status[r] for r in (own, stopped, done, other)] == ["RUNNING", "KILLED", "FINISHED", "RUNNING"]
+
+
+def test_a_long_comparison_gets_a_short_folder_that_stays_unique():
+    arms = tuple(f"fedvpt:compression.uplink=qsgd:{bits}" for bits in range(1, 9))
+    name = default_name(("fedvpt", *arms), "digits-iid")
+    folder = folder_name(name)
+    assert len(name) > 255 and len(folder) == 100 and folder.startswith("compare-fedvpt-fedvpt:compression")
+    assert folder_name(default_name(("fedvpt", *arms[:-1], "fedvpt:compression.uplink=qsgd:9"), "digits-iid")) != folder
+    assert folder_name("compare-fedv-fedavg") == "compare-fedv-fedavg"
+    assert folder_name("compare-fedvpt:systems.trace=/data/t.csv") == "compare-fedvpt:systems.trace=_data_t.csv"
