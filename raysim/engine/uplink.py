@@ -73,6 +73,9 @@ class Uplink:
         generator = torch.Generator().manual_seed(derive_seed(self.seed, Purpose.COMPRESSION, round, update.client_id))
         decoded, kept, sent = {}, {}, 0
         for name, tensor in sorted(update.params.items()):
+            if name not in received:  # nothing the client received to encode against: sent as it is
+                decoded[name], sent = tensor, sent + tensor.numel() * tensor.element_size()
+                continue
             base = received[name].to(tensor.dtype)
             rows = update.trained.get(name)
             delta = (tensor - base)[rows] if rows is not None else tensor - base
