@@ -30,6 +30,8 @@ def format_metrics(metrics: dict[str, float]) -> str:
         parts.append(f"{(metrics['bytes_up'] + metrics['bytes_down']) / 1e6:.3g} MB")
     if "privacy_epsilon" in metrics:
         parts.append(f"epsilon {metrics['privacy_epsilon']:.3g}")
+    if metrics.get("secagg_lost"):
+        parts.append("lost: too few survivors for the secure sum")
     return " | ".join(parts)
 
 
@@ -66,7 +68,7 @@ class RoundProgress:
         text = format_metrics(self.latest)
         self.progress.update(self.task, completed=round, description=text)
         if self.enabled and not self.console.is_terminal and "global_acc" in metrics:
-            self.console.print(f"round {round}/{self.rounds}: {text}", highlight=False)
+            self.console.print(f"round {round}/{self.rounds}: {text}", highlight=False, soft_wrap=True)
 
     def note(self, text: str) -> None:
         """A line above the bar (e.g. what a Ctrl-C will do)."""
