@@ -34,7 +34,7 @@ from raysim.config.sections import (
     TrainConfig,
 )
 from raysim.core.registry import METHODS, NoOptions, get_method, require_tiers
-from raysim.privacy import channels
+from raysim.privacy import calibration, channels
 
 NOT_COMPUTED = ("tracking", "resources", "checkpoint")  # where and how a run goes, not what it computes
 
@@ -106,12 +106,7 @@ class Config:
                 "privacy.mode=record clips each row's gradient, which cohort training does not; use "
                 "train.cohort=off or auto"
             )
-        if p.mode == "user" and p.delta >= 1 / fed.trainable_clients:
-            units = fed.trainable_clients
-            raise ConfigError(
-                f"privacy.delta={p.delta:g} is at least 1 / {units} (the trainable clients), which allows releasing "
-                f"one client's data outright; use a delta below {1 / units:.3g}, e.g. {10 ** -(len(str(units)) + 1):g}"
-            )
+        calibration.check_delta(self)  # user level; record level once the clients' sizes are known
         channels.check(self)
 
     @property

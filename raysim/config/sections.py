@@ -14,7 +14,7 @@ from pathlib import Path
 
 from raysim.base.errors import ConfigError, unknown_name
 from raysim.base.paths import sqlite_file
-from raysim.base.settings import NON_NEGATIVE, POSITIVE, at_least, positive, setting, validate
+from raysim.base.settings import NON_NEGATIVE, POSITIVE, at_least, default_of, positive, setting, validate
 from raysim.data.partition import CLASS_SETS, PACHINKO_FORMS, PARTITIONERS
 from raysim.data.sources import SOURCES
 from raysim.ops.codecs import parse as parse_codec
@@ -470,7 +470,7 @@ class PrivacyConfig:
 
     def differs(self, key: str) -> bool:
         """Whether ``key`` holds another value than its default."""
-        return getattr(self, key) != next(f.default for f in fields(self) if f.name == key)
+        return getattr(self, key) != default_of(next(spec for spec in fields(self) if spec.name == key))
 
     @property
     def private(self) -> bool:

@@ -132,7 +132,7 @@ def initial_state(
         require_tiers(config.method, f"the capacity tiers of {config.systems.trace or 'systems.tiers'}")
     if config.privacy.private:  # a delta too large for the data, or a target no noise reaches, is refused here
         units = calibration.record_units(config, shards)
-        calibration.check_record_delta(config, units)
+        calibration.check_delta(config, units)
         calibration.update_noise(config, units)
     res = config.resources
     if reservation is not None:

@@ -275,11 +275,12 @@ class Simulation:
     def _train(self, round: int, broadcast: Broadcast, work: list[tuple[int, float]]) -> list[ClientUpdate]:
         """The clients' updates, by client id, as the server receives them (decoded, under compression); each
         ``(client, share of its work)`` trains from its kept state."""
-        kept = self.clients.get if self.uplink is None else lambda c: own_state(self.clients.get(c))
+        states = {c: self.clients.get(c) for c, _ in work}  # read once: the uplink needs the residual in it
+        kept = states.get if self.uplink is None else lambda c: own_state(states[c])
         tasks = [(c, broadcast.instructions.get(c, {}), kept(c), share, self._tier(c)) for c, share in work]
         updates = sorted(self.executor.train(round, broadcast, tasks), key=lambda u: u.client_id)
         if self.uplink is not None:
-            updates = [self.uplink.send(round, broadcast, u, self.clients.get(u.client_id)) for u in updates]
+            updates = [self.uplink.send(round, broadcast, u, states[u.client_id]) for u in updates]
         return updates
 
     def _tier(self, client: int) -> str:

@@ -17,6 +17,7 @@ import torch
 
 from raysim.base.seeding import Purpose, derive_seed
 from raysim.core.messages import Broadcast, ClientUpdate, Tensors
+from raysim.ops.aggregate import tensor_bytes
 from raysim.ops.codecs import parse
 from raysim.ops.compression import decode, encode, nbytes
 
@@ -74,7 +75,7 @@ class Uplink:
         decoded, kept, sent = {}, {}, 0
         for name, tensor in sorted(update.params.items()):
             if name not in received:  # nothing the client received to encode against: sent as it is
-                decoded[name], sent = tensor, sent + tensor.numel() * tensor.element_size()
+                decoded[name], sent = tensor, sent + tensor_bytes({name: tensor})
                 continue
             base = received[name].to(tensor.dtype)
             rows = update.trained.get(name)
@@ -87,12 +88,12 @@ class Uplink:
             sent += nbytes(encoded)
             if self.feedback:
                 kept[RESIDUAL + name] = vector - values
-            change = torch.zeros_like(tensor)
-            if rows is not None:
-                change[rows] = values.reshape(delta.shape).to(tensor.dtype)
-            else:
-                change = values.reshape(tensor.shape).to(tensor.dtype)
-            decoded[name] = base + change
+            change = values.reshape(delta.shape).to(tensor.dtype)
+            if rows is None:
+                decoded[name] = base + change
+            else:  # the rows it did not train: what it received
+                decoded[name] = base.clone()
+                decoded[name][rows] += change
         update.params, update.sent = decoded, sent
         if self.feedback:
             self.residuals[update.client_id] = kept

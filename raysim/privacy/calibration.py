@@ -124,12 +124,19 @@ def relation(config) -> str:
     return f"replace one {unit}" if fixed else f"add or remove one {unit}"
 
 
-def check_record_delta(config, units: Units) -> None:
-    """Refuse a record-level delta of at least 1 / (the smallest client's training rows): such a delta allows
-    releasing one row outright. (User-level's bound, 1 / trainable clients, the config checks.)"""
+def check_delta(config, units: Units = ()) -> None:
+    """Refuse a delta of at least 1 / (the units it protects): the trainable clients (user level), the smallest
+    client's training rows (record level, ``units``: :func:`record_units`); such a delta allows releasing one unit's
+    data outright."""
     p = config.privacy
-    if p.mode == "record" and units and p.delta >= 1 / units[0]:
+    if p.mode == "user":
+        count, what, unit = config.federation.trainable_clients, "the trainable clients", "one client's data"
+    elif p.mode == "record" and units:
+        count, what, unit = units[0], "the training rows of the smallest client", "one row"
+    else:
+        return
+    if p.delta >= 1 / count:
         raise ConfigError(
-            f"privacy.delta={p.delta:g} is at least 1 / {units[0]} (the training rows of the smallest client); use "
-            f"a delta below {1 / units[0]:.3g}"
+            f"privacy.delta={p.delta:g} is at least 1 / {count} ({what}), which allows releasing {unit} "
+            f"outright; use a delta below {1 / count:.3g}, e.g. {10 ** -(len(str(count)) + 1):g}"
         )
