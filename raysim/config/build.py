@@ -57,6 +57,8 @@ class Config:
     options: Any = field(default_factory=NoOptions)
 
     def __post_init__(self):
+        if self.federation.asynchronous:
+            self._check_async()
         if self.clocked and get_method(self.method).split_learning:
             raise ConfigError(
                 f"{self.method} is split learning: its traffic is per local step, which the virtual clock does not "
@@ -109,11 +111,32 @@ class Config:
         calibration.check_delta(self)  # user level; record level once the clients' sizes are known
         channels.check(self)
 
+    def _check_async(self) -> None:
+        """What asynchronous mode needs of the method, the clock and privacy."""
+        info = get_method(self.method)
+        why = "it is split learning: its server steps with every local step of a cohort" if info.split_learning else ""
+        why = why or info.cls.each_update
+        if why:
+            raise ConfigError(
+                f"{self.method} cannot run federation.mode=async: {why}, which needs a synchronous cohort; use "
+                f"federation.mode=sync"
+            )
+        if not any(getattr(self.systems, k) is not None for k in ("speed", "downlink", "uplink", "trace")):
+            raise ConfigError(
+                "federation.mode=async orders the clients by when they finish on the virtual clock; give them devices, "
+                "e.g. systems.speed=lognormal:3,0.5 or systems.trace=example"
+            )
+        if self.privacy.private or self.privacy.secure_aggregation:
+            raise ConfigError(
+                "privacy.* accounts and masks synchronous cohorts; asynchronous participation is not accounted: use "
+                "federation.mode=sync with privacy.*"
+            )
+
     @property
     def clocked(self) -> bool:
         """Whether the run keeps a virtual clock (docs/systems.md): a device property, a deadline or over-selection."""
         fed = self.federation
-        return self.systems.modelled or fed.deadline_s > 0 or fed.over_select > 0
+        return self.systems.modelled or fed.deadline_s > 0 or fed.over_select > 0 or fed.asynchronous
 
     def to_dict(self) -> dict[str, Any]:
         """Nested plain dict (YAML-able), method options under the method's options key."""

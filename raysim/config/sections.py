@@ -18,6 +18,7 @@ from raysim.base.settings import NON_NEGATIVE, POSITIVE, at_least, default_of, p
 from raysim.data.partition import CLASS_SETS, PACHINKO_FORMS, PARTITIONERS
 from raysim.data.sources import SOURCES
 from raysim.ops.codecs import parse as parse_codec
+from raysim.ops.staleness import parse_staleness
 from raysim.systems import traces
 from raysim.systems.distributions import parse_distribution
 from raysim.systems.tiers import parse_tiers
@@ -27,6 +28,8 @@ PRECISIONS = ("auto", "fp32", "bf16")  # client compute; auto is resolved by the
 BAD_UPDATE_POLICIES = ("reject", "fail")
 STRAGGLER_POLICIES = ("drop", "wait", "partial")
 SAMPLINGS = ("fixed", "poisson")
+FEDERATION_MODES = ("sync", "async")
+ASYNC_KEYS = ("concurrency", "buffer", "staleness", "server_lr", "async_alpha")  # federation.mode=async's own
 PRIVACY_MODES = ("none", "user", "record")
 ACCOUNTANTS = ("rdp", "pld")
 RESOURCE_UNIT = 1e-4  # the finest CPU or GPU share Ray reserves
@@ -99,9 +102,45 @@ class FederationConfig:
         "DP-FedAvg's accounting assumes; privacy.*).",
         choices=SAMPLINGS,
     )
+    mode: str = setting(
+        "sync",
+        "'sync': rounds of a cohort; 'async': clients train all the time and the server aggregates every "
+        "federation.buffer arrived updates, weighted by their staleness (FedBuff; FedAsync with buffer 1; "
+        "docs/how-to/async.md). --rounds then counts server versions.",
+        choices=FEDERATION_MODES,
+    )
+    concurrency: int = setting(
+        0, "Asynchronous mode: clients training at any time (0: m, the clients a round).", checks=(NON_NEGATIVE,)
+    )
+    buffer: int = setting(
+        0,
+        "Asynchronous mode: arrived updates per server version, K (0: m, at most the concurrency; 1: FedAsync's "
+        "mixing, else FedBuff's buffered step).",
+        checks=(NON_NEGATIVE,),
+    )
+    staleness: str = setting(
+        "polynomial:0.5",
+        "Asynchronous mode: an update's weight after tau server versions: constant, polynomial:A ((1 + tau)^-A) "
+        "or hinge:A,B (1 up to B, then 1 / (A (tau - B) + 1)).",
+    )
+    server_lr: float = setting(
+        1.0,
+        "Asynchronous mode with buffer > 1: FedBuff's server learning rate on the buffer's mean update.",
+        checks=(POSITIVE,),
+    )
+    async_alpha: float = setting(
+        0.6,
+        "Asynchronous mode with buffer 1: FedAsync's mixing weight alpha, times the staleness weight.",
+        checks=((lambda v: 0 < v <= 1, "must be in (0, 1], e.g. 0.6"),),
+    )
 
     def __post_init__(self):
         validate(self)
+        try:
+            parse_staleness(self.staleness)
+        except ValueError as error:
+            raise ConfigError(f"federation.staleness={error}") from None
+        self._check_async()
         if self.trainable_clients < 1:
             fix = f"lower it below {(self.clients - 0.5) / self.clients:.3g}" if self.clients > 1 else "set it to 0"
             raise ConfigError(
@@ -109,6 +148,59 @@ class FederationConfig:
                 f"{f'all {self.clients} clients' if self.clients > 1 else 'the only client'}; "
                 f"{fix} or add clients"
             )
+
+    def _check_async(self) -> None:
+        """Asynchronous mode's keys: none set in synchronous mode, and a buffer the clients in flight can fill."""
+        if self.mode == "sync":
+            unused = [key for key in ASYNC_KEYS if self.differs(key)]
+            if unused:
+                raise ConfigError(f"federation.{unused[0]} is set but does nothing without federation.mode=async")
+            return
+        if self.concurrency > self.trainable_clients:
+            raise ConfigError(
+                f"federation.concurrency={self.concurrency} is more than the {self.trainable_clients} trainable "
+                f"clients; lower it"
+            )
+        if self.buffer_size > self.concurrent_clients:
+            raise ConfigError(
+                f"federation.buffer={self.buffer_size} is more than the {self.concurrent_clients} clients in flight "
+                f"(federation.concurrency); a buffer fills from clients in flight, so lower it or raise concurrency"
+            )
+        if self.buffer_size == 1 and self.differs("server_lr"):
+            raise ConfigError(
+                "federation.server_lr is FedBuff's (buffer > 1); FedAsync (buffer 1) mixes with federation.async_alpha"
+            )
+        if self.buffer_size > 1 and self.differs("async_alpha"):
+            raise ConfigError(
+                "federation.async_alpha is FedAsync's (federation.buffer=1); FedBuff (buffer > 1) "
+                "steps with federation.server_lr"
+            )
+        if self.deadline_s > 0 or self.over_select > 0:
+            raise ConfigError(
+                "federation.deadline_s and federation.over_select shape synchronous rounds; unset them with "
+                "federation.mode=async (the server never waits for a cohort)"
+            )
+        if self.sampling != "fixed":
+            raise ConfigError("federation.sampling=poisson draws a round's cohort; unset it with federation.mode=async")
+
+    def differs(self, key: str) -> bool:
+        """Whether ``key`` holds another value than its default."""
+        return getattr(self, key) != default_of(next(spec for spec in fields(self) if spec.name == key))
+
+    @property
+    def asynchronous(self) -> bool:
+        return self.mode == "async"
+
+    @property
+    def concurrent_clients(self) -> int:
+        """C, the clients training at any time in asynchronous mode: ``concurrency``, or m."""
+        return self.concurrency or self.clients_per_round
+
+    @property
+    def buffer_size(self) -> int:
+        """K, the arrived updates a server version aggregates in asynchronous mode: ``buffer``, or the smaller of m
+        and C."""
+        return self.buffer or min(self.clients_per_round, self.concurrent_clients)
 
     @property
     def clients_per_round(self) -> int:

@@ -122,7 +122,7 @@ class Checkpointing(Callback):
             sim.run_id,
             sim.round,
             sim.config.to_dict(),
-            sim.global_state(),
+            sim.checkpoint_state(),
             changed,
             self.tracking_uri,
             list(sim.history),

@@ -87,19 +87,26 @@ class ClientRuntime:
         return True
 
     def train(
-        self, round: int, broadcast: Broadcast, cohorts: list[list[Task]], shards: ShardStore, server=None
+        self,
+        round: int,
+        broadcast: Broadcast,
+        cohorts: list[list[Task]],
+        shards: ShardStore,
+        server=None,
+        dispatch: int | None = None,
     ) -> list[ClientUpdate]:
         """Local updates of the given clients from the shared broadcast, cohort by cohort, in the order given: a
         cohort of several clients trains together when the method and ``train.cohort`` allow (:mod:`.cohort`) and
         none of them is of a capacity tier below ``all``, else client by client. ``server`` is split learning's
-        server (or a handle on it)."""
+        server (or a handle on it). ``dispatch``: asynchronous mode's dispatch number, which seeds the client's work
+        in place of the round (a client may train twice within one server version)."""
         if self.remote is not None:
             self.remote.server = server
         if self.config.privacy.mode == "record" and self.record_noise is None:
             self.record_noise = calibration.noise_multiplier(self.config, calibration.record_units(self.config, shards))
         updates = []
         for cohort in cohorts:
-            ctxs = [self._context(round, *task[:2], *task[3:]) for task in cohort]
+            ctxs = [self._context(round, dispatch, *task[:2], *task[3:]) for task in cohort]
             rows = [tier_rows(self.model, ctx.tier) for ctx in ctxs]  # {}: the client trains everything
             with autocast(self.device, self.config.train.precision):
                 if len(cohort) > 1 and cohort_training(self.config) and all(ctx.tier == ALL for ctx in ctxs):
@@ -125,9 +132,19 @@ class ClientRuntime:
             return self.method.client_update(ctx, broadcast, state, shards.train(ctx.client_id))
 
     def _context(
-        self, round: int, client_id: int, instructions: Tensors, work: float = 1.0, tier: str = ALL
+        self,
+        round: int,
+        dispatch: int | None,
+        client_id: int,
+        instructions: Tensors,
+        work: float = 1.0,
+        tier: str = ALL,
     ) -> ClientContext:
-        seed = derive_seed(self.config.federation.seed, Purpose.CLIENT, round, client_id)
+        run_seed = self.config.federation.seed
+        if dispatch is None:
+            seed = derive_seed(run_seed, Purpose.CLIENT, round, client_id)
+        else:
+            seed = derive_seed(run_seed, Purpose.DISPATCHED, dispatch, client_id)
         private = None
         if self.record_noise is not None:
             private = DPSGD(self.record_noise, self.config.privacy.initial_clip, seed)

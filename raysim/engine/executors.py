@@ -36,6 +36,13 @@ class SequentialExecutor:
     def train(self, round: int, broadcast: Broadcast, tasks: list) -> list[ClientUpdate]:
         return self.runtime.train(round, broadcast, cohorts_of(tasks, self.runtime.config), self.shards, self.server)
 
+    def submit(self, round: int, broadcast: Broadcast, task, dispatch: int) -> ClientUpdate:
+        """Asynchronous mode: one dispatched client's update (trained now; :meth:`result` hands it back)."""
+        return self.runtime.train(round, broadcast, [[task]], self.shards, self.server, dispatch)[0]
+
+    def result(self, handle: ClientUpdate) -> ClientUpdate:
+        return handle
+
     def evaluate(
         self, params: Tensors, client_ids: list[int], states: dict[int, Tensors]
     ) -> dict[int, tuple[int, int]]:
@@ -62,6 +69,7 @@ class RayExecutor:
         self.workers = list(pool.actors)
         ray.get([w.ready.remote() for w in self.workers])
         self.train_sizes, self.test_sizes = shards.train_sizes(), shards.test_sizes()
+        self.pending: list[list[ray.ObjectRef]] = [[] for _ in self.workers]  # asynchronous dispatches, per worker
 
     def train(self, round, broadcast, tasks):
         broadcast_ref = ray.put(broadcast)
@@ -73,6 +81,21 @@ class RayExecutor:
             for w, chunk in zip(self.workers, chunks)
         ]
         return [update for part in ray.get(refs) for update in part]
+
+    def submit(self, round, broadcast, task, dispatch: int) -> ray.ObjectRef:
+        """Asynchronous mode: one dispatched client's training, started on the worker with the fewest unfinished
+        dispatches (ties: the first), so the pool keeps training while the server aggregates."""
+        for worker in self.pending:
+            if worker:
+                done, _ = ray.wait(worker, num_returns=len(worker), timeout=0)
+                worker[:] = [ref for ref in worker if ref not in done]
+        index = min(range(len(self.workers)), key=lambda i: len(self.pending[i]))
+        ref = self.workers[index].train.remote(round, broadcast, [[task]], self.shards_ref, self.server, dispatch)
+        self.pending[index].append(ref)
+        return ref
+
+    def result(self, handle: ray.ObjectRef) -> ClientUpdate:
+        return ray.get(handle)[0]
 
     def evaluate(self, params, client_ids, states):
         params_ref = ray.put(params)

@@ -16,19 +16,21 @@ from pathlib import Path
 
 import numpy as np
 import ray
-import torch
 from safetensors.torch import save_file
 
 from raysim.base.errors import BadUpdateError
 from raysim.base.seeding import Purpose, rng, sample_clients
-from raysim.core.messages import Broadcast, ClientUpdate, GlobalState, Tensors
+from raysim.core.messages import Broadcast, ClientUpdate, GlobalState
 from raysim.core.protocol import Diagnostics, Personalised, SendsExtras, SplitLearning, split_encoder
 from raysim.core.registry import get_method
+from raysim.engine.async_rounds import AsyncSchedule, split_schedule
+from raysim.engine.buffered_step import buffered_step
 from raysim.engine.callbacks import Callback, Checkpointing, RoundReport
 from raysim.engine.client_states import ClientStates
 from raysim.engine.devices import Devices
 from raysim.engine.executors import start_executor
 from raysim.engine.ray_session import Pool
+from raysim.engine.screening import screen
 from raysim.engine.uplink import OwnStates, Uplink, own_state
 from raysim.ops.metrics import accuracy_metrics, client_accuracies, generic_accuracy
 from raysim.privacy import calibration, secure_sum
@@ -38,74 +40,6 @@ from raysim.systems.tiers import ALL
 from raysim.tracking.checkpoint import Checkpoint, detached, flattened
 
 log = logging.getLogger("raysim")
-
-
-def _bad(name: str, tensor: torch.Tensor, shape: tuple | None) -> str | None:
-    """Why one received tensor is unusable (wrong shape, NaN/Inf), or None."""
-    if shape is not None and tuple(tensor.shape) != tuple(shape):
-        return f"{name}: expected shape {tuple(shape)}, got shape {tuple(tensor.shape)}"
-    if tensor.is_floating_point() and not torch.isfinite(tensor).all():
-        return f"{name} has NaN or Inf"
-    return None
-
-
-def screen(
-    updates: list[ClientUpdate],
-    params: Tensors,
-    extras: dict[str, tuple] | None = None,
-    states: dict[int, Tensors] | None = None,
-) -> tuple[list[ClientUpdate], dict[int, str]]:
-    """Split off poisoned updates: every channel a client sends is checked.
-
-    ``params`` must be exactly the global tensors, with their shapes, and a capacity tier's ``trained`` masks one
-    boolean per row of a global tensor; ``extras`` only the declared names, each with
-    its declared shape (``extras`` None: none may be sent); scalar metrics finite (aggregation reads some: losses,
-    FedVZ's SPSA coefficient) for a client that trained; the new state free of NaN/Inf and, where the client kept a
-    state before, of its shapes. Returns the updates to use and, per rejected client, why (one line naming it).
-    """
-    declared = extras or {}
-    kept, rejected = [], {}
-    for update in updates:
-        previous = (states or {}).get(update.client_id) or {}
-        problems = [
-            f"params {name}: expected shape {tuple(ref.shape)}, got nothing"
-            for name, ref in params.items()
-            if name not in update.params
-        ]
-        problems += [
-            f"params {name} is not a global parameter"
-            if name not in params
-            else _bad(f"params {name}", t, params[name].shape)
-            for name, t in update.params.items()
-        ]
-        problems += [
-            f"trained {name} is not a global parameter"
-            if name not in params
-            else f"trained {name}: expected a boolean mask of {params[name].shape[0]} rows"
-            if mask.dtype != torch.bool or tuple(mask.shape) != (params[name].shape[0],)
-            else None
-            for name, mask in update.trained.items()
-        ]
-        problems += [
-            f"extra {name} is not one the method declares"
-            if name not in declared
-            else _bad(f"extra {name}", t, declared[name])
-            for name, t in update.extras.items()
-        ]
-        if update.num_samples > 0:
-            problems += [
-                f"metric {name} is {value}" for name, value in update.metrics.items() if not np.isfinite(value)
-            ]
-        problems += [
-            _bad(f"state {name}", t, previous[name].shape if name in previous else None)
-            for name, t in (update.state or {}).items()
-        ]
-        reason = next((p for p in problems if p), None)
-        if reason:
-            rejected[update.client_id] = f"client {update.client_id} ({reason})"
-        else:
-            kept.append(update)
-    return kept, rejected
 
 
 def evaluated_clients(fed, seen: list[int], unseen: list[int]) -> tuple[list[int], list[int]]:
@@ -146,6 +80,7 @@ class Simulation:
         shards_ref = shards[0] if isinstance(shards, list) else None
         self.shards = ray.get(shards_ref) if shards_ref is not None else shards
         encoder, server_state = split_encoder(start.state.server)
+        schedule, server_state = split_schedule(server_state)
         self.state = GlobalState(start.state.params, server_state)
         self.executor = start_executor(config, self.shards, shards_ref, pool, encoder, server)
         self.updates: list[ClientUpdate] = []  # the last round's screened updates, for the callbacks here
@@ -170,6 +105,8 @@ class Simulation:
         self.clip = (
             self.history[-1].get("privacy_next_clip", privacy.initial_clip) if self.history else privacy.initial_clip
         )
+        # asynchronous mode's clients in flight (raysim.engine.async_rounds); those of a checkpoint train again
+        self.schedule = AsyncSchedule(self, schedule) if config.federation.asynchronous else None
         self.callbacks = list(callbacks)
         for callback in self.callbacks:
             callback.on_start(self)
@@ -180,9 +117,52 @@ class Simulation:
         return self.executor.server
 
     def run_round(self, round: int) -> RoundReport:
-        """Train one round (1-based), evaluate if due, run the callbacks; the report is all the driver receives."""
+        """Train one round (1-based; in asynchronous mode one server version), evaluate if due, run the callbacks;
+        the report is all the driver receives."""
         fed = self.config.federation
         start = time.perf_counter()
+        step = self._sync_round if self.schedule is None else self._async_version
+        updates, sampled, rejected, metrics = step(round)
+        elapsed = time.perf_counter() - start
+        samples = sum(u.metrics.get("samples", 0) for u in updates)
+        losses = [u.metrics["train_loss"] for u in updates if u.metrics.get("steps", 0) > 0]
+        metrics = {
+            "bytes_down": metrics.pop("bytes_down"),
+            "bytes_up": metrics.pop("bytes_up"),
+            "round_time_s": elapsed,
+            "train_samples_per_s": samples / elapsed if elapsed > 0 else 0.0,
+            **metrics,
+        }
+        evaluated = round % fed.eval_every == 0 or round == fed.rounds
+        privacy = self.config.privacy
+        if privacy.private and (privacy.accountant == "rdp" or evaluated):  # PLD composes anew: ~1 s a call
+            metrics["privacy_epsilon"] = calibration.spent(self.config, round, self.units)
+        if losses:
+            metrics["train_loss"] = float(np.mean(losses))
+        if rejected:
+            metrics["rejected_updates"] = float(len(rejected))
+        if self.tiers is not None:
+            metrics["tiered_updates"] = float(sum(1 for u in updates if u.trained))
+        report = RoundReport(round, metrics, sampled=sampled, evaluated=evaluated)
+        if report.evaluated:
+            self._evaluate(report)
+        self.updates = updates
+        for callback in self.callbacks:
+            callback.on_round(round, report)
+        self.updates = []
+        self.round = round
+        self.history.append({"round": round, **report.metrics})
+        self.client_acc = report.client_acc or self.client_acc
+        if report.records:
+            self.records.append(report.records)
+        for callback in self.callbacks:
+            callback.after_round(round, report)
+        return report
+
+    def _sync_round(self, round: int) -> tuple[list[ClientUpdate], list[int], dict[int, str], dict[str, float]]:
+        """A synchronous round up to the server's step: the updates it used, the sampled clients, the rejected ones
+        (why, per client) and the round's traffic, systems, split-learning and privacy metrics."""
+        fed = self.config.federation
         if self.devices is None:
             poisson = fed.sampling == "poisson"
             sampled = sample_clients(fed.seed, round, self.seen, fed.clients_per_round, poisson)
@@ -229,48 +209,22 @@ class Simulation:
             self.state = self.method.aggregate(round, self.state, stepped)
         if split and self.method.resets_client_states(round):
             self.clients.clear()
-        elapsed = time.perf_counter() - start
         if split:
             down, up = self.method.traffic(round, broadcast, sampled, received)
         else:
             down, up = broadcast.bytes_down(sampled), float(sum(u.bytes_up for u in received))
             down, up = down + protocol[0] * len(sampled), up + protocol[1] * len(received)
-        samples = sum(u.metrics.get("samples", 0) for u in updates)
-        losses = [u.metrics["train_loss"] for u in updates if u.metrics.get("steps", 0) > 0]
-        metrics = {
-            "bytes_down": down,
-            "bytes_up": up,
-            "round_time_s": elapsed,
-            "train_samples_per_s": samples / elapsed if elapsed > 0 else 0.0,
-            **systems,
-            **metrics,
-            **private,
-        }
-        evaluated = round % fed.eval_every == 0 or round == fed.rounds
-        privacy = self.config.privacy
-        if privacy.private and (privacy.accountant == "rdp" or evaluated):  # PLD composes anew: ~1 s a call
-            metrics["privacy_epsilon"] = calibration.spent(self.config, round, self.units)
-        if losses:
-            metrics["train_loss"] = float(np.mean(losses))
-        if rejected:
-            metrics["rejected_updates"] = float(len(rejected))
-        if self.tiers is not None:
-            metrics["tiered_updates"] = float(sum(1 for u in updates if u.trained))
-        report = RoundReport(round, metrics, sampled=sampled, evaluated=evaluated)
-        if report.evaluated:
-            self._evaluate(report)
-        self.updates = updates
-        for callback in self.callbacks:
-            callback.on_round(round, report)
-        self.updates = []
-        self.round = round
-        self.history.append({"round": round, **report.metrics})
-        self.client_acc = report.client_acc or self.client_acc
-        if report.records:
-            self.records.append(report.records)
-        for callback in self.callbacks:
-            callback.after_round(round, report)
-        return report
+        return updates, sampled, rejected, {"bytes_down": down, "bytes_up": up, **systems, **metrics, **private}
+
+    def _async_version(self, round: int) -> tuple[list[ClientUpdate], list[int], dict[int, str], dict[str, float]]:
+        """Asynchronous mode's server version ``round``: the schedule runs the clock until the buffer is full
+        (:mod:`raysim.engine.async_rounds`), then the buffered step (:mod:`raysim.engine.buffered_step`)."""
+        version = self.schedule.version(round)
+        updates = [a.update for a in version.arrivals]
+        if sum(u.num_samples for u in updates) > 0:  # a version in which no client had data changes nothing
+            fed, staleness = self.config.federation, self.schedule.staleness
+            self.state = buffered_step(self.method, round, self.state, version.arrivals, fed, staleness)
+        return updates, sorted(u.client_id for u in updates), version.rejected, version.metrics
 
     def _train(self, round: int, broadcast: Broadcast, work: list[tuple[int, float]]) -> list[ClientUpdate]:
         """The clients' updates, by client id, as the server receives them (decoded, under compression); each
@@ -306,6 +260,14 @@ class Simulation:
         if self.server is None:
             return self.state
         return GlobalState(self.state.params, {**self.state.server, **self.server.state()})
+
+    def checkpoint_state(self) -> GlobalState:
+        """What a checkpoint keeps of the server: :meth:`global_state` and, in asynchronous mode, the clients in
+        flight (:meth:`~raysim.engine.async_rounds.AsyncSchedule.saved`)."""
+        state = self.global_state()
+        if self.schedule is None:
+            return state
+        return GlobalState(state.params, {**state.server, **self.schedule.saved()})
 
     def worker_resources(self) -> list[dict]:
         """What Ray gave each worker of the pool (node and resources); [] when the clients run in this process."""

@@ -20,7 +20,8 @@ SHOWN = (
 
 def format_metrics(metrics: dict[str, float]) -> str:
     """``global 81.2 | local 79.0 | worst 40.0 | loss 0.61 | 1.2 MB | epsilon 2.1`` from whatever keys are present
-    (MB: the round's bytes up and down; epsilon: the privacy budget spent so far)."""
+    (MB: the round's bytes up and down; epsilon: the privacy budget spent so far; staleness: asynchronous mode's mean
+    staleness of the version's updates)."""
     parts = [
         f"{label} {metrics[key]:.4g}" if key == "train_loss" else f"{label} {metrics[key]:.1f}"
         for key, label in SHOWN
@@ -30,6 +31,8 @@ def format_metrics(metrics: dict[str, float]) -> str:
         parts.append(f"{(metrics['bytes_up'] + metrics['bytes_down']) / 1e6:.3g} MB")
     if "privacy_epsilon" in metrics:
         parts.append(f"epsilon {metrics['privacy_epsilon']:.3g}")
+    if "staleness_mean" in metrics:
+        parts.append(f"staleness {metrics['staleness_mean']:.2g}")
     if metrics.get("secagg_lost"):
         parts.append("lost: too few survivors for the secure sum")
     return " | ".join(parts)

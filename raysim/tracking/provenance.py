@@ -74,13 +74,19 @@ def _named_keys(config: Config) -> set[str]:
     }
 
 
-# Keys added after hashes were published (the virtual clock's, privacy's, compression's): left out while at their
-# defaults, so a setting's hash, its runs' names and a comparison's finished cells stay what they were.
+# Keys added after hashes were published (the clock's, asynchronous mode's, privacy's, compression's): left out while
+# at their defaults, so a setting's hash, its runs' names and a comparison's finished cells stay what they were.
 LATER_KEYS = (
     "federation.deadline_s",
     "federation.stragglers",
     "federation.over_select",
     "federation.sampling",
+    "federation.mode",
+    "federation.concurrency",
+    "federation.buffer",
+    "federation.staleness",
+    "federation.server_lr",
+    "federation.async_alpha",
     "systems.",
     "privacy.",
     "compression.",

@@ -80,7 +80,9 @@ def test_a_tiered_client_sends_only_what_it_trained(runtime, tier):
     if tier == "head":  # the same head as a client that could only ever train the head
         assert update.bytes_up == tensor_bytes(head)
         with worker.model.training_only(list(head)), autocast(worker.device, worker.config.train.precision):
-            probe = worker.method.client_update(worker._context(1, client, {}), broadcast, None, shards.train(client))
+            probe = worker.method.client_update(
+                worker._context(1, None, client, {}), broadcast, None, shards.train(client)
+            )
         assert torch.equal(update.params["vit.head.weight"], probe.params["vit.head.weight"].cpu())
 
 

@@ -13,7 +13,7 @@ import torch
 from raysim.base.errors import BadUpdateError, ConfigError
 from raysim.core.messages import ClientUpdate
 from raysim.core.registry import get_method
-from raysim.engine.simulation import screen
+from raysim.engine.screening import screen
 from raysim.testing.smoke import open_simulation, smoke_config
 
 pytestmark = pytest.mark.usefixtures("ray_session")

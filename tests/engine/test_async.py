@@ -1,0 +1,173 @@
+"""Asynchronous mode (federation.mode=async): the staleness functions and the buffered step by hand, a FedBuff
+schedule on a fixed clock by hand, the same numbers on Ray as in one process, exact resume from a checkpoint with
+clients in flight, and one-line errors."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+from click.testing import CliRunner
+from rich.console import Console
+
+from raysim.base.errors import ConfigError
+from raysim.cli import main
+from raysim.config import build_config
+from raysim.core.messages import ClientUpdate, GlobalState
+from raysim.engine.buffered_step import Arrival, buffered_step
+from raysim.engine.driver import run
+from raysim.engine.setup import prepare_shards
+from raysim.ops.metrics import TIMING_KEYS
+from raysim.ops.staleness import parse_staleness
+from raysim.testing.smoke import FAST, run_rounds
+from raysim.tracking import checkpoint as ckpt
+from raysim.tracking import resume
+
+ASYNC = {
+    "federation": {"mode": "async", "concurrency": 4, "buffer": 2, "rounds": 4},
+    "systems": {"speed": "lognormal:2,0.7"},
+}
+
+
+def numbers(history):
+    return [{k: v for k, v in h.items() if k not in TIMING_KEYS} for h in history]
+
+
+def test_staleness_functions_by_hand():
+    assert parse_staleness("constant")(7) == 1.0
+    assert parse_staleness("polynomial:0.5")(3) == pytest.approx(0.5)  # (1 + 3)^-0.5
+    assert parse_staleness("polynomial:1")(0) == 1.0
+    hinge = parse_staleness("hinge:10,4")
+    assert hinge(4) == 1.0 and hinge(5) == pytest.approx(1 / 11) and hinge(6) == pytest.approx(1 / 21)
+    for bad in ("poly:1", "polynomial", "hinge:1", "polynomial:-1", "constant:2"):
+        with pytest.raises(ValueError):
+            parse_staleness(bad)
+
+
+class Mean:
+    """A sample-weighted mean, as FedAvg's server step."""
+
+    def aggregate(self, round, state, updates):
+        total = sum(u.num_samples for u in updates)
+        params = {k: sum(u.params[k] * (u.num_samples / total) for u in updates) for k in state.params}
+        return GlobalState(params, {"steps": state.server["steps"] + 1})
+
+
+def fed(**overrides):
+    return build_config(
+        "fedvpt", [{"federation": {"mode": "async", "concurrency": 2, **overrides}, "systems": {"speed": "1"}}]
+    ).federation
+
+
+def test_fedbuff_moves_each_delta_onto_the_current_model_weighted_by_its_staleness():
+    state = GlobalState({"w": torch.tensor([10.0, 10.0])}, {"steps": torch.tensor(0)})
+    arrivals = [
+        Arrival(ClientUpdate(0, 1, {"w": torch.tensor([3.0, 5.0])}), {"w": torch.tensor([1.0, 1.0])}, 0),  # delta 2, 4
+        Arrival(ClientUpdate(1, 3, {"w": torch.tensor([4.0, 0.0])}), {"w": torch.tensor([0.0, 0.0])}, 3),  # delta 4, 0
+    ]
+    step = buffered_step(Mean(), 5, state, arrivals, fed(buffer=2, server_lr=0.5), parse_staleness("polynomial:0.5"))
+    # moved: x + s * delta = (12, 14) with s(0) = 1 and (12, 10) with s(3) = 1/2; mean 1/4, 3/4: (12, 11);
+    # server: x + 0.5 (mean - x) = (11, 10.5)
+    assert step.params["w"].tolist() == pytest.approx([11.0, 10.5])
+    assert int(step.server["steps"]) == 1
+
+
+def test_fedasync_mixes_the_arrived_model_with_alpha_times_its_staleness_weight():
+    state = GlobalState({"w": torch.tensor([10.0])}, {"steps": torch.tensor(0)})
+    arrival = Arrival(ClientUpdate(0, 5, {"w": torch.tensor([2.0])}), {"w": torch.tensor([0.0])}, 5)
+    step = buffered_step(Mean(), 2, state, [arrival], fed(buffer=1, async_alpha=0.5), parse_staleness("hinge:1,4"))
+    # a = 0.5 * s(5) = 0.5 / (1 * (5 - 4) + 1) = 0.25; x = 0.75 * 10 + 0.25 * 2
+    assert step.params["w"].tolist() == pytest.approx([8.0])
+
+
+def test_a_fedbuff_schedule_on_a_fixed_clock(tmp_path):
+    """Three clients whose local work takes 1, 4 and 2 virtual seconds, all in flight, two updates a version.
+    t=1: client 0 arrives and trains again (from version 0) until t=2, where it precedes client 2 (ties by client
+    id): version 1 at t=2 is client 0 twice. Client 2 (from version 0: tau 1) arrives at t=2 and trains again from
+    version 1; client 0, sent off at t=2 with version 1, is back at t=3 (tau 0): version 2. At t=4 client 0 (from
+    version 2, tau 0) arrives and leaves again with version 2, then client 1 (from version 0: tau 2): version 3.
+    Then client 2 (t=4, from version 1: tau 2) and client 0 (t=5, from version 2: tau 1): version 4."""
+    base = [FAST, {"federation": {"clients": 3, "participation": 1.0, "rounds": 4, "eval_every": 4}}]
+    sizes = prepare_shards(build_config("fedvpt", base)).train_sizes()
+    trace = tmp_path / "devices.csv"
+    durations = {0: 1, 1: 4, 2: 2}
+    trace.write_text("client,speed\n" + "".join(f"{c},{sizes[c] / d}\n" for c, d in durations.items()))
+    layers = [*base, {"federation": {"mode": "async", "concurrency": 3, "buffer": 2}, "systems": {"trace": str(trace)}}]
+    reports = run_rounds(build_config("fedvpt", [*layers, {"resources": {"backend": "sequential"}}]))[1]
+    assert [r.metrics["sim_time_s"] for r in reports] == [2.0, 3.0, 4.0, 5.0]
+    assert [r.sampled for r in reports] == [[0, 0], [0, 2], [0, 1], [0, 2]]
+    assert [r.metrics["staleness_mean"] for r in reports] == [0.0, 0.5, 1.0, 1.5]
+    assert [r.metrics["staleness_max"] for r in reports] == [0.0, 1.0, 2.0, 2.0]
+    assert all(r.metrics["updates_applied"] == 2.0 for r in reports)
+
+
+def test_ray_backend_matches_sequential_in_async_mode(ray_session):
+    def metrics(backend, **resources):
+        config = build_config("fedvpt", [FAST, ASYNC, {"resources": {"backend": backend, **resources}}])
+        return [{k: v for k, v in r.metrics.items() if k not in TIMING_KEYS} for r in run_rounds(config)[1]]
+
+    sequential, on_ray = metrics("sequential"), metrics("ray", workers=2, cpus_per_client=0.5)
+    assert [m["staleness_max"] for m in sequential][-1] > 0  # updates did land stale
+    for seq, par in zip(sequential, on_ray, strict=True):
+        assert par.keys() == seq.keys()
+        for key in seq:
+            assert par[key] == pytest.approx(seq[key], abs=1e-6), key
+
+
+def test_resume_with_clients_in_flight_is_exact(tracking_uri, tmp_path):
+    config = build_config(
+        "fedvpt",
+        [
+            FAST,
+            ASYNC,
+            {"systems": {"dropout": 0.2}, "compression": {"uplink": "qsgd:4", "error_feedback": True}},
+            {"resources": {"backend": "sequential"}, "checkpoint": {"keep": 0, "dir": str(tmp_path / "ck")}},
+            {"tracking": {"tracking_uri": tracking_uri}},
+        ],
+    )
+    quiet = {"show_progress": False, "console": Console(file=io.StringIO())}
+    full = run(config, **quiet)
+    found = ckpt.load(tmp_path / "ck" / full.run_id / "round-000002")
+    assert len(found.state.server["async/inflight"]) > 0  # the checkpoint holds clients in flight
+    resumed = run(resume.resumed_config(found, "fedvpt", []), resume=found, **quiet)
+    assert numbers(resumed.history) == numbers(full.history)
+    assert sum(h["dropouts"] for h in full.history) > 0
+
+
+@pytest.mark.parametrize(
+    ("method", "sets", "says"),
+    [
+        ("fedgcr", ["federation.mode=async", "systems.speed=1"], "fedgcr cannot run federation.mode=async"),
+        ("fedv", ["federation.mode=async", "systems.speed=1"], "fedv cannot run federation.mode=async"),
+        ("fedvpt", ["federation.mode=async"], "give them devices"),
+        (
+            "fedvpt",
+            ["federation.mode=async", "systems.speed=1", "federation.buffer=5", "federation.concurrency=2"],
+            "buffer=5 is more than",
+        ),
+        ("fedvpt", ["federation.buffer=2"], "federation.buffer is set but does nothing without federation.mode=async"),
+        (
+            "fedvpt",
+            ["federation.mode=async", "systems.speed=1", "federation.staleness=poly:1"],
+            "federation.staleness='poly:1'",
+        ),
+    ],
+)
+def test_bad_async_settings_are_one_line_errors(tmp_path, method, sets, says):
+    args = ["run", method, "--clients", "6", "--tracking-uri", f"sqlite:///{tmp_path}/none.db"]
+    result = CliRunner().invoke(main, [*args, *[a for s in sets for a in ("--set", s)]])
+    assert result.exit_code == 2, result.output
+    assert says in result.output and "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert not (tmp_path / "none.db").exists()
+
+
+def test_devices_that_never_finish_stop_the_run_in_one_line(tmp_path):
+    trace = tmp_path / "short.csv"
+    trace.write_text("client,speed,period_s,online\n0,1,100,0-1\n")  # online 1 s of 100, a client's work takes longer
+    config = build_config(
+        "fedvpt", [FAST, ASYNC, {"systems": {"trace": str(trace)}, "resources": {"backend": "sequential"}}]
+    )
+    with pytest.raises(ConfigError, match="1000 clients in a row went offline or dropped out before finishing"):
+        run_rounds(config)
