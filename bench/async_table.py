@@ -1,6 +1,7 @@
 """FedBuff against synchronous rounds at equal simulated time, for FedVPT and SGPT, over seeds (``raysim compare``).
 
-    python bench/async_table.py [--devices lognormal:3,1] [--seeds 3] [--rounds 20] [raysim compare flags ...]
+    python bench/async_table.py [--devices lognormal:3,1] [--seeds 3] [--rounds 20] [--methods fedvpt,sgpt]
+                                [raysim compare flags ...]
     python bench/async_table.py --devices trace:example
 
 Each method runs synchronously (``--rounds`` rounds of m clients) and asynchronously (FedBuff: concurrency m, a
@@ -25,8 +26,6 @@ import numpy as np
 from raysim.tracking.comparison import cells
 from raysim.tracking.statistics import interval, paired
 
-METHODS = ("fedvpt", "sgpt")
-
 
 def devices(spec: str) -> str:
     """The arms' systems setting: ``lognormal:MU,SIGMA`` speeds, or ``trace:NAME``."""
@@ -34,9 +33,9 @@ def devices(spec: str) -> str:
     return f"systems.trace={value}" if kind == "trace" else f"systems.speed={spec}"
 
 
-def arms(spec: str, rounds: int, per_round: int) -> list[str]:
+def arms(methods: list[str], spec: str, rounds: int, per_round: int) -> list[str]:
     buffered = f"federation.mode=async:federation.buffer={max(1, per_round // 2)}:federation.rounds={2 * rounds}"
-    return [arm for m in METHODS for arm in (f"{m}:{devices(spec)}", f"{m}:{devices(spec)}:{buffered}")]
+    return [arm for m in methods for arm in (f"{m}:{devices(spec)}", f"{m}:{devices(spec)}:{buffered}")]
 
 
 def accuracy_at(curve: tuple[list[float], list[float]], time: float) -> float:
@@ -96,11 +95,13 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=20, help="synchronous rounds (FedBuff runs 2x versions)")
     parser.add_argument("--per-round", type=int, default=10, help="m, the clients a synchronous round")
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--methods", default="fedvpt,sgpt", help="comma-separated")
     parser.add_argument("--target", type=float, default=0.9, help="share of the synchronous run's final accuracy")
     parser.add_argument("--tracking-uri", default="sqlite:///raysim-runs/mlflow.db")
     args, rest = parser.parse_known_args()
     experiment = f"async-table-{args.devices.replace(':', '-').replace(',', '-')}-r{args.rounds}"
-    command = [sys.executable, "-m", "raysim.cli", "compare", *arms(args.devices, args.rounds, args.per_round)]
+    compared = arms(args.methods.split(","), args.devices, args.rounds, args.per_round)
+    command = [sys.executable, "-m", "raysim.cli", "compare", *compared]
     command += ["--preset", "digits-iid", "--seeds", str(args.seeds), "--rounds", str(args.rounds)]
     command += ["--eval-every", "1", "--experiment", experiment, "--tracking-uri", args.tracking_uri, *rest]
     print(" ".join(command), flush=True)

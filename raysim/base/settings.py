@@ -77,6 +77,11 @@ def default_of(spec) -> Any:
     return None if spec.default is MISSING else spec.default
 
 
+def differs(section, key: str) -> bool:
+    """Whether field ``key`` of the config section ``section`` holds another value than its default."""
+    return getattr(section, key) != default_of(next(spec for spec in fields(section) if spec.name == key))
+
+
 def type_name(cls, name: str) -> str:
     """The type of field ``name`` of ``cls`` as a user writes the value: int, float, str, bool, list, or ``X or
     null``."""

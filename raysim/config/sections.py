@@ -14,7 +14,7 @@ from pathlib import Path
 
 from raysim.base.errors import ConfigError, unknown_name
 from raysim.base.paths import sqlite_file
-from raysim.base.settings import NON_NEGATIVE, POSITIVE, at_least, default_of, positive, setting, validate
+from raysim.base.settings import NON_NEGATIVE, POSITIVE, at_least, differs, positive, setting, validate
 from raysim.data.partition import CLASS_SETS, PACHINKO_FORMS, PARTITIONERS
 from raysim.data.sources import SOURCES
 from raysim.ops.codecs import parse as parse_codec
@@ -152,7 +152,7 @@ class FederationConfig:
     def _check_async(self) -> None:
         """Asynchronous mode's keys: none set in synchronous mode, and a buffer the clients in flight can fill."""
         if self.mode == "sync":
-            unused = [key for key in ASYNC_KEYS if self.differs(key)]
+            unused = [key for key in ASYNC_KEYS if differs(self, key)]
             if unused:
                 raise ConfigError(f"federation.{unused[0]} is set but does nothing without federation.mode=async")
             return
@@ -166,11 +166,11 @@ class FederationConfig:
                 f"federation.buffer={self.buffer_size} is more than the {self.concurrent_clients} clients in flight "
                 f"(federation.concurrency); a buffer fills from clients in flight, so lower it or raise concurrency"
             )
-        if self.buffer_size == 1 and self.differs("server_lr"):
+        if self.buffer_size == 1 and differs(self, "server_lr"):
             raise ConfigError(
                 "federation.server_lr is FedBuff's (buffer > 1); FedAsync (buffer 1) mixes with federation.async_alpha"
             )
-        if self.buffer_size > 1 and self.differs("async_alpha"):
+        if self.buffer_size > 1 and differs(self, "async_alpha"):
             raise ConfigError(
                 "federation.async_alpha is FedAsync's (federation.buffer=1); FedBuff (buffer > 1) "
                 "steps with federation.server_lr"
@@ -182,10 +182,6 @@ class FederationConfig:
             )
         if self.sampling != "fixed":
             raise ConfigError("federation.sampling=poisson draws a round's cohort; unset it with federation.mode=async")
-
-    def differs(self, key: str) -> bool:
-        """Whether ``key`` holds another value than its default."""
-        return getattr(self, key) != default_of(next(spec for spec in fields(self) if spec.name == key))
 
     @property
     def asynchronous(self) -> bool:
@@ -533,12 +529,12 @@ class PrivacyConfig:
         quantile = adaptive_quantile(self.clip)
         # one spelling per value (1, 1.0 and "1.0" are one clip), so a run's name and hash do not depend on it
         object.__setattr__(self, "clip", f"adaptive:{quantile:g}" if quantile is not None else f"{float(self.clip):g}")
-        unused = {key for key in ("clip_lr", "count_noise") if quantile is None and self.differs(key)}
+        unused = {key for key in ("clip_lr", "count_noise") if quantile is None and differs(self, key)}
         if self.mode == "none":
             unused |= {
-                k for k in ("clip", "noise_multiplier", "target_epsilon", "delta", "accountant") if self.differs(k)
+                k for k in ("clip", "noise_multiplier", "target_epsilon", "delta", "accountant") if differs(self, k)
             }
-        if not self.secure_aggregation and self.differs("min_survivors"):
+        if not self.secure_aggregation and differs(self, "min_survivors"):
             unused.add("min_survivors")
         if unused:
             key = sorted(unused)[0]
@@ -559,10 +555,6 @@ class PrivacyConfig:
             )
         if self.mode == "record" and self.adaptive is not None:
             raise ConfigError("privacy.clip=adaptive is for privacy.mode=user; give record-level DP a number")
-
-    def differs(self, key: str) -> bool:
-        """Whether ``key`` holds another value than its default."""
-        return getattr(self, key) != default_of(next(spec for spec in fields(self) if spec.name == key))
 
     @property
     def private(self) -> bool:
