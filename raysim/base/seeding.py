@@ -29,7 +29,8 @@ class Purpose(IntEnum):
     PRIVACY = 11  # differential privacy's noise: the server's (round,), a client's DP-SGD from its seed ()
     COMPRESSION = 12  # a client's encoding of its update (QSGD's rounding, rand-k's coordinates): (round, client)
     DISPATCH = 13  # asynchronous mode's choice of the next client to train: (dispatch,)
-    DISPATCHED = 14  # asynchronous mode's local work and dropout of a dispatched client: (dispatch, client)
+    DISPATCHED = 14  # asynchronous mode's local work of a dispatched client: (dispatch, client)
+    DOWNLINK = 15  # the server's encoding of its model's update (compression.downlink): (round,)
 
 
 class Init(IntEnum):

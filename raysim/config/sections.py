@@ -596,7 +596,8 @@ def adaptive_quantile(clip: str) -> float | None:
 @dataclass(frozen=True)
 class CompressionConfig:
     """Compressed updates (docs/how-to/compression.md): what a client's update of the parameters is encoded as on
-    the uplink, and whether the client keeps the encoding's error for its next update."""
+    the uplink, whether the client keeps the encoding's error for its next update, and what the server's model
+    updates are encoded as on the downlink."""
 
     uplink: str = setting(
         "none",
@@ -606,18 +607,25 @@ class CompressionConfig:
     error_feedback: bool = setting(
         False, "Each client adds what its last encoding lost to its next update (error feedback)."
     )
+    downlink: str = setting(
+        "none",
+        "The server's model updates as broadcast, in the codecs of compression.uplink: clients train from the "
+        "model those updates build, and download the ones since their last download.",
+    )
 
     def __post_init__(self):
-        try:
-            parse_codec(self.uplink)
-        except ValueError as error:
-            raise ConfigError(f"compression.uplink={error}") from None
+        for name in ("uplink", "downlink"):
+            try:
+                parse_codec(getattr(self, name))
+            except ValueError as error:
+                raise ConfigError(f"compression.{name}={error}") from None
         if self.error_feedback and self.uplink == "none":
             raise ConfigError("compression.error_feedback=true needs a compression.uplink other than none")
 
     @property
     def on(self) -> bool:
-        return self.uplink != "none"
+        """Whether either direction is compressed."""
+        return self.uplink != "none" or self.downlink != "none"
 
 
 SECTIONS = {

@@ -35,14 +35,16 @@ class Broadcast:
     params: Tensors
     extras: Tensors = field(default_factory=dict)
     instructions: dict[int, Tensors] = field(default_factory=dict)
+    downloads: dict[int, int] | None = None  # per client, bytes of ``params`` as encoded under compression.downlink
 
     def bytes_down(self, sampled: list[int]) -> float:
         """The round's bytes down: params and extras to every sampled client, plus each one's instructions."""
         return float(sum(self.bytes_to(c) for c in sampled))
 
     def bytes_to(self, client: int) -> int:
-        """What one client downloads: params, extras and its instructions."""
-        return tensor_bytes(self.params) + tensor_bytes(self.extras) + tensor_bytes(self.instructions.get(client, {}))
+        """What one client downloads: params (as encoded, under compression.downlink), extras and its instructions."""
+        params = tensor_bytes(self.params) if self.downloads is None else self.downloads[client]
+        return params + tensor_bytes(self.extras) + tensor_bytes(self.instructions.get(client, {}))
 
 
 @dataclass

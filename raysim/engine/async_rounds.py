@@ -62,6 +62,7 @@ class Dispatch:
     start: float
     earliest: float
     offline: float
+    download: float  # bytes
     fails: bool
     broadcast: Broadcast
     state: Tensors | None  # what the client kept when it downloaded (its error-feedback residual in it)
@@ -181,18 +182,20 @@ class AsyncSchedule:
             client = int(idle[pick])
             idle = np.delete(idle, pick)
             broadcast = self.sim.method.configure(round, self.sim.state, [client])
-            down += broadcast.bytes_to(client)
-            self._start(self._planned(client, round - 1, now, float(left[client]), broadcast))
+            if self.sim.downlink is not None:
+                broadcast = self.sim.downlink.broadcast(broadcast, [client])
+            dispatch = self._planned(client, round - 1, now, float(left[client]), broadcast)
+            down += dispatch.download
+            self._start(dispatch)
         return down
 
     def _planned(self, client: int, version: int, now: float, left: float, broadcast: Broadcast) -> Dispatch:
         """A dispatch of ``client`` at ``now``, its timings and its dropout draw."""
-        p = self.profiles
-        download = broadcast.bytes_to(client) / p.downlink[client]
-        earliest = now + download + self.planned[client] / p.speed[client]
+        p, download = self.profiles, float(broadcast.bytes_to(client))
+        earliest = now + download / p.downlink[client] + self.planned[client] / p.speed[client]
         fails = bool(self.dropout) and rng(self.seed, Purpose.DROPOUT, self.dispatched).random() < self.dropout
         state = self.sim.clients.get(client)
-        return Dispatch(self.dispatched, client, version, now, earliest, now + left, fails, broadcast, state)
+        return Dispatch(self.dispatched, client, version, now, earliest, now + left, download, fails, broadcast, state)
 
     def _start(self, dispatch: Dispatch) -> None:
         """Start the client's training (none for one that fails: it arrives with nothing when its bound says)."""
@@ -226,7 +229,7 @@ class AsyncSchedule:
         if sim.uplink is not None:
             update = sim.uplink.send(dispatch.number, dispatch.broadcast, update, dispatch.state)
         took = finish_times(
-            np.array([dispatch.broadcast.bytes_to(client)], dtype=float),
+            np.array([dispatch.download]),
             np.array([update.metrics.get("samples", 0)], dtype=float),
             np.array([update.bytes_up], dtype=float),
             p.speed[[client]],
@@ -246,9 +249,9 @@ class AsyncSchedule:
             TABLE: torch.tensor(
                 [[d.number, d.client, d.version, int(d.fails)] for d in self.inflight], dtype=torch.int64
             ).reshape(-1, 4),
-            TIMES: torch.tensor([[d.start, d.earliest, d.offline] for d in self.inflight], dtype=torch.float64).reshape(
-                -1, 3
-            ),
+            TIMES: torch.tensor(
+                [[d.start, d.earliest, d.offline, d.download] for d in self.inflight], dtype=torch.float64
+            ).reshape(-1, 4),
         }
         for d in self.inflight:
             out.update({f"{PREFIX}v{d.version}/params/{k}": t for k, t in d.broadcast.params.items()})
@@ -264,7 +267,7 @@ class AsyncSchedule:
         def part(prefix: str) -> Tensors:
             return {k[len(prefix) :]: t for k, t in saved.items() if k.startswith(prefix)}
 
-        for (number, client, version, fails), (start, earliest, offline) in zip(
+        for (number, client, version, fails), (start, earliest, offline, download) in zip(
             saved[TABLE].tolist(), saved[TIMES].tolist()
         ):
             instructions = part(f"{PREFIX}d{number}/instructions/")
@@ -273,5 +276,5 @@ class AsyncSchedule:
                 part(f"{PREFIX}d{number}/extras/"),
                 {client: instructions} if instructions else {},
             )
-            state = self.sim.clients.get(client)
-            self._start(Dispatch(number, client, version, start, earliest, offline, bool(fails), broadcast, state))
+            state, fails = self.sim.clients.get(client), bool(fails)
+            self._start(Dispatch(number, client, version, start, earliest, offline, download, fails, broadcast, state))

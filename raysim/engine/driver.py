@@ -458,9 +458,10 @@ def _log_results(
         if config.clocked:
             plot_accuracy_curves(history, title + ": time to accuracy", tmp / "time_to_accuracy.png", x="sim_time_s")
             curves.append(tmp / "time_to_accuracy.png")
-        if config.compression.on:
-            path = tmp / "accuracy_vs_bytes.png"
-            plot_accuracy_curves(history, f"{title}: {config.compression.uplink} uplink", path, x="bytes_up_total")
+        coded = config.compression
+        if coded.on:  # against the bytes of the direction compressed (uplink first)
+            path, x = tmp / "accuracy_vs_bytes.png", "bytes_up_total" if coded.uplink != "none" else "bytes_down_total"
+            plot_accuracy_curves(history, f"{title}: {coded.uplink} uplink, {coded.downlink} downlink", path, x=x)
             curves.append(path)
         plot_client_accuracy(client_acc, title + " (final)", tmp / "client_accuracy.png")
         figures = []

@@ -28,6 +28,7 @@ from raysim.engine.buffered_step import buffered_step
 from raysim.engine.callbacks import Callback, Checkpointing, RoundReport
 from raysim.engine.client_states import ClientStates
 from raysim.engine.devices import Devices
+from raysim.engine.downlink import Downlink, split_public
 from raysim.engine.executors import start_executor
 from raysim.engine.ray_session import Pool
 from raysim.engine.screening import screen
@@ -81,6 +82,7 @@ class Simulation:
         self.shards = ray.get(shards_ref) if shards_ref is not None else shards
         encoder, server_state = split_encoder(start.state.server)
         schedule, server_state = split_schedule(server_state)
+        public, server_state = split_public(server_state)
         self.state = GlobalState(start.state.params, server_state)
         self.executor = start_executor(config, self.shards, shards_ref, pool, encoder, server)
         self.updates: list[ClientUpdate] = []  # the last round's screened updates, for the callbacks here
@@ -100,7 +102,11 @@ class Simulation:
         self.view = None  # what the server's step sees under DP or secure aggregation (raysim.privacy.cohort_view)
         if privacy.private or privacy.secure_aggregation:
             self.view = CohortView(config, self.method)
-        self.uplink = Uplink(config) if config.compression.on else None  # compressed updates (raysim.engine.uplink)
+        compression = config.compression
+        self.uplink = Uplink(config) if compression.uplink != "none" else None  # compressed updates (engine.uplink)
+        clients = self.shards.num_clients
+        # compressed broadcasts: the public model clients train from (raysim.engine.downlink)
+        self.downlink = Downlink(config, self.state.params, clients, public) if compression.downlink != "none" else None
         # user-level DP's clip C: adaptive clipping's continues from the history
         self.clip = (
             self.history[-1].get("privacy_next_clip", privacy.initial_clip) if self.history else privacy.initial_clip
@@ -173,6 +179,8 @@ class Simulation:
         if self.server is not None:
             self.server.end_round()  # the round's server figures start here (the last evaluation's are not theirs)
         broadcast = self.method.configure(round, self.state, sampled)
+        if self.downlink is not None:
+            broadcast = self.downlink.broadcast(broadcast, sampled)
         received = self._train(round, broadcast, [(c, 1.0) for c in sampled if c not in failed])
         arrived, systems = received, {}
         protocol = secure_sum.overhead(len(sampled)) if self.config.privacy.secure_aggregation else (0.0, 0.0)
@@ -202,11 +210,15 @@ class Simulation:
         if split:
             metrics.update(self.method.update_server(round, self.server, updates))
         stepped, private = updates, {}
+        if self.downlink is not None:  # each client's delta, from what it received, onto the server's model
+            stepped = [self.downlink.moved(self.state.params, u) for u in updates]
         if self.view is not None:
-            stepped, private = self.view.view(round, self.state, updates, self.clip)
+            stepped, private = self.view.view(round, self.state, stepped, self.clip)
             self.clip = private.get("privacy_next_clip", self.clip)
         if sum(u.num_samples for u in stepped) > 0:  # a round in which no client had data changes nothing
             self.state = self.method.aggregate(round, self.state, stepped)
+        if self.downlink is not None:
+            self.downlink.advance(round, self.state.params)
         if split and self.method.resets_client_states(round):
             self.clients.clear()
         if split:
@@ -224,6 +236,8 @@ class Simulation:
         if sum(u.num_samples for u in updates) > 0:  # a version in which no client had data changes nothing
             fed, staleness = self.config.federation, self.schedule.staleness
             self.state = buffered_step(self.method, round, self.state, version.arrivals, fed, staleness)
+        if self.downlink is not None:
+            self.downlink.advance(round, self.state.params)
         return updates, sorted(u.client_id for u in updates), version.rejected, version.metrics
 
     def _train(self, round: int, broadcast: Broadcast, work: list[tuple[int, float]]) -> list[ClientUpdate]:
@@ -262,12 +276,12 @@ class Simulation:
         return GlobalState(self.state.params, {**self.state.server, **self.server.state()})
 
     def checkpoint_state(self) -> GlobalState:
-        """What a checkpoint keeps of the server: :meth:`global_state` and, in asynchronous mode, the clients in
-        flight (:meth:`~raysim.engine.async_rounds.AsyncSchedule.saved`)."""
+        """What a checkpoint keeps of the server: :meth:`global_state`, in asynchronous mode the clients in flight
+        (:meth:`~raysim.engine.async_rounds.AsyncSchedule.saved`), under compression.downlink the public model
+        (:meth:`~raysim.engine.downlink.Downlink.saved`)."""
         state = self.global_state()
-        if self.schedule is None:
-            return state
-        return GlobalState(state.params, {**state.server, **self.schedule.saved()})
+        kept = [part.saved() for part in (self.schedule, self.downlink) if part is not None]
+        return GlobalState(state.params, {**state.server, **{k: v for part in kept for k, v in part.items()}})
 
     def worker_resources(self) -> list[dict]:
         """What Ray gave each worker of the pool (node and resources); [] when the clients run in this process."""

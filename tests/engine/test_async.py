@@ -115,13 +115,16 @@ def test_ray_backend_matches_sequential_in_async_mode(ray_session):
             assert par[key] == pytest.approx(seq[key], abs=1e-6), key
 
 
-def test_resume_with_clients_in_flight_is_exact(tracking_uri, tmp_path):
+def test_resume_with_clients_in_flight_and_compression_both_ways_is_exact(tracking_uri, tmp_path):
     config = build_config(
         "fedvpt",
         [
             FAST,
             ASYNC,
-            {"systems": {"dropout": 0.2}, "compression": {"uplink": "qsgd:4", "error_feedback": True}},
+            {
+                "systems": {"dropout": 0.2},
+                "compression": {"uplink": "qsgd:4", "error_feedback": True, "downlink": "topk:0.3"},
+            },
             {"resources": {"backend": "sequential"}, "checkpoint": {"keep": 0, "dir": str(tmp_path / "ck")}},
             {"tracking": {"tracking_uri": tracking_uri}},
         ],

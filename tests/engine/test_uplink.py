@@ -58,10 +58,10 @@ def quiet_run(config, **kwargs):
     return run(config, show_progress=False, console=Console(file=io.StringIO()), **kwargs)
 
 
-def test_a_run_reports_the_encoded_bytes_and_resumes_exactly_with_its_residuals(tracking_uri, tmp_path):
+def test_a_run_reports_the_encoded_bytes_and_resumes_exactly_with_residuals_and_a_public_model(tracking_uri, tmp_path):
     layers = [
         SMALL,
-        {"compression": {"uplink": "qsgd:4", "error_feedback": True}},
+        {"compression": {"uplink": "qsgd:4", "error_feedback": True, "downlink": "qsgd:8"}},
         {"tracking": {"tracking_uri": tracking_uri}, "checkpoint": {"dir": str(tmp_path / "ck"), "keep": 0}},
     ]
     config = build_config("fedvpt", layers)
@@ -71,6 +71,8 @@ def test_a_run_reports_the_encoded_bytes_and_resumes_exactly_with_its_residuals(
     per_client = sum(4 + math.ceil(d / 8) + math.ceil(4 * d / 8) for d in sizes)  # norm, signs, 4-bit levels
     for compressed, raw in zip(full.history, plain.history, strict=True):
         assert compressed["bytes_up"] == 5 * per_client and raw["bytes_up"] == 5 * 4 * sum(sizes)
+        assert compressed["bytes_down"] <= raw["bytes_down"]
+    assert full.history[0]["bytes_down"] == plain.history[0]["bytes_down"] == 5 * 4 * sum(sizes)  # whole models
     found = ckpt.load(tmp_path / "ck" / full.run_id / "round-000002")
     assert any(RESIDUAL in name for state in found.client_states.values() for name in state)
     resumed = quiet_run(resume.resumed_config(found, "fedvpt", []), resume=found)
@@ -87,6 +89,7 @@ def test_a_run_reports_the_encoded_bytes_and_resumes_exactly_with_its_residuals(
         ("fedvpt", ["compression.uplink=qsgd:17"], "compression.uplink='qsgd:17': qsgd takes whole bits in 1..16"),
         ("fedvpt", ["compression.uplink=topk:0"], "topk takes the fraction kept, in (0, 1]"),
         ("fedvpt", ["compression.error_feedback=true"], "needs a compression.uplink other than none"),
+        ("fedvpt", ["compression.downlink=randk:2"], "compression.downlink='randk:2': randk takes the fraction kept"),
         ("fedvz", ["compression.uplink=qsgd:8"], "fedvz is split learning"),
     ],
 )
