@@ -212,9 +212,15 @@ def describe(config: Config, shards: ShardStore) -> str:
         precision += " (--precision fp32 for float32)"
     elif get_method(config.method).bf16 and res.gpus_per_client == 0 and native_bf16_cpu():
         precision += " (this CPU has bf16: --precision bf16 is faster)"
+    if fed.asynchronous:
+        step = "FedAsync" if fed.buffer_size == 1 else f"FedBuff, buffer {fed.buffer_size}"
+        schedule = (
+            f"{fed.concurrent_clients} in flight, {len(shards.unseen)} unseen) x {fed.rounds} server versions ({step})"
+        )
+    else:
+        schedule = f"{fed.clients_per_round}/round, {len(shards.unseen)} unseen) x {fed.rounds} rounds"
     line = (
-        f"{config.method} | {data.dataset}/{data.partition} | {fed.clients} clients "
-        f"({fed.clients_per_round}/round, {len(shards.unseen)} unseen) x {fed.rounds} rounds | "
+        f"{config.method} | {data.dataset}/{data.partition} | {fed.clients} clients ({schedule} | "
         f"{config.model.backbone} | {precision} | {where} | seed {fed.seed}"
     )
     privacy = budget(config, shards)
