@@ -13,6 +13,8 @@ from raysim.engine.client import ClientRuntime
 from raysim.engine.cohort_plan import cohorts_of
 from raysim.engine.ray_session import Pool
 
+SHUTDOWN_WAIT_S = 120.0  # at most this long for the dispatches still training when a run ends
+
 
 def balance(items: list, costs: list[float], parts: int) -> list[list]:
     """``items`` dealt into at most ``parts`` non-empty chunks of near-equal total cost (largest first, each to
@@ -116,7 +118,13 @@ class RayExecutor:
         return ray.get([w.assigned_resources.remote() for w in self.workers])
 
     def shutdown(self) -> None:
-        pass  # the workers are the pool's: released with it (raysim.engine.ray_session.PoolReservation)
+        """Asynchronous mode's dispatches still queued are cancelled and the running ones waited for, so the pool's
+        release (:class:`~raysim.engine.ray_session.PoolReservation`: the workers are the pool's) kills no task."""
+        pending = [ref for worker in self.pending for ref in worker]
+        for ref in pending:
+            ray.cancel(ref)
+        if pending:
+            ray.wait(pending, num_returns=len(pending), timeout=SHUTDOWN_WAIT_S)
 
 
 def start_server(config, num_classes: int, pool: Pool | None):
