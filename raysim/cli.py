@@ -14,6 +14,7 @@ from functools import partial
 
 import click
 
+from raysim.attacks.cli import attack
 from raysim.base.errors import BadUpdateError, ConfigError, RunInterrupted, SweepError, Terminated
 from raysim.base.settings import default_of
 from raysim.base.stop_signals import take_sigterm
@@ -475,6 +476,8 @@ def data_fetch(name):
 
     click.echo(fetch(name))
 
+
+main.add_command(attack)
 
 if __name__ == "__main__":
     main()

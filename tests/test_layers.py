@@ -97,6 +97,7 @@ LAYERS = (
     ("raysim.engine", "raysim.actors"),
     ("raysim.testing",),
     ("raysim.sweep",),
+    ("raysim.attacks",),  # replays runs and attacks what their servers received
     ("raysim.cli", "raysim"),
 )
 

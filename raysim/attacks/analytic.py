@@ -1,0 +1,39 @@
+"""The closed-form attack on a vision transformer's embedding (APRIL: Lu, Huang, Chen, Xia, Wang, Zhang, "APRIL:
+Finding the Achilles' Heel on Privacy for Vision Transformers", CVPR 2022, Section 3.2).
+
+A ViT embeds patch p of the input as e_p = W x_p + b + pos_p, with a learned position embedding added to the patch
+embedding. For one row, the gradient of the loss in pos_p is therefore the gradient in e_p, delta_p, and the
+gradient in W is sum_p delta_p x_p^T. With D (the width) at least the number of patches N, the N x D matrix of
+the delta_p has full row rank in general, and the patches are the least-squares solution of Delta^T X = dL/dW:
+the input itself, up to rounding, from any update that carries the patch and position embeddings' gradients
+(full fine-tuning: FedAvg), whatever the rest of the network.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from raysim.base.errors import ConfigError
+from raysim.core.messages import Tensors
+
+PATCH_WEIGHT, POSITIONS = "vit.patch_embed.proj.weight", "vit.pos_embed"
+
+
+def embedding_inverse(gradient: Tensors, prefix_tokens: int, rows: int) -> torch.Tensor:
+    """The one input ``[1, C, H, W]`` (the model's input space) whose patch- and position-embedding gradients are
+    those in ``gradient``; ``prefix_tokens``: the class and register tokens ahead of the patches' positions."""
+    missing = [name for name in (PATCH_WEIGHT, POSITIONS) if name not in gradient]
+    if missing:
+        raise ConfigError(
+            f"APRIL reads the gradients of the patch and position embeddings, and the message holds no {missing[0]} "
+            "(only full fine-tuning sends them: fedavg)"
+        )
+    if rows != 1:
+        raise ConfigError(f"APRIL's closed form inverts an update of one row, and the client trained on {rows}")
+    weight = gradient[PATCH_WEIGHT]
+    width, channels, patch, _ = weight.shape
+    delta = gradient[POSITIONS][0, prefix_tokens:]
+    patches = torch.linalg.lstsq(delta.T.double(), weight.reshape(width, -1).double()).solution.float()
+    side = round(len(patches) ** 0.5)
+    grid = patches.reshape(side, side, channels, patch, patch).permute(2, 0, 3, 1, 4)
+    return grid.reshape(1, channels, side * patch, side * patch)

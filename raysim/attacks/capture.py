@@ -1,0 +1,96 @@
+"""Replay a run's configuration in this process and capture exactly what the server received from chosen clients in
+a chosen round: their screened :class:`~raysim.core.messages.ClientUpdate` (every tensor of the typed message,
+decoded as the server decodes it under compression) and the broadcast they trained from.
+
+Every random draw of a run derives from its seed (docs/explanation/determinism.md), so rounds 1 .. r of the replay
+are those of the recorded run, bit for bit on the same kind of device; the clients run one by one on the sequential
+backend, which computes what a pool of Ray workers computes. Nothing here reads a client's data: the clients train
+on theirs, as in the run, and the capture keeps only their messages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from raysim.base.errors import ConfigError
+from raysim.config import Config
+from raysim.core.messages import Broadcast, ClientUpdate
+from raysim.data.shards import ShardStore
+from raysim.engine.callbacks import Callback
+from raysim.engine.driver import make_simulation, stop
+from raysim.engine.setup import initial_state, prepare_shards, resolved
+from raysim.tracking.checkpoint import Checkpoint
+
+
+@dataclass
+class Captured:
+    """What the server held in round ``round``: the ``broadcast`` it sent and the ``updates`` of the chosen clients
+    (by client id), with the replayed run's ``config`` and ``shards`` (read only to score an attack)."""
+
+    round: int
+    broadcast: Broadcast
+    updates: dict[int, ClientUpdate]
+    config: Config
+    shards: ShardStore
+
+
+class ServerView(Callback):
+    """Runs where the state lives: records the broadcast of round ``round`` (from the method's ``configure``, as
+    sent) and, once the round's updates are screened, the messages of ``clients`` (None: every client's)."""
+
+    def __init__(self, round: int, clients: list[int] | None):
+        self.round, self.clients = round, clients
+        self.broadcast: Broadcast | None = None
+        self.updates: dict[int, ClientUpdate] = {}
+        self.sampled: list[int] = []
+
+    def on_start(self, simulation) -> None:
+        configure = simulation.method.configure
+
+        def recorded(round, state, client_ids):
+            broadcast = configure(round, state, client_ids)
+            if round == self.round:
+                self.broadcast = broadcast
+            return broadcast
+
+        simulation.method.configure = recorded
+        self.simulation = simulation
+
+    def on_round(self, round, report) -> None:
+        if round == self.round:
+            self.sampled = list(report.sampled)
+            wanted = set(self.clients) if self.clients is not None else None
+            self.updates = {u.client_id: u for u in self.simulation.updates if wanted is None or u.client_id in wanted}
+
+
+def capture(config: Config, round: int, clients: list[int] | None = None) -> Captured:
+    """Replay ``config`` (its backend set to sequential) up to ``round`` and capture the messages of ``clients``
+    (None: every client whose update the server kept) in that round. Raises :class:`ConfigError` (one line) for a
+    round the run does not have and for a chosen client whose update the server did not receive that round."""
+    if not 1 <= round <= config.federation.rounds:
+        raise ConfigError(f"--round {round} is not a round of the run (1 to {config.federation.rounds})")
+    if config.resources.backend != "sequential":
+        raise ConfigError("a capture replays the run on the sequential backend; set resources.backend=sequential")
+    shards = prepare_shards(config)
+    config, initial, _, shards = initial_state(resolved(config), shards)
+    view = ServerView(round, clients)
+    threads = torch.get_num_threads()  # the clients train with the run's threads; the attack then takes this process's
+    simulation = make_simulation(
+        config, shards, Checkpoint("attack", 0, config.to_dict(), initial, {}, ""), None, [view]
+    )
+    try:
+        for r in range(1, round + 1):
+            simulation.run_round(r)
+    finally:
+        stop(simulation, graceful=True)
+        torch.set_num_threads(threads)
+    missing = sorted(set(clients or ()) - set(view.updates))
+    if missing or not view.updates:
+        sampled = ", ".join(str(c) for c in sorted(view.sampled)) or "none"
+        whose = f"client {missing[0]}" if missing else "any client"
+        raise ConfigError(
+            f"the server kept no update of {whose} in round {round} (sampled: {sampled}); pass --clients among them"
+        )
+    return Captured(round, view.broadcast, view.updates, config, shards)

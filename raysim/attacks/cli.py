@@ -1,0 +1,186 @@
+"""``raysim attack``: attack what the server of a recorded run received, as an MLflow run nested under it.
+
+    raysim attack inverting --run RUN_ID --round 1 --clients 3,7
+    raysim attack april --run RUN_ID --round 1 --clients 3,7
+    raysim attack membership --run RUN_ID
+
+Imports click and the config only (``raysim --help`` stays free of torch, Ray and MLflow); each command imports the
+attack it runs. Bad input is one line and exit code 2 (:class:`~raysim.base.errors.ConfigError`, which the CLI's
+group prints).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from statistics import mean
+
+import click
+
+from raysim.base.errors import ConfigError
+from raysim.config import TrackingConfig
+
+RUN = click.option("--run", "run_id", required=True, metavar="RUN_ID", help="The attacked run's MLflow id.")
+TRACKING_URI = click.option(
+    "--tracking-uri", help="The run's MLflow store (default sqlite:///./raysim-runs/mlflow.db)."
+)
+
+
+def client_ids(text: str | None) -> list[int] | None:
+    """``--clients 0,3,7`` as ids; None when not given."""
+    if text is None:
+        return None
+    try:
+        ids = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise ConfigError(
+            f"--clients {text!r} is not a comma-separated list of client ids, e.g. --clients 0,3"
+        ) from None
+    if any(i < 0 for i in ids):
+        raise ConfigError(f"--clients {text!r} names a negative client id")
+    return ids
+
+
+@click.group(context_settings={"max_content_width": 100})
+def attack():
+    """Attack what the server of a recorded run received (docs/how-to/attacks.md).
+
+    \b
+    raysim attack inverting --run RUN_ID --round 1 --clients 3   reconstruct a client's input from its update
+    raysim attack april --run RUN_ID --round 1 --clients 3       the same in closed form (full fine-tuning)
+    raysim attack membership --run RUN_ID                        membership inference on the final global model
+    """
+
+
+ROUND = click.option("--round", "round_number", type=int, default=1, show_default=True, help="The attacked round.")
+CLIENTS = click.option(
+    "--clients",
+    metavar="IDS",
+    help="Comma-separated clients whose updates to attack (default: the round's first client the server kept).",
+)
+
+
+def reconstruction_attack(
+    name: str, run_id: str, round_number: int, clients: str | None, tracking_uri, attack_one, params: dict
+) -> None:
+    """Replay run ``run_id``, capture the chosen clients' messages of round ``round_number`` and reconstruct each
+    with ``attack_one(captured, client)``; then an MLflow run ``name`` nested under ``run_id`` gets, per client (as
+    the step), PSNR, SSIM, whether the labels were recovered and the seconds, and the picture (an attack refused
+    for one client leaves no run)."""
+    from raysim.attacks.attack_run import attack_run
+    from raysim.attacks.capture import capture
+    from raysim.attacks.figures import reconstruction_grid
+    from raysim.attacks.harness import refuse_cached_row_features
+    from raysim.attacks.observed import refuse_unless_one_sgd_step
+    from raysim.attacks.recorded import recorded_config
+
+    chosen = client_ids(clients)
+    uri = TrackingConfig(tracking_uri=tracking_uri).resolved_uri
+    config = recorded_config(uri, run_id)
+    refuse_unless_one_sgd_step(config)
+    refuse_cached_row_features(config)
+    captured = capture(config, round_number, chosen)
+    targets = chosen or [min(captured.updates)]
+    results = []
+    for client in targets:
+        result = attack_one(captured, client)
+        results.append(result)
+        click.echo(
+            f"client {client}: PSNR {mean(result.psnr):.1f} dB, SSIM {mean(result.ssim):.3f}, labels {result.labels} "
+            f"(true {result.true_labels}), {result.seconds:.0f} s"
+        )
+    given = {"round": round_number, "clients": ",".join(map(str, targets)), **params}
+    with attack_run(uri, run_id, name, given) as tracker:
+        for result in results:
+            labels_right = float(sorted(result.labels) == sorted(result.true_labels))
+            metrics = {"psnr": mean(result.psnr), "ssim": mean(result.ssim), "labels_recovered": labels_right}
+            tracker.log_metrics({**metrics, "seconds": result.seconds}, step=result.client)
+            with tempfile.TemporaryDirectory() as folder:
+                path = Path(folder) / f"client-{result.client}.png"
+                captions = [f"label {y}, {p:.1f} dB" for y, p in zip(result.labels, result.psnr)]
+                reconstruction_grid(result.originals, result.images, captions, path)
+                tracker.log_artifact(path)
+        click.echo(f"attack run {tracker.run_id}, nested under {run_id}")
+
+
+@attack.command(context_settings={"max_content_width": 100})
+@RUN
+@ROUND
+@CLIENTS
+@click.option("--iterations", type=int, default=1500, show_default=True, help="Adam's steps on the input.")
+@click.option("--tv", type=float, default=1e-2, show_default=True, help="Weight of the total-variation prior.")
+@click.option("--lr", type=float, default=0.1, show_default=True, help="Adam's step on the input.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the initial noise.")
+@TRACKING_URI
+def inverting(run_id, round_number, clients, iterations, tv, lr, seed, tracking_uri):
+    """Inverting Gradients (Geiping et al., NeurIPS 2020) against clients' updates of one SGD step: labels
+    recovered from the head's gradient (iDLG), inputs reconstructed; PSNR and SSIM logged with the picture."""
+    from raysim.attacks.harness import reconstruct
+    from raysim.attacks.inverting import InvertingSettings
+
+    if iterations < 1 or tv < 0 or lr <= 0:
+        raise ConfigError("--iterations must be at least 1, --tv at least 0 and --lr above 0")
+    settings = InvertingSettings(iterations, lr, tv, seed)
+    params = {"iterations": iterations, "tv": tv, "lr": lr, "seed": seed}
+    attack_one = lambda captured, client: reconstruct(captured, client, settings)
+    reconstruction_attack("inverting", run_id, round_number, clients, tracking_uri, attack_one, params)
+
+
+@attack.command(context_settings={"max_content_width": 100})
+@RUN
+@ROUND
+@CLIENTS
+@TRACKING_URI
+def april(run_id, round_number, clients, tracking_uri):
+    """APRIL's closed form (Lu et al., CVPR 2022) against clients' updates of one SGD step on one row with the
+    patch and position embeddings trained (fedavg): the input solved from their gradients, in well under a second."""
+    from raysim.attacks.harness import reconstruct_analytic
+
+    reconstruction_attack("april", run_id, round_number, clients, tracking_uri, reconstruct_analytic, {})
+
+
+@attack.command(context_settings={"max_content_width": 100})
+@RUN
+@click.option(
+    "--clients", metavar="IDS", help="Comma-separated clients whose rows are scored (default: every seen one)."
+)
+@TRACKING_URI
+def membership(run_id, clients, tracking_uri):
+    """Loss-threshold membership inference (Yeom et al., CSF 2018) against the run's final global model: members
+    are the clients' training rows, non-members their test rows; ROC AUC and TPR at 1% FPR."""
+    from raysim.attacks.attack_run import attack_run
+    from raysim.attacks.figures import roc_figure
+    from raysim.attacks.harness import membership as membership_attack
+    from raysim.attacks.recorded import final_state, recorded_config
+    from raysim.engine.setup import initial_state, prepare_shards, resolved
+
+    chosen = client_ids(clients)
+    uri = TrackingConfig(tracking_uri=tracking_uri).resolved_uri
+    config = recorded_config(uri, run_id)
+    state = final_state(uri, run_id)
+    config, _, _, shards = initial_state(resolved(config), prepare_shards(config))
+    targets = chosen if chosen is not None else shards.seen_clients()
+    unknown = [c for c in targets if not 0 <= c < shards.num_clients]
+    if unknown:
+        raise ConfigError(f"--clients names client {unknown[0]}, and the run has clients 0 to {shards.num_clients - 1}")
+    result = membership_attack(config, state.params, shards, targets)
+    with attack_run(uri, run_id, "membership", {"clients": clients or "seen"}) as tracker:
+        roc = result.roc
+        tracker.log_metrics(
+            {
+                "auc": roc.auc,
+                "tpr_at_1pct_fpr": roc.tpr_at_low_fpr,
+                "members": result.members,
+                "non_members": result.non_members,
+            },
+            step=0,
+        )
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / "roc.png"
+            roc_figure(roc.fpr, roc.tpr, f"loss threshold: AUC {roc.auc:.3f}", path)
+            tracker.log_artifact(path)
+        click.echo(
+            f"membership: AUC {roc.auc:.3f}, TPR {roc.tpr_at_low_fpr:.3f} at 1% FPR "
+            f"({result.members} members, {result.non_members} non-members); attack run {tracker.run_id}, nested "
+            f"under {run_id}"
+        )

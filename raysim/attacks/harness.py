@@ -1,0 +1,147 @@
+"""The attacks put together: a captured message (or a run's final global state) in, scored results out.
+
+The attacker builds the run's model from its configuration (the public backbone, the method's prompt layout, the
+run seed's initialisation of what never trains), loads the tensors the server holds, and attacks; a client's rows
+are read only afterwards, to score what the attack produced.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from raysim.attacks import scores
+from raysim.attacks.analytic import embedding_inverse
+from raysim.attacks.capture import Captured
+from raysim.attacks.inverting import InvertingSettings, attack_loss, invert
+from raysim.attacks.labels import recovered_labels
+from raysim.attacks.membership import MembershipROC, membership_roc, row_losses
+from raysim.attacks.observed import observed_gradient
+from raysim.base.errors import ConfigError
+from raysim.config import Config
+from raysim.core.messages import Tensors
+from raysim.core.protocol import CachesRowFeatures
+from raysim.core.registry import get_method
+from raysim.core.training import model_inputs
+from raysim.data.shards import ClientData, ShardStore
+from raysim.engine.cohort import unfused_attention
+
+
+def attacker_model(config: Config, num_classes: int, params: Tensors):
+    """The run's model (:func:`raysim.models.factory.build_model`) holding ``params``, on the CPU (with this process's
+    threads), and the method."""
+    from raysim.models.factory import build_model  # timm: only where a model is built
+
+    method = get_method(config.method).cls(config)
+    model = build_model(config, method, num_classes)
+    model.load_trainable(params)
+    return model, method
+
+
+def refuse_cached_row_features(config: Config) -> None:
+    """Refuse (one line) a method whose clients read per-row features cached before the run (SGPT's and FGPT's
+    prompt selection, FedGCR's frozen class token), which the reconstruction's forward, the prompted model's own,
+    does not model."""
+    if isinstance(get_method(config.method).cls(config), CachesRowFeatures):
+        raise ConfigError(
+            f"{config.method}'s clients read per-row features cached before the run, which a reconstruction does not "
+            "model; attack fedavg, fedvpt or another method whose forward is the prompted model's"
+        )
+
+
+@dataclass
+class Reconstruction:
+    """One client's reconstruction: its images beside the originals (``[N, H, W, C]`` in [0, 1], paired), the labels
+    recovered and the true ones, PSNR and SSIM per image, the attack's final loss and its seconds."""
+
+    client: int
+    originals: np.ndarray
+    images: np.ndarray
+    labels: list[int]
+    true_labels: list[int]
+    psnr: list[float]
+    ssim: list[float]
+    loss: float
+    seconds: float
+
+
+def reconstruct(captured: Captured, client: int, settings: InvertingSettings) -> Reconstruction:
+    """Inverting Gradients against ``client``'s message in ``captured``: labels recovered from the gradient, then
+    the inputs; scored against the client's training rows."""
+    update, broadcast, config = captured.updates[client], captured.broadcast, captured.config
+    gradient = observed_gradient(update, broadcast, config)
+    model, _ = attacker_model(config, captured.shards.info.num_classes, broadcast.params)
+    labels = recovered_labels(gradient, update.num_samples)
+    _, mean, std = model.input_spec
+    inversion = invert(model, gradient, labels, scores.model_box(mean, std), settings)
+    return scored(captured, client, model, inversion.inputs, labels, inversion.loss, inversion.seconds)
+
+
+def reconstruct_analytic(captured: Captured, client: int) -> Reconstruction:
+    """APRIL's closed form against ``client``'s message (one row, full fine-tuning); the label from iDLG. Its loss is
+    Inverting Gradients' cosine distance at the solution, without the prior."""
+    update, broadcast, config = captured.updates[client], captured.broadcast, captured.config
+    start = time.perf_counter()
+    gradient = observed_gradient(update, broadcast, config)
+    model, _ = attacker_model(config, captured.shards.info.num_classes, broadcast.params)
+    labels = recovered_labels(gradient, update.num_samples)
+    inputs = embedding_inverse(gradient, model.vit.num_prefix_tokens, update.num_samples)
+    seconds = time.perf_counter() - start
+    with unfused_attention(model):
+        loss = float(attack_loss(model, gradient, inputs, labels, tv=0.0).detach())
+    return scored(captured, client, model, inputs, labels, loss, seconds)
+
+
+def scored(captured: Captured, client: int, model, inputs, labels, loss: float, seconds: float) -> Reconstruction:
+    """The reconstruction ``inputs`` (with its ``labels``) of ``client``'s rows, paired with and scored against them:
+    the only place an attack reads a client's data."""
+    _, mean, std = model.input_spec
+    images = scores.to_pixels(inputs, mean, std)
+    data = captured.shards.train(client)
+    originals = scores.to_pixels(model_inputs(model, data.images, torch.device("cpu")), mean, std)
+    paired = scores.matched(originals, images)
+    images = images[paired]
+    return Reconstruction(
+        client,
+        originals,
+        images,
+        [int(labels[i]) for i in paired],
+        [int(y) for y in data.labels],
+        [scores.psnr(o, r) for o, r in zip(originals, images)],
+        [scores.ssim(o, r) for o, r in zip(originals, images)],
+        loss,
+        seconds,
+    )
+
+
+@dataclass
+class Membership:
+    """The loss-threshold attack on a model: its ROC, and how many member and non-member rows it scored."""
+
+    roc: MembershipROC
+    members: int
+    non_members: int
+
+
+def membership(config: Config, params: Tensors, shards: ShardStore, clients: list[int]) -> Membership:
+    """The loss-threshold attack against the model holding ``params``: members are the training rows of ``clients``,
+    non-members their test rows (the same distribution, never trained on). ``shards`` with the method's cached
+    features (:func:`raysim.engine.setup.initial_state`)."""
+    if get_method(config.method).split_learning:
+        raise ConfigError(
+            f"{config.method} is split learning: its model lives split between the server and the clients, and its "
+            "global state holds no whole model to attack"
+        )
+    model, method = attacker_model(config, shards.info.num_classes, params)
+    device = torch.device("cpu")
+    members = row_losses(model, method, ClientData.concat([shards.train(c) for c in clients]), device)
+    non_members = row_losses(model, method, ClientData.concat([shards.test(c) for c in clients]), device)
+    if not len(members) or not len(non_members):
+        raise ConfigError(
+            f"the {len(clients)} chosen clients hold {len(members)} training and {len(non_members)} test rows; "
+            "membership inference needs both: pass --clients that hold both"
+        )
+    return Membership(membership_roc(members, non_members), len(members), len(non_members))

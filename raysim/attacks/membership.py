@@ -1,0 +1,51 @@
+"""Membership inference by loss threshold (Yeom, Giacomelli, Fredrikson, Jha, "Privacy Risk in Machine Learning:
+Analyzing the Connection to Overfitting", CSF 2018): a row whose loss under the model is low is guessed a training
+row. Every threshold gives one (false positive rate, true positive rate); the attack is reported as the ROC's area
+and its true positive rate at 1% false positives (Carlini et al., "Membership Inference Attacks From First
+Principles", S&P 2022, which argue the low-FPR regime is the one that matters). ROC from scikit-learn.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from sklearn.metrics import roc_auc_score, roc_curve
+
+from raysim.core.training import EVAL_BATCH, model_inputs
+from raysim.data.shards import ClientData
+
+LOW_FPR = 0.01
+
+
+@dataclass
+class MembershipROC:
+    """The ROC of a membership score: its curve, its area and the true positive rate at 1% false positives."""
+
+    fpr: np.ndarray
+    tpr: np.ndarray
+    auc: float
+    tpr_at_low_fpr: float
+
+
+def membership_roc(member_losses: np.ndarray, non_member_losses: np.ndarray) -> MembershipROC:
+    """The loss-threshold attack's ROC: members are the positives, and a lower loss scores higher."""
+    truth = np.concatenate([np.ones(len(member_losses)), np.zeros(len(non_member_losses))])
+    scores = -np.concatenate([member_losses, non_member_losses])
+    fpr, tpr, _ = roc_curve(truth, scores)
+    return MembershipROC(fpr, tpr, float(roc_auc_score(truth, scores)), float(tpr[fpr <= LOW_FPR].max()))
+
+
+@torch.no_grad()
+def row_losses(model, method, data: ClientData, device: torch.device) -> np.ndarray:
+    """The cross-entropy of every row of ``data`` under the method's inference forward with the loaded tensors."""
+    losses = [np.zeros(0)]
+    model.eval()
+    for start in range(0, len(data), EVAL_BATCH):
+        rows = np.arange(start, min(start + EVAL_BATCH, len(data)))
+        logits = method.predict(model, model_inputs(model, data.images[rows], device), data, rows)
+        labels = torch.as_tensor(data.labels[rows], device=logits.device).long()
+        losses.append(F.cross_entropy(logits, labels, reduction="none").cpu().numpy())
+    return np.concatenate(losses)

@@ -1,0 +1,74 @@
+"""What a finished run recorded in MLflow that an attack replays: its configuration (``config.yaml``, which the
+driver logs with every new run: the resolved config, its store and pool made concrete) and its final global state
+(``global_state.safetensors``, logged when the run ends)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from mlflow.exceptions import MlflowException
+
+from raysim.base.errors import ConfigError
+from raysim.config import Config, build_config, yaml12
+from raysim.core.messages import GlobalState
+from raysim.tracking.mlflow import check_run_store, store_client
+
+CONFIG, FINAL_STATE = "config.yaml", "global_state.safetensors"
+PROGRESS_BAR = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
+
+
+@contextmanager
+def quiet_downloads() -> Iterator[None]:
+    """MLflow's download progress bar off (a command's output stays its own lines), as it was after."""
+    previous = os.environ.get(PROGRESS_BAR)
+    os.environ[PROGRESS_BAR] = "false"
+    try:
+        yield
+    finally:
+        if previous is None:
+            del os.environ[PROGRESS_BAR]
+        else:
+            os.environ[PROGRESS_BAR] = previous
+
+
+def _artifact(uri: str, run_id: str, name: str, folder: str) -> Path:
+    """Artifact ``name`` of run ``run_id`` downloaded into ``folder``; one line when the run or the file is missing."""
+    check_run_store(uri)
+    client = store_client(uri)
+    try:
+        client.get_run(run_id)
+    except MlflowException:
+        raise ConfigError(f"MLflow run {run_id} is not in the store {uri}; pass --tracking-uri of its store") from None
+    try:
+        with quiet_downloads():
+            return Path(client.download_artifacts(run_id, name, folder))
+    except (MlflowException, OSError):
+        raise ConfigError(
+            f"run {run_id} has no {name} (a run logs it when it starts, and its final state when it finishes)"
+        ) from None
+
+
+def recorded_config(uri: str, run_id: str) -> Config:
+    """The configuration run ``run_id`` recorded, on the sequential backend (which gives the same numbers as a pool
+    of Ray workers: docs/architecture.md), so that an attack replays it in this process."""
+    with tempfile.TemporaryDirectory() as folder:
+        layer = yaml12.load(_artifact(uri, run_id, CONFIG, folder).read_text())
+    config = build_config(layer["method"], [layer])
+    resources = dataclasses.replace(config.resources, backend="sequential", address=None, workers=1)
+    return dataclasses.replace(config, resources=resources)
+
+
+def final_state(uri: str, run_id: str) -> GlobalState:
+    """The global state run ``run_id`` ended with."""
+    from safetensors.torch import load_file
+
+    with tempfile.TemporaryDirectory() as folder:
+        tensors = load_file(_artifact(uri, run_id, FINAL_STATE, folder))
+    params = {name.split("/", 1)[1]: t for name, t in tensors.items() if name.startswith("params/")}
+    server = {name.split("/", 1)[1]: t for name, t in tensors.items() if name.startswith("server/")}
+    return GlobalState(params, server)

@@ -1,0 +1,42 @@
+"""How close a reconstruction is to the client's input: PSNR and SSIM from scikit-image, in pixels in [0, 1].
+
+A batch's reconstructions come in an order of their own (the attack never sees the rows), so each is scored against
+the original it is closest to, one to one (the assignment of highest total PSNR, as attack papers report it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from scipy.optimize import linear_sum_assignment
+from skimage.metrics import peak_signal_noise_ratio, structural_similarity
+
+
+def model_box(mean: Sequence[float], std: Sequence[float]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The lowest and highest model input of each channel ``[1, C, 1, 1]``: pixels 0 and 1 normalised."""
+    mean_t, std_t = torch.tensor(mean).view(1, -1, 1, 1), torch.tensor(std).view(1, -1, 1, 1)
+    return (0 - mean_t) / std_t, (1 - mean_t) / std_t
+
+
+def to_pixels(inputs: torch.Tensor, mean: Sequence[float], std: Sequence[float]) -> np.ndarray:
+    """Model inputs ``[B, C, H, W]`` back to images ``[B, H, W, C]`` in [0, 1]."""
+    mean_t, std_t = torch.tensor(mean).view(1, -1, 1, 1), torch.tensor(std).view(1, -1, 1, 1)
+    return (inputs.detach().cpu() * std_t + mean_t).clamp(0, 1).permute(0, 2, 3, 1).numpy().astype(np.float64)
+
+
+def psnr(original: np.ndarray, reconstruction: np.ndarray) -> float:
+    return float(peak_signal_noise_ratio(original, reconstruction, data_range=1.0))
+
+
+def ssim(original: np.ndarray, reconstruction: np.ndarray) -> float:
+    return float(structural_similarity(original, reconstruction, data_range=1.0, channel_axis=-1))
+
+
+def matched(originals: np.ndarray, reconstructions: np.ndarray) -> list[int]:
+    """For each original, the index of the reconstruction paired with it (the one-to-one pairing of highest total
+    PSNR)."""
+    table = np.array([[psnr(o, r) for r in reconstructions] for o in originals])
+    rows, columns = linear_sum_assignment(table, maximize=True)
+    return [int(c) for _, c in sorted(zip(rows, columns))]

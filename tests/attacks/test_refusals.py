@@ -1,0 +1,51 @@
+"""Bad input and attacks on a channel the run does not send end in one line and exit code 2, before any replay."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from raysim.cli import main
+from raysim.config import dump_yaml
+from raysim.testing.smoke import smoke_config
+from raysim.tracking.mlflow import Tracker
+
+SGD = {"train": {"optimizer": "sgd", "batch_size": 64}}
+
+
+def recorded_run(uri: str, method: str, *layers: dict) -> str:
+    """A run that recorded only its config (as a new run's set-up logs it)."""
+    tracker = Tracker(uri)
+    run_id = tracker.start("attacks", "recorded", {}, {})
+    tracker.log_text(dump_yaml(smoke_config(method, *layers)), "config.yaml")
+    tracker.end()
+    return run_id
+
+
+@pytest.mark.parametrize(
+    ("method", "layers", "args", "fragment"),
+    [
+        ("fedv", [SGD], [], "fedv is split learning: its clients send cut-layer activations"),
+        ("fedavg", [], [], "inverting reads the gradient off one SGD step, and the run used train.optimizer=adamw"),
+        ("fedavg", [SGD, {"train": {"local_epochs": 2}}], [], "trained 2 epochs"),
+        ("fedavg", [SGD, {"privacy": {"secure_aggregation": True}}], [], "sees only the cohort's sum"),
+        ("sgpt", [SGD], [], "sgpt's clients read per-row features cached before the run"),
+        ("fedavg", [SGD], ["--clients", "1,x"], "--clients '1,x' is not a comma-separated list"),
+        ("fedavg", [SGD], ["--round", "9"], "--round 9 is not a round of the run (1 to 2)"),
+    ],
+)
+def test_refused_inversions_are_one_line(tracking_uri, method, layers, args, fragment):
+    run_id = recorded_run(tracking_uri, method, *layers)
+    result = CliRunner().invoke(main, ["attack", "inverting", "--run", run_id, "--tracking-uri", tracking_uri, *args])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and fragment in lines[0], result.output
+
+
+def test_an_unknown_run_and_a_run_without_its_final_state_are_one_line(tracking_uri):
+    unknown = CliRunner().invoke(main, ["attack", "membership", "--run", "nope", "--tracking-uri", tracking_uri])
+    assert unknown.exit_code == 2 and "MLflow run nope is not in the store" in unknown.output
+    run_id = recorded_run(tracking_uri, "fedavg")
+    unfinished = CliRunner().invoke(main, ["attack", "membership", "--run", run_id, "--tracking-uri", tracking_uri])
+    assert unfinished.exit_code == 2 and f"run {run_id} has no global_state.safetensors" in unfinished.output
+    assert len(unfinished.output.strip().splitlines()) == 1
