@@ -194,6 +194,7 @@ class AsyncSchedule:
         p, download = self.profiles, float(broadcast.bytes_to(client))
         earliest = now + download / p.downlink[client] + self.planned[client] / p.speed[client]
         fails = bool(self.dropout) and rng(self.seed, Purpose.DROPOUT, self.dispatched).random() < self.dropout
+        fails = fails or now + left < earliest  # offline before its planned work could end: no need to train it
         state = self.sim.clients.get(client)
         return Dispatch(self.dispatched, client, version, now, earliest, now + left, download, fails, broadcast, state)
 

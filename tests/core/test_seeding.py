@@ -45,4 +45,7 @@ def test_purpose_values_never_change():
         ("DROPOUT", 10),
         ("PRIVACY", 11),
         ("COMPRESSION", 12),
+        ("DISPATCH", 13),
+        ("DISPATCHED", 14),
+        ("DOWNLINK", 15),
     ]
