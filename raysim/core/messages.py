@@ -14,6 +14,12 @@ from raysim.ops.aggregate import tensor_bytes
 Tensors = dict[str, torch.Tensor]
 
 
+def split_prefixed(tensors: Tensors, prefix: str) -> tuple[Tensors, Tensors]:
+    """``tensors`` split into those whose name starts with ``prefix`` (names kept) and the rest."""
+    chosen = {k: v for k, v in tensors.items() if k.startswith(prefix)}
+    return chosen, {k: v for k, v in tensors.items() if k not in chosen}
+
+
 @dataclass(frozen=True)
 class GlobalState:
     """The server's state: the communicated global tensors (``params``) and server-only tensors (momentum buffers,

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 import torch
 
-from raysim.core.messages import Broadcast, ClientUpdate, GlobalState, Tensors
+from raysim.core.messages import Broadcast, ClientUpdate, GlobalState, Tensors, split_prefixed
 from raysim.core.registry import METHODS, MethodInfo, declare
 
 if TYPE_CHECKING:
@@ -164,8 +164,7 @@ ENCODER_PREFIX = "encoder."  # a split method's server blocks in ``GlobalState.s
 def split_encoder(server_state: Tensors) -> tuple[Tensors, Tensors]:
     """A ``GlobalState.server`` split into the server blocks' weights (``encoder.*``; empty for a method that is
     not split) and the rest of the server state."""
-    encoder = {k: v for k, v in server_state.items() if k.startswith(ENCODER_PREFIX)}
-    return encoder, {k: v for k, v in server_state.items() if k not in encoder}
+    return split_prefixed(server_state, ENCODER_PREFIX)
 
 
 class SplitLearning:

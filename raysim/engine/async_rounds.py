@@ -30,7 +30,7 @@ import torch
 
 from raysim.base.errors import BadUpdateError, ConfigError
 from raysim.base.seeding import Purpose, rng
-from raysim.core.messages import Broadcast, ClientUpdate, Tensors
+from raysim.core.messages import Broadcast, ClientUpdate, Tensors, split_prefixed
 from raysim.core.protocol import SendsExtras
 from raysim.engine.buffered_step import Arrival
 from raysim.engine.screening import screen
@@ -47,8 +47,7 @@ FAILURES_IN_A_ROW = 1000  # dispatches that fail one after another before a run 
 
 def split_schedule(server_state: Tensors) -> tuple[Tensors, Tensors]:
     """A checkpoint's server state split into the asynchronous schedule's tensors and the method's."""
-    schedule = {k: v for k, v in server_state.items() if k.startswith(PREFIX)}
-    return schedule, {k: v for k, v in server_state.items() if k not in schedule}
+    return split_prefixed(server_state, PREFIX)
 
 
 @dataclass

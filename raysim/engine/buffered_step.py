@@ -32,14 +32,15 @@ class Arrival:
     staleness: int
 
 
-def moved(current: Tensors, arrival: Arrival, weight: float) -> ClientUpdate:
-    """FedBuff's view of one update: x + s (x_i - x_tau) for every tensor the client received (a tensor it did not
-    receive is taken as sent)."""
+def moved(current: Tensors, update: ClientUpdate, received: Tensors, weight: float = 1.0) -> ClientUpdate:
+    """An update moved onto the current model: x + s (x_i - x_received) for every tensor the client received (a
+    tensor it did not receive is taken as sent). FedBuff's view of a stale update, weight s(tau); a compressed
+    broadcast's, weight 1 (:mod:`raysim.engine.downlink`)."""
     params = {
-        name: current[name] + weight * (tensor - arrival.received[name]) if name in arrival.received else tensor
-        for name, tensor in arrival.update.params.items()
+        name: current[name] + weight * (tensor - received[name]) if name in received else tensor
+        for name, tensor in update.params.items()
     }
-    return dataclasses.replace(arrival.update, params=params)
+    return dataclasses.replace(update, params=params)
 
 
 def buffered_step(
@@ -50,7 +51,8 @@ def buffered_step(
         mixed = method.aggregate(round, state, [arrivals[0].update])
         rate = fed.async_alpha * staleness(arrivals[0].staleness)
     else:
-        mixed = method.aggregate(round, state, [moved(state.params, a, staleness(a.staleness)) for a in arrivals])
+        moved_updates = [moved(state.params, a.update, a.received, staleness(a.staleness)) for a in arrivals]
+        mixed = method.aggregate(round, state, moved_updates)
         rate = fed.server_lr
     if rate == 1.0:
         return mixed

@@ -22,7 +22,8 @@ import numpy as np
 import torch
 
 from raysim.base.seeding import Purpose, derive_seed
-from raysim.core.messages import Broadcast, ClientUpdate, Tensors
+from raysim.core.messages import Broadcast, ClientUpdate, Tensors, split_prefixed
+from raysim.engine.buffered_step import moved
 from raysim.ops.aggregate import tensor_bytes
 from raysim.ops.codecs import parse
 from raysim.ops.compression import decode, encode, nbytes
@@ -33,8 +34,7 @@ SYNCED, SENT = f"{PREFIX}synced", f"{PREFIX}sent"
 
 def split_public(server_state: Tensors) -> tuple[Tensors, Tensors]:
     """A checkpoint's server state split into the downlink's tensors and the method's."""
-    public = {k: v for k, v in server_state.items() if k.startswith(PREFIX)}
-    return public, {k: v for k, v in server_state.items() if k not in public}
+    return split_prefixed(server_state, PREFIX)
 
 
 class Downlink:
@@ -73,11 +73,7 @@ class Downlink:
 
     def moved(self, current: Tensors, update: ClientUpdate) -> ClientUpdate:
         """The update moved onto the server's model: x + (x_i - x^) for each tensor the server keeps x^ of."""
-        params = {
-            name: current[name] + (t - self.public[name]) if name in self.public else t
-            for name, t in update.params.items()
-        }
-        return dataclasses.replace(update, params=params)
+        return moved(current, update, self.public)
 
     def advance(self, round: int, current: Tensors) -> None:
         """Encode x_{t+1} - x^_t after the server's step of ``round`` and build x^_{t+1}."""
