@@ -9,8 +9,18 @@ embeddings' gradients (FedAvg). Prints, per trial, the label iDLG recovered, PSN
 its final cosine distance beside the one at the client's true input, then how many trials passed 20 dB (the issue's
 target for Inverting Gradients: at least half), and saves each trial's picture in ``--out``.
 
+Split learning (FedV, FedVZ, FESTA) is attacked by smashed-data inversion instead (``raysim attack smashed``), in
+round 1 (each client's own random head) and round 2 (every client starts from the heads averaged after round 1),
+with the round's broadcast head as the attacker's prior; FedV's and FedVZ's runs of a seed sample the same clients.
+
+``--lenet`` validates Inverting Gradients itself against the paper's kind of network, in place of the ViT's messages:
+the same rows and labels, the gradient of DLG's LeNet (Zhu et al., NeurIPS 2019; random initialisation, from the run
+seed and the client) at them, the same search.
+
     python bench/attacks.py                                   # FedAvg and FedVPT, seed 0, 4 trials each
     python bench/attacks.py --methods fedavg --seeds 0,1,2 --trials 2 --iterations 1500
+    python bench/attacks.py --methods fedv,fedvz --seeds 0,1,2 --trials 4
+    python bench/attacks.py --methods fedavg --seeds 0,1,2 --trials 4 --lenet
 """
 
 from __future__ import annotations
@@ -49,6 +59,49 @@ def loss_at_truth(captured, client: int) -> float:
         return float(attack_loss(model, gradient, x, y, tv=0.0).detach())
 
 
+def lenet(mean, std, classes: int, seed: int):
+    """DLG's LeNet for 32 px inputs (Zhu, Liu, Han, "Deep leakage from gradients", NeurIPS 2019): three 5x5
+    convolutions with sigmoids and a linear classifier, initialised from ``seed``; ``input_spec`` as raysim's models."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(seed)
+    model = nn.Sequential(
+        nn.Conv2d(3, 12, 5, padding=2, stride=2),
+        nn.Sigmoid(),
+        nn.Conv2d(12, 12, 5, padding=2, stride=2),
+        nn.Sigmoid(),
+        nn.Conv2d(12, 12, 5, padding=2, stride=1),
+        nn.Sigmoid(),
+        nn.Flatten(),
+        nn.Linear(768, classes),
+    )
+    model.input_spec = (32, mean, std)
+    return model
+
+
+def lenet_trial(captured, client: int, settings, seed: int):
+    """Inverting Gradients against LeNet's gradient at ``client``'s rows: (PSNR, SSIM, seconds, final loss)."""
+    import torch
+    import torch.nn.functional as F
+
+    from raysim.attacks import scores
+    from raysim.attacks.harness import attacker_model
+    from raysim.attacks.inverting import invert
+    from raysim.core.training import model_inputs
+
+    vit, _ = attacker_model(captured.config, captured.shards.info.num_classes, captured.broadcast.params)
+    _, mean, std = vit.input_spec
+    data = captured.shards.train(client)
+    x, y = model_inputs(vit, data.images, torch.device("cpu")), torch.as_tensor(data.labels).long()
+    model = lenet(mean, std, captured.shards.info.num_classes, seed * 100_003 + client)
+    names = [name for name, _ in model.named_parameters()]
+    gradient = dict(zip(names, torch.autograd.grad(F.cross_entropy(model(x), y), list(model.parameters()))))
+    inversion = invert(model, gradient, y, scores.model_box(mean, std), settings)
+    original, image = scores.to_pixels(x, mean, std)[0], scores.to_pixels(inversion.inputs, mean, std)[0]
+    return scores.psnr(original, image), scores.ssim(original, image), inversion.seconds, inversion.loss
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--methods", default="fedavg,fedvpt")
@@ -57,15 +110,18 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=1500)
     parser.add_argument("--tv", type=float, default=1e-2)
     parser.add_argument("--out", default="bench-attacks", help="Folder for the pictures.")
+    parser.add_argument("--lenet", action="store_true", help="Invert LeNet's gradient at the rows, not the ViT's.")
     args = parser.parse_args()
 
     import torch
 
     from raysim.attacks.capture import capture
     from raysim.attacks.figures import reconstruction_grid
-    from raysim.attacks.harness import reconstruct, reconstruct_analytic
+    from raysim.attacks.harness import reconstruct, reconstruct_analytic, reconstruct_smashed
     from raysim.attacks.inverting import InvertingSettings
+    from raysim.attacks.smashed import SmashedSettings
     from raysim.config import build_config
+    from raysim.core.registry import get_method
     from raysim.engine.setup import resolved
 
     out = Path(args.out)
@@ -75,31 +131,49 @@ def main() -> None:
     print(f"torch threads {torch.get_num_threads()}; Inverting Gradients: {settings}")
     print("method  seed  client  attack     label (true)  PSNR dB  SSIM    seconds  loss (at the true input)")
     for method in args.methods.split(","):
+        split = get_method(method).split_learning
         for seed in [int(s) for s in args.seeds.split(",")]:
-            config = resolved(build_config(method, [ONE_ROW_CLIENTS, {"federation": {"seed": seed}}]))
-            start = time.perf_counter()
-            captured = capture(config, 1)
-            print(f"{method}: captured round 1 of seed {seed} in {time.perf_counter() - start:.0f} s", flush=True)
-            for client in sorted(captured.updates)[: args.trials]:
-                attacks = [("inverting", lambda c, k: reconstruct(c, k, settings))]
-                if method == "fedavg":
-                    attacks.append(("april", reconstruct_analytic))
-                truth = loss_at_truth(captured, client)
-                for name, attack in attacks:
-                    result = attack(captured, client)
-                    psnr, ssim = result.psnr[0], result.ssim[0]
-                    label = f"{result.labels[0]:>5} ({result.true_labels[0]:>2})"
-                    print(
-                        f"{method:<7} {seed:>4}  {client:>6}  {name:<9}  {label}  {psnr:7.2f}  {ssim:6.3f}  "
-                        f"{result.seconds:7.1f}  {result.loss:.4f} ({truth:.1e})",
-                        flush=True,
-                    )
-                    captions = [f"{name}, {psnr:.1f} dB"]
-                    reconstruction_grid(
-                        result.originals, result.images, captions, out / f"{method}-s{seed}-c{client}-{name}.png"
-                    )
-                    psnrs.setdefault((method, name), []).append(psnr)
-                    passed.setdefault((method, name), []).append(psnr > TARGET_DB)
+            config = resolved(
+                build_config(method, [ONE_ROW_CLIENTS, {"federation": {"seed": seed, "rounds": 2 if split else 1}}])
+            )
+            for round_number in (1, 2) if split else (1,):
+                start = time.perf_counter()
+                captured = capture(config, round_number)
+                print(f"{method}: captured round {round_number} of seed {seed} in {time.perf_counter() - start:.0f} s")
+                for client in sorted(captured.updates)[: args.trials]:
+                    if split:
+                        name = f"smashed r{round_number}"
+                        attacks = [(name, lambda c, k: reconstruct_smashed(c, k, 1, "broadcast", SmashedSettings()))]
+                        truth = float("nan")
+                    elif args.lenet:
+                        attacks, truth = [], float("nan")
+                    else:
+                        attacks = [("inverting", lambda c, k: reconstruct(c, k, settings))]
+                        if method == "fedavg":
+                            attacks.append(("april", reconstruct_analytic))
+                        truth = loss_at_truth(captured, client)
+                    for name, attack in attacks:
+                        result = attack(captured, client)
+                        psnr, ssim = result.psnr[0], result.ssim[0]
+                        label = f"{result.labels[0]:>5} ({result.true_labels[0]:>2})" if result.labels else " " * 10
+                        print(
+                            f"{method:<7} {seed:>4}  {client:>6}  {name:<10} {label}  {psnr:7.2f}  {ssim:6.3f}  "
+                            f"{result.seconds:7.1f}  {result.loss:.4f} ({truth:.1e})",
+                            flush=True,
+                        )
+                        picture = out / f"{method}-s{seed}-c{client}-{name.replace(' ', '-')}.png"
+                        reconstruction_grid(result.originals, result.images, [f"{name}, {psnr:.1f} dB"], picture)
+                        psnrs.setdefault((method, name), []).append(psnr)
+                        passed.setdefault((method, name), []).append(psnr > TARGET_DB)
+                    if args.lenet and not split:  # the rows and labels only: the gradient is LeNet's
+                        psnr, ssim, seconds, loss = lenet_trial(captured, client, settings, seed)
+                        print(
+                            f"{method:<7} {seed:>4}  {client:>6}  {'lenet':<10} {'':10}  {psnr:7.2f}  {ssim:6.3f}  "
+                            f"{seconds:7.1f}  {loss:.4f}",
+                            flush=True,
+                        )
+                        psnrs.setdefault((method, "inverting, LeNet"), []).append(psnr)
+                        passed.setdefault((method, "inverting, LeNet"), []).append(psnr > TARGET_DB)
     for (method, name), values in psnrs.items():
         hits = sum(passed[(method, name)])
         print(

@@ -1,6 +1,7 @@
 """Replay a run's configuration in this process and capture exactly what the server received from chosen clients in
 a chosen round: their screened :class:`~raysim.core.messages.ClientUpdate` (every tensor of the typed message,
-decoded as the server decodes it under compression) and the broadcast they trained from.
+decoded as the server decodes it under compression) and the broadcast they trained from; under split learning also
+the smashed features each of their local steps sent to the server.
 
 Every random draw of a run derives from its seed (docs/explanation/determinism.md), so rounds 1 .. r of the replay
 are those of the recorded run, bit for bit on the same kind of device; the clients run one by one on the sequential
@@ -10,7 +11,7 @@ on theirs, as in the run, and the capture keeps only their messages.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -27,42 +28,60 @@ from raysim.tracking.checkpoint import Checkpoint
 @dataclass
 class Captured:
     """What the server held in round ``round``: the ``broadcast`` it sent and the ``updates`` of the chosen clients
-    (by client id), with the replayed run's ``config`` and ``shards`` (read only to score an attack)."""
+    (by client id), with the replayed run's ``config`` and ``shards`` (read only to score an attack); for split
+    learning, ``smashed``: each chosen client's cut-layer features, one ``[B, T, D]`` tensor per local step."""
 
     round: int
     broadcast: Broadcast
     updates: dict[int, ClientUpdate]
     config: Config
     shards: ShardStore
+    smashed: dict[int, list[torch.Tensor]] = field(default_factory=dict)
 
 
 class ServerView(Callback):
     """Runs where the state lives: records the broadcast of round ``round`` (from the method's ``configure``, as
-    sent) and, once the round's updates are screened, the messages of ``clients`` (None: every client's)."""
+    sent), the smashed features split learning's server receives that round from ``clients`` (None: every client)
+    in their local steps, and, once the round's updates are screened, the messages of ``clients``."""
 
     def __init__(self, round: int, clients: list[int] | None):
         self.round, self.clients = round, clients
         self.broadcast: Broadcast | None = None
         self.updates: dict[int, ClientUpdate] = {}
+        self.smashed: dict[int, list[torch.Tensor]] = {}
         self.sampled: list[int] = []
+        self.current = 0
+
+    def wanted(self, client: int) -> bool:
+        return self.clients is None or client in self.clients
 
     def on_start(self, simulation) -> None:
         configure = simulation.method.configure
 
         def recorded(round, state, client_ids):
             broadcast = configure(round, state, client_ids)
+            self.current = round
             if round == self.round:
                 self.broadcast = broadcast
             return broadcast
 
         simulation.method.configure = recorded
+        server = simulation.server
+        if server is not None:  # split learning: the encoder's forward requests of a local step carry (client, step)
+            forward = server.forward
+
+            def received(key, h):
+                if key is not None and self.current == self.round and self.wanted(key[0]):
+                    self.smashed.setdefault(key[0], []).append(h.detach().clone())
+                return forward(key, h)
+
+            server.forward = received
         self.simulation = simulation
 
     def on_round(self, round, report) -> None:
         if round == self.round:
             self.sampled = list(report.sampled)
-            wanted = set(self.clients) if self.clients is not None else None
-            self.updates = {u.client_id: u for u in self.simulation.updates if wanted is None or u.client_id in wanted}
+            self.updates = {u.client_id: u for u in self.simulation.updates if self.wanted(u.client_id)}
 
 
 def capture(config: Config, round: int, clients: list[int] | None = None) -> Captured:
@@ -93,4 +112,4 @@ def capture(config: Config, round: int, clients: list[int] | None = None) -> Cap
         raise ConfigError(
             f"the server kept no update of {whose} in round {round} (sampled: {sampled}); pass --clients among them"
         )
-    return Captured(round, view.broadcast, view.updates, config, shards)
+    return Captured(round, view.broadcast, view.updates, config, shards, view.smashed)

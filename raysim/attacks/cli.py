@@ -2,6 +2,7 @@
 
     raysim attack inverting --run RUN_ID --round 1 --clients 3,7
     raysim attack april --run RUN_ID --round 1 --clients 3,7
+    raysim attack smashed --run RUN_ID --round 2 --clients 3,7
     raysim attack membership --run RUN_ID
 
 Imports click and the config only (``raysim --help`` stays free of torch, Ray and MLflow); each command imports the
@@ -48,6 +49,7 @@ def attack():
     \b
     raysim attack inverting --run RUN_ID --round 1 --clients 3   reconstruct a client's input from its update
     raysim attack april --run RUN_ID --round 1 --clients 3       the same in closed form (full fine-tuning)
+    raysim attack smashed --run RUN_ID --round 2 --clients 3     a split-learning client's input from its features
     raysim attack membership --run RUN_ID                        membership inference on the final global model
     """
 
@@ -60,44 +62,56 @@ CLIENTS = click.option(
 )
 
 
+def refuse_unless_update_inversion(config) -> None:
+    """What inverting and april need of the run: one SGD step's update of a model whose forward they model."""
+    from raysim.attacks.harness import refuse_cached_row_features
+    from raysim.attacks.observed import refuse_unless_one_sgd_step
+
+    refuse_unless_one_sgd_step(config)
+    refuse_cached_row_features(config)
+
+
 def reconstruction_attack(
-    name: str, run_id: str, round_number: int, clients: str | None, tracking_uri, attack_one, params: dict
+    name: str, run_id: str, round_number: int, clients: str | None, tracking_uri, attack_one, params: dict, refuse
 ) -> None:
-    """Replay run ``run_id``, capture the chosen clients' messages of round ``round_number`` and reconstruct each
-    with ``attack_one(captured, client)``; then an MLflow run ``name`` nested under ``run_id`` gets, per client (as
-    the step), PSNR, SSIM, whether the labels were recovered and the seconds, and the picture (an attack refused
-    for one client leaves no run)."""
+    """Replay run ``run_id`` (after ``refuse(config)``, which raises for a run the attack does not apply to), capture
+    the chosen clients' messages of round ``round_number`` and reconstruct each with ``attack_one(captured,
+    client)``; then an MLflow run ``name`` nested under ``run_id`` gets, per client (as the step), PSNR, SSIM,
+    whether the labels were recovered (for an attack that recovers them) and the seconds, and the picture (an attack
+    refused for one client leaves no run)."""
     from raysim.attacks.attack_run import attack_run
     from raysim.attacks.capture import capture
     from raysim.attacks.figures import reconstruction_grid
-    from raysim.attacks.harness import refuse_cached_row_features
-    from raysim.attacks.observed import refuse_unless_one_sgd_step
     from raysim.attacks.recorded import recorded_config
 
     chosen = client_ids(clients)
     uri = TrackingConfig(tracking_uri=tracking_uri).resolved_uri
     config = recorded_config(uri, run_id)
-    refuse_unless_one_sgd_step(config)
-    refuse_cached_row_features(config)
+    refuse(config)
     captured = capture(config, round_number, chosen)
     targets = chosen or [min(captured.updates)]
     results = []
     for client in targets:
         result = attack_one(captured, client)
         results.append(result)
+        labels = f", labels {result.labels} (true {result.true_labels})" if result.labels else ""
         click.echo(
-            f"client {client}: PSNR {mean(result.psnr):.1f} dB, SSIM {mean(result.ssim):.3f}, labels {result.labels} "
-            f"(true {result.true_labels}), {result.seconds:.0f} s"
+            f"client {client}: PSNR {mean(result.psnr):.1f} dB, SSIM {mean(result.ssim):.3f}{labels}, "
+            f"{result.seconds:.0f} s"
         )
     given = {"round": round_number, "clients": ",".join(map(str, targets)), **params}
     with attack_run(uri, run_id, name, given) as tracker:
         for result in results:
-            labels_right = float(sorted(result.labels) == sorted(result.true_labels))
-            metrics = {"psnr": mean(result.psnr), "ssim": mean(result.ssim), "labels_recovered": labels_right}
-            tracker.log_metrics({**metrics, "seconds": result.seconds}, step=result.client)
+            metrics = {"psnr": mean(result.psnr), "ssim": mean(result.ssim), "seconds": result.seconds}
+            if result.labels:
+                metrics["labels_recovered"] = float(sorted(result.labels) == sorted(result.true_labels))
+            tracker.log_metrics(metrics, step=result.client)
             with tempfile.TemporaryDirectory() as folder:
                 path = Path(folder) / f"client-{result.client}.png"
-                captions = [f"label {y}, {p:.1f} dB" for y, p in zip(result.labels, result.psnr)]
+                labels = result.labels or [None] * len(result.psnr)
+                captions = [
+                    (f"label {y}, " if y is not None else "") + f"{p:.1f} dB" for y, p in zip(labels, result.psnr)
+                ]
                 reconstruction_grid(result.originals, result.images, captions, path)
                 tracker.log_artifact(path)
         click.echo(f"attack run {tracker.run_id}, nested under {run_id}")
@@ -123,7 +137,9 @@ def inverting(run_id, round_number, clients, iterations, tv, lr, seed, tracking_
     settings = InvertingSettings(iterations, lr, tv, seed)
     params = {"iterations": iterations, "tv": tv, "lr": lr, "seed": seed}
     attack_one = lambda captured, client: reconstruct(captured, client, settings)
-    reconstruction_attack("inverting", run_id, round_number, clients, tracking_uri, attack_one, params)
+    reconstruction_attack(
+        "inverting", run_id, round_number, clients, tracking_uri, attack_one, params, refuse_unless_update_inversion
+    )
 
 
 @attack.command(context_settings={"max_content_width": 100})
@@ -136,7 +152,43 @@ def april(run_id, round_number, clients, tracking_uri):
     patch and position embeddings trained (fedavg): the input solved from their gradients, in well under a second."""
     from raysim.attacks.harness import reconstruct_analytic
 
-    reconstruction_attack("april", run_id, round_number, clients, tracking_uri, reconstruct_analytic, {})
+    reconstruction_attack(
+        "april", run_id, round_number, clients, tracking_uri, reconstruct_analytic, {}, refuse_unless_update_inversion
+    )
+
+
+@attack.command(context_settings={"max_content_width": 100})
+@RUN
+@ROUND
+@CLIENTS
+@click.option(
+    "--step", type=int, default=1, show_default=True, help="The client's local step whose features to invert."
+)
+@click.option(
+    "--prior",
+    type=click.Choice(["broadcast", "pretrained"]),
+    default="broadcast",
+    show_default=True,
+    help="The client head the attacker assumes: the round's broadcast one or the backbone's pretrained one.",
+)
+@click.option("--iterations", type=int, default=500, show_default=True, help="Adam's steps on the input.")
+@click.option("--tv", type=float, default=1e-4, show_default=True, help="Weight of the total-variation prior.")
+@click.option("--lr", type=float, default=0.1, show_default=True, help="Adam's first step on the input.")
+@TRACKING_URI
+def smashed(run_id, round_number, clients, step, prior, iterations, tv, lr, tracking_uri):
+    """Smashed-data inversion (He et al., ACSAC 2019) against split-learning clients (fedv, fedvz, festa): the input
+    whose features through the assumed client head are those the server received at one local step."""
+    from raysim.attacks.harness import reconstruct_smashed, refuse_unless_split_learning
+    from raysim.attacks.smashed import SmashedSettings
+
+    if iterations < 1 or tv < 0 or lr <= 0 or step < 1:
+        raise ConfigError("--iterations and --step must be at least 1, --tv at least 0 and --lr above 0")
+    settings = SmashedSettings(iterations, lr, tv)
+    params = {"step": step, "prior": prior, "iterations": iterations, "tv": tv, "lr": lr}
+    attack_one = lambda captured, client: reconstruct_smashed(captured, client, step, prior, settings)
+    reconstruction_attack(
+        "smashed", run_id, round_number, clients, tracking_uri, attack_one, params, refuse_unless_split_learning
+    )
 
 
 @attack.command(context_settings={"max_content_width": 100})

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from torch import nn
 
 from raysim.attacks import scores
 from raysim.attacks.analytic import embedding_inverse
@@ -20,6 +21,7 @@ from raysim.attacks.inverting import InvertingSettings, attack_loss, invert
 from raysim.attacks.labels import recovered_labels
 from raysim.attacks.membership import MembershipROC, membership_roc, row_losses
 from raysim.attacks.observed import observed_gradient
+from raysim.attacks.smashed import SmashedSettings, invert_smashed
 from raysim.base.errors import ConfigError
 from raysim.config import Config
 from raysim.core.messages import Tensors
@@ -30,14 +32,15 @@ from raysim.data.shards import ClientData, ShardStore
 from raysim.engine.cohort import unfused_attention
 
 
-def attacker_model(config: Config, num_classes: int, params: Tensors):
-    """The run's model (:func:`raysim.models.factory.build_model`) holding ``params``, on the CPU (with this process's
-    threads), and the method."""
+def attacker_model(config: Config, num_classes: int, params: Tensors | None):
+    """The run's model (:func:`raysim.models.factory.build_model`) holding ``params`` (None: as built, the public
+    pretrained backbone), on the CPU (with this process's threads), and the method."""
     from raysim.models.factory import build_model  # timm: only where a model is built
 
     method = get_method(config.method).cls(config)
     model = build_model(config, method, num_classes)
-    model.load_trainable(params)
+    if params is not None:
+        model.load_trainable(params)
     return model, method
 
 
@@ -55,7 +58,8 @@ def refuse_cached_row_features(config: Config) -> None:
 @dataclass
 class Reconstruction:
     """One client's reconstruction: its images beside the originals (``[N, H, W, C]`` in [0, 1], paired), the labels
-    recovered and the true ones, PSNR and SSIM per image, the attack's final loss and its seconds."""
+    recovered (none for an attack that recovers none) and the true ones, PSNR and SSIM per image, the attack's final
+    loss and its seconds."""
 
     client: int
     originals: np.ndarray
@@ -96,25 +100,69 @@ def reconstruct_analytic(captured: Captured, client: int) -> Reconstruction:
 
 
 def scored(captured: Captured, client: int, model, inputs, labels, loss: float, seconds: float) -> Reconstruction:
-    """The reconstruction ``inputs`` (with its ``labels``) of ``client``'s rows, paired with and scored against them:
-    the only place an attack reads a client's data."""
+    """The reconstruction ``inputs`` (with its ``labels``; None for an attack that recovers none) of ``client``'s
+    rows, paired with and scored against them: the only place an attack reads a client's data."""
     _, mean, std = model.input_spec
     images = scores.to_pixels(inputs, mean, std)
     data = captured.shards.train(client)
     originals = scores.to_pixels(model_inputs(model, data.images, torch.device("cpu")), mean, std)
-    paired = scores.matched(originals, images)
-    images = images[paired]
+    pairs = scores.matched(originals, images)
+    originals, images = originals[[o for o, _ in pairs]], images[[r for _, r in pairs]]
     return Reconstruction(
         client,
         originals,
         images,
-        [int(labels[i]) for i in paired],
-        [int(y) for y in data.labels],
+        [] if labels is None else [int(labels[r]) for _, r in pairs],
+        [int(data.labels[o]) for o, _ in pairs],
         [scores.psnr(o, r) for o, r in zip(originals, images)],
         [scores.ssim(o, r) for o, r in zip(originals, images)],
         loss,
         seconds,
     )
+
+
+HEAD_PRIORS = ("broadcast", "pretrained")  # the client head a smashed-data attacker assumes
+
+
+def refuse_unless_split_learning(config: Config) -> None:
+    """Refuse (one line) a method whose clients send no cut-layer features."""
+    if not get_method(config.method).split_learning:
+        raise ConfigError(
+            f"{config.method} is not split learning: its clients send no smashed features; attack fedv, fedvz or "
+            "festa, or attack an update with inverting or april"
+        )
+
+
+def reconstruct_smashed(
+    captured: Captured, client: int, step: int, prior: str, settings: SmashedSettings
+) -> Reconstruction:
+    """Smashed-data inversion of the features ``client`` sent at local step ``step`` (1-based) of the captured round,
+    through the ``prior`` head: the round's broadcast one or the backbone's pretrained one."""
+    steps = captured.smashed.get(client, [])
+    if not 1 <= step <= len(steps):
+        raise ConfigError(
+            f"client {client} sent smashed features at {len(steps)} local steps in round {captured.round}; pass "
+            f"--step between 1 and {len(steps)}"
+        )
+    if prior not in HEAD_PRIORS:
+        raise ConfigError(f"unknown --prior {prior!r}; choose one of {', '.join(HEAD_PRIORS)}")
+    config = captured.config
+    model, method = attacker_model(config, captured.shards.info.num_classes, None)
+    cut, stop = method.server_segment(len(model.vit.blocks))
+    model.offload(cut, stop, nn.Identity())  # the client's model: head and tail
+    if prior == "broadcast":
+        model.load_trainable(captured.broadcast.params)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    model.train()  # as the client's head ran
+
+    def head(x):
+        return model.run_blocks(model.embed(x), 0, cut)[0]
+
+    size, mean, std = model.input_spec
+    observed = steps[step - 1]
+    inversion = invert_smashed(head, observed, (len(mean), size, size), scores.model_box(mean, std), settings)
+    return scored(captured, client, model, inversion.inputs, None, inversion.loss, inversion.seconds)
 
 
 @dataclass

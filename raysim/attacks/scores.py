@@ -1,7 +1,8 @@
 """How close a reconstruction is to the client's input: PSNR and SSIM from scikit-image, in pixels in [0, 1].
 
 A batch's reconstructions come in an order of their own (the attack never sees the rows), so each is scored against
-the original it is closest to, one to one (the assignment of highest total PSNR, as attack papers report it).
+the original it is closest to, one to one (the assignment of highest total PSNR, as attack papers report it); when
+the client holds more rows than the attacked batch, the rows left unpaired are not scored.
 """
 
 from __future__ import annotations
@@ -34,9 +35,9 @@ def ssim(original: np.ndarray, reconstruction: np.ndarray) -> float:
     return float(structural_similarity(original, reconstruction, data_range=1.0, channel_axis=-1))
 
 
-def matched(originals: np.ndarray, reconstructions: np.ndarray) -> list[int]:
-    """For each original, the index of the reconstruction paired with it (the one-to-one pairing of highest total
-    PSNR)."""
+def matched(originals: np.ndarray, reconstructions: np.ndarray) -> list[tuple[int, int]]:
+    """(original, reconstruction) index pairs, one to one, in the originals' order: the pairing of highest total
+    PSNR, which pairs min(len(originals), len(reconstructions)) of each."""
     table = np.array([[psnr(o, r) for r in reconstructions] for o in originals])
     rows, columns = linear_sum_assignment(table, maximize=True)
-    return [int(c) for _, c in sorted(zip(rows, columns))]
+    return sorted((int(o), int(r)) for o, r in zip(rows, columns))

@@ -49,3 +49,10 @@ def test_an_unknown_run_and_a_run_without_its_final_state_are_one_line(tracking_
     unfinished = CliRunner().invoke(main, ["attack", "membership", "--run", run_id, "--tracking-uri", tracking_uri])
     assert unfinished.exit_code == 2 and f"run {run_id} has no global_state.safetensors" in unfinished.output
     assert len(unfinished.output.strip().splitlines()) == 1
+
+
+def test_a_smashed_data_attack_on_a_method_that_sends_no_features_is_one_line(tracking_uri):
+    run_id = recorded_run(tracking_uri, "fedavg")
+    result = CliRunner().invoke(main, ["attack", "smashed", "--run", run_id, "--tracking-uri", tracking_uri])
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
+    assert "fedavg is not split learning: its clients send no smashed features" in result.output
