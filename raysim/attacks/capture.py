@@ -87,11 +87,22 @@ class ServerView(Callback):
 def capture(config: Config, round: int, clients: list[int] | None = None) -> Captured:
     """Replay ``config`` (its backend set to sequential) up to ``round`` and capture the messages of ``clients``
     (None: every client whose update the server kept) in that round. Raises :class:`ConfigError` (one line) for a
-    round the run does not have and for a chosen client whose update the server did not receive that round."""
+    round the run does not have, for asynchronous rounds and compressed broadcasts (what a client trained from is not
+    the round's broadcast) and for a chosen client whose update the server did not receive that round."""
     if not 1 <= round <= config.federation.rounds:
         raise ConfigError(f"--round {round} is not a round of the run (1 to {config.federation.rounds})")
     if config.resources.backend != "sequential":
         raise ConfigError("a capture replays the run on the sequential backend; set resources.backend=sequential")
+    if config.federation.asynchronous:
+        raise ConfigError(
+            "a capture replays synchronous rounds, and the run used federation.mode=async; attack a run with "
+            "federation.mode=sync"
+        )
+    if config.compression.downlink != "none":
+        raise ConfigError(
+            "under compression.downlink clients train from the model the broadcast updates build, which a capture "
+            "does not record; attack a run with compression.downlink=none"
+        )
     shards = prepare_shards(config)
     config, initial, _, shards = initial_state(resolved(config), shards)
     view = ServerView(round, clients)

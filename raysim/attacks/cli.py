@@ -4,6 +4,8 @@
     raysim attack april --run RUN_ID --round 1 --clients 3,7
     raysim attack smashed --run RUN_ID --round 2 --clients 3,7
     raysim attack membership --run RUN_ID
+    raysim attack membership --run RUN_ID --model personal
+    raysim attack features --run RUN_ID --round 5
 
 Imports click and the config only (``raysim --help`` stays free of torch, Ray and MLflow); each command imports the
 attack it runs. Bad input is one line and exit code 2 (:class:`~raysim.base.errors.ConfigError`, which the CLI's
@@ -51,6 +53,8 @@ def attack():
     raysim attack april --run RUN_ID --round 1 --clients 3       the same in closed form (full fine-tuning)
     raysim attack smashed --run RUN_ID --round 2 --clients 3     a split-learning client's input from its features
     raysim attack membership --run RUN_ID                        membership inference on the final global model
+    raysim attack membership --run RUN_ID --model personal       ... on each client's own model (ditto, fedrod)
+    raysim attack features --run RUN_ID --round 5                what FedGCR's feature means reveal
     """
 
 
@@ -193,30 +197,117 @@ def smashed(run_id, round_number, clients, step, prior, iterations, tv, lr, trac
 
 @attack.command(context_settings={"max_content_width": 100})
 @RUN
+@ROUND
+@click.option(
+    "--clients", metavar="IDS", help="Comma-separated clients to attack (default: every one the server heard from)."
+)
+@click.option("--k", type=int, default=10, show_default=True, help="How many nearest public rows are read.")
+@TRACKING_URI
+def features(run_id, round_number, clients, k, tracking_uri):
+    """What FedGCR's feature means (h_tilde, FedGCR Eq. 4) reveal: each client's type and classes read off the k
+    public rows nearest to it (the test rows of every other client), beside an attacker that received nothing."""
+    from raysim.attacks.attack_run import attack_run
+    from raysim.attacks.capture import capture
+    from raysim.attacks.figures import reconstruction_grid
+    from raysim.attacks.harness import read_feature_means, refuse_unless_feature_means
+    from raysim.attacks.recorded import recorded_config
+    from raysim.attacks.scores import row_pixels
+
+    if k < 1:
+        raise ConfigError("--k must be at least 1")
+    chosen = client_ids(clients)
+    uri = TrackingConfig(tracking_uri=tracking_uri).resolved_uri
+    config = recorded_config(uri, run_id)
+    refuse_unless_feature_means(config)
+    captured = capture(config, round_number, chosen)
+    targets = chosen or sorted(captured.updates)
+    readings = read_feature_means(captured, targets, k)
+    found = [r.inference for r in readings]
+    type_accuracy = mean(float(r.type_recovered) for r in found)
+    baseline = mean(float(r.baseline_recovered) for r in found)
+    precision, base_rate = mean(r.label_precision for r in found), mean(r.label_base_rate for r in found)
+    given = {"round": round_number, "clients": ",".join(map(str, targets)), "k": k}
+    with attack_run(uri, run_id, "features", given) as tracker:
+        for r in found:
+            tracker.log_metrics(
+                {
+                    "type_recovered": float(r.type_recovered),
+                    "baseline_type_recovered": float(r.baseline_recovered),
+                    "label_precision": r.label_precision,
+                    "label_base_rate": r.label_base_rate,
+                },
+                step=r.client,
+            )
+        tracker.log_metrics(
+            {
+                "type_accuracy": type_accuracy,
+                "baseline_type_accuracy": baseline,
+                "label_precision_mean": precision,
+                "label_base_rate_mean": base_rate,
+            },
+            step=0,
+        )
+        with tempfile.TemporaryDirectory() as folder:
+            for reading in readings:
+                client = reading.inference.client
+                own = row_pixels(captured.shards.train(client).images[:k])
+                near = row_pixels(reading.nearest_images[: len(own)])
+                path = Path(folder) / f"client-{client}.png"
+                captions = [f"nearest {i + 1}" for i in range(len(near))]
+                reconstruction_grid(own, near, captions, path, ("the client's rows", "nearest public"))
+                tracker.log_artifact(path)
+        click.echo(
+            f"features, round {round_number}, {len(readings)} clients: type recovered for {type_accuracy:.0%} "
+            f"(sending nothing: {baseline:.0%}); label precision of the {k} nearest {precision:.2f} (base rate "
+            f"{base_rate:.2f}); attack run {tracker.run_id}, nested under {run_id}"
+        )
+
+
+@attack.command(context_settings={"max_content_width": 100})
+@RUN
 @click.option(
     "--clients", metavar="IDS", help="Comma-separated clients whose rows are scored (default: every seen one)."
 )
+@click.option(
+    "--model",
+    "target",
+    type=click.Choice(["global", "personal"]),
+    default="global",
+    show_default=True,
+    help="The final global model, or each client's own (a personalised method's, from the run's last checkpoint).",
+)
 @TRACKING_URI
-def membership(run_id, clients, tracking_uri):
-    """Loss-threshold membership inference (Yeom et al., CSF 2018) against the run's final global model: members
-    are the clients' training rows, non-members their test rows; ROC AUC and TPR at 1% FPR."""
+def membership(run_id, clients, target, tracking_uri):
+    """Loss-threshold membership inference (Yeom et al., CSF 2018) against the run's final global model or its
+    clients' personalised ones: members are the clients' training rows, non-members their test rows; ROC AUC and
+    TPR at 1% FPR."""
     from raysim.attacks.attack_run import attack_run
     from raysim.attacks.figures import roc_figure
     from raysim.attacks.harness import membership as membership_attack
-    from raysim.attacks.recorded import final_state, recorded_config
+    from raysim.attacks.recorded import client_states, final_state, recorded_config
+    from raysim.core.protocol import Personalised
+    from raysim.core.registry import get_method
     from raysim.engine.setup import initial_state, prepare_shards, resolved
 
     chosen = client_ids(clients)
     uri = TrackingConfig(tracking_uri=tracking_uri).resolved_uri
     config = recorded_config(uri, run_id)
+    states = None
+    if target == "personal":
+        if not issubclass(get_method(config.method).cls, Personalised):
+            raise ConfigError(
+                f"{config.method} keeps no personalised models; pass --model global, or attack a personalised "
+                "method's run (ditto, fedrod, pfedhn, ...: raysim ls methods)"
+            )
+        states = client_states(uri, run_id, config)
     state = final_state(uri, run_id)
     config, _, _, shards = initial_state(resolved(config), prepare_shards(config))
-    targets = chosen if chosen is not None else shards.seen_clients()
+    targets = chosen if chosen is not None else sorted(states) if states is not None else shards.seen_clients()
     unknown = [c for c in targets if not 0 <= c < shards.num_clients]
     if unknown:
         raise ConfigError(f"--clients names client {unknown[0]}, and the run has clients 0 to {shards.num_clients - 1}")
-    result = membership_attack(config, state.params, shards, targets)
-    with attack_run(uri, run_id, "membership", {"clients": clients or "seen"}) as tracker:
+    result = membership_attack(config, state.params, shards, targets, states)
+    with attack_run(uri, run_id, "membership", {"clients": clients or "seen", "model": target}) as tracker:
         roc = result.roc
         tracker.log_metrics(
             {
@@ -229,10 +320,10 @@ def membership(run_id, clients, tracking_uri):
         )
         with tempfile.TemporaryDirectory() as folder:
             path = Path(folder) / "roc.png"
-            roc_figure(roc.fpr, roc.tpr, f"loss threshold: AUC {roc.auc:.3f}", path)
+            roc_figure(roc.fpr, roc.tpr, f"loss threshold, {target} model: AUC {roc.auc:.3f}", path)
             tracker.log_artifact(path)
         click.echo(
-            f"membership: AUC {roc.auc:.3f}, TPR {roc.tpr_at_low_fpr:.3f} at 1% FPR "
+            f"membership ({target} model): AUC {roc.auc:.3f}, TPR {roc.tpr_at_low_fpr:.3f} at 1% FPR "
             f"({result.members} members, {result.non_members} non-members); attack run {tracker.run_id}, nested "
             f"under {run_id}"
         )

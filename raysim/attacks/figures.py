@@ -12,13 +12,18 @@ import matplotlib.pyplot as plt
 
 
 def reconstruction_grid(
-    originals: np.ndarray, reconstructions: np.ndarray, captions: list[str], path: str | Path
+    originals: np.ndarray,
+    reconstructions: np.ndarray,
+    captions: list[str],
+    path: str | Path,
+    names: tuple[str, str] = ("original", "reconstruction"),
 ) -> None:
-    """Two rows, originals above their reconstructions (images ``[N, H, W, C]`` in [0, 1]), each column captioned."""
+    """Two rows, originals above their reconstructions (images ``[N, H, W, C]`` in [0, 1]), each column captioned,
+    the rows named ``names``."""
     count = len(originals)
     figure, axes = plt.subplots(2, count, figsize=(1.6 * count + 0.6, 3.6), squeeze=False)
     for column in range(count):
-        for row, (images, name) in enumerate(((originals, "original"), (reconstructions, "reconstruction"))):
+        for row, (images, name) in enumerate(zip((originals, reconstructions), names)):
             ax = axes[row][column]
             ax.imshow(images[column], interpolation="nearest")
             ax.set_xticks([])

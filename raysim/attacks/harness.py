@@ -14,9 +14,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from raysim.algorithms._group_custom import gc_net
 from raysim.attacks import scores
 from raysim.attacks.analytic import embedding_inverse
 from raysim.attacks.capture import Captured
+from raysim.attacks.feature_means import FeatureInference, read_off
 from raysim.attacks.inverting import InvertingSettings, attack_loss, invert
 from raysim.attacks.labels import recovered_labels
 from raysim.attacks.membership import MembershipROC, membership_roc, row_losses
@@ -165,6 +167,47 @@ def reconstruct_smashed(
     return scored(captured, client, model, inversion.inputs, None, inversion.loss, inversion.seconds)
 
 
+FEATURE_MEAN = "client_repr"  # the extra FedGCR, FedGC and FedGR clients send: h_tilde (algorithms/fedgcr.py)
+GC_NET = ("gc_w1", "gc_b1", "gc_w2", "gc_b2")  # the GC-Net weights a FedGCR or FedGC client sends
+
+
+def refuse_unless_feature_means(config: Config) -> None:
+    """Refuse (one line) a method whose clients send no feature mean."""
+    if FEATURE_MEAN not in getattr(get_method(config.method).cls, "extras_sent", {}):
+        raise ConfigError(
+            f"{config.method}'s clients send no feature mean; attack fedgcr, fedgc or fedgr (their h_tilde)"
+        )
+
+
+@dataclass
+class FeatureReading:
+    """One client's reading (:class:`~raysim.attacks.feature_means.FeatureInference`) and the images of its nearest
+    public rows (uint8, nearest first), for its picture."""
+
+    inference: FeatureInference
+    nearest_images: np.ndarray
+
+
+def read_feature_means(captured: Captured, clients: list[int], k: int) -> list[FeatureReading]:
+    """What the h_tilde of each of ``clients`` in ``captured`` reveals against a public pool, the test rows of every
+    other client, their features made as the client made its own (the frozen class token cached for the run, then
+    the GC-Net weights the client sent beside h_tilde)."""
+    shards = captured.shards
+    customised = getattr(get_method(captured.config.method).cls, "customize", False)
+    readings = []
+    for client in clients:
+        pool = ClientData.concat([shards.test(c) for c in range(shards.num_clients) if c != client])
+        if len(pool) < k:
+            raise ConfigError(f"the public pool holds {len(pool)} rows, fewer than --k {k}; lower --k")
+        tokens = torch.as_tensor(np.array(pool.features["cls"]), dtype=torch.float32)
+        update = captured.updates[client]
+        public = gc_net({n: update.params[f"extra.{n}"] for n in GC_NET}, tokens) if customised else tokens
+        own_type = int(shards.client_domain[client])
+        found = read_off(client, update.extras[FEATURE_MEAN].float(), public, pool, shards.train(client), own_type, k)
+        readings.append(FeatureReading(found, pool.images[found.nearest]))
+    return readings
+
+
 @dataclass
 class Membership:
     """The loss-threshold attack on a model: its ROC, and how many member and non-member rows it scored."""
@@ -174,10 +217,13 @@ class Membership:
     non_members: int
 
 
-def membership(config: Config, params: Tensors, shards: ShardStore, clients: list[int]) -> Membership:
+def membership(
+    config: Config, params: Tensors, shards: ShardStore, clients: list[int], states: dict[int, Tensors] | None = None
+) -> Membership:
     """The loss-threshold attack against the model holding ``params``: members are the training rows of ``clients``,
-    non-members their test rows (the same distribution, never trained on). ``shards`` with the method's cached
-    features (:func:`raysim.engine.setup.initial_state`)."""
+    non-members their test rows (the same distribution, never trained on). With ``states`` (a personalised method's
+    client states), each client's rows are scored under its own model (the method's ``eval_params``, as it is
+    evaluated). ``shards`` with the method's cached features (:func:`raysim.engine.setup.initial_state`)."""
     if get_method(config.method).split_learning:
         raise ConfigError(
             f"{config.method} is split learning: its model lives split between the server and the clients, and its "
@@ -185,8 +231,16 @@ def membership(config: Config, params: Tensors, shards: ShardStore, clients: lis
         )
     model, method = attacker_model(config, shards.info.num_classes, params)
     device = torch.device("cpu")
-    members = row_losses(model, method, ClientData.concat([shards.train(c) for c in clients]), device)
-    non_members = row_losses(model, method, ClientData.concat([shards.test(c) for c in clients]), device)
+    if states is None:
+        members = row_losses(model, method, ClientData.concat([shards.train(c) for c in clients]), device)
+        non_members = row_losses(model, method, ClientData.concat([shards.test(c) for c in clients]), device)
+    else:
+        scored_rows = {"train": [np.zeros(0)], "test": [np.zeros(0)]}
+        for client in clients:
+            model.load_trainable(method.eval_params(params, states.get(client)))
+            for split, rows in scored_rows.items():
+                rows.append(row_losses(model, method, getattr(shards, split)(client), device))
+        members, non_members = (np.concatenate(rows) for rows in scored_rows.values())
     if not len(members) or not len(non_members):
         raise ConfigError(
             f"the {len(clients)} chosen clients hold {len(members)} training and {len(non_members)} test rows; "

@@ -1,6 +1,7 @@
-"""What a finished run recorded in MLflow that an attack replays: its configuration (``config.yaml``, which the
+"""What a finished run recorded that an attack replays: in MLflow its configuration (``config.yaml``, which the
 driver logs with every new run: the resolved config, its store and pool made concrete) and its final global state
-(``global_state.safetensors``, logged when the run ends)."""
+(``global_state.safetensors``, logged when the run ends); in its last checkpoint the clients' own states (a
+personalised method's models, written after the last round)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from mlflow.exceptions import MlflowException
 
 from raysim.base.errors import ConfigError
 from raysim.config import Config, build_config, yaml12
-from raysim.core.messages import GlobalState
+from raysim.core.messages import GlobalState, Tensors
 from raysim.tracking.mlflow import check_run_store, store_client
 
 CONFIG, FINAL_STATE = "config.yaml", "global_state.safetensors"
@@ -72,3 +73,16 @@ def final_state(uri: str, run_id: str) -> GlobalState:
     params = {name.split("/", 1)[1]: t for name, t in tensors.items() if name.startswith("params/")}
     server = {name.split("/", 1)[1]: t for name, t in tensors.items() if name.startswith("server/")}
     return GlobalState(params, server)
+
+
+def client_states(uri: str, run_id: str, config: Config) -> dict[int, Tensors]:
+    """The clients' states in run ``run_id``'s last checkpoint (under ``checkpoint.dir``, default beside the store)."""
+    from raysim.tracking import checkpoint
+
+    folder = config.checkpoint.root(uri) / run_id
+    if not checkpoint.rounds_in(folder):
+        raise ConfigError(
+            f"run {run_id} left no checkpoint in {folder}, where its clients' states are kept after the last round; "
+            "attack a run whose checkpoints are kept (checkpoint.keep), or pass --model global"
+        )
+    return checkpoint.load(folder).client_states

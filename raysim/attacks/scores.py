@@ -27,6 +27,14 @@ def to_pixels(inputs: torch.Tensor, mean: Sequence[float], std: Sequence[float])
     return (inputs.detach().cpu() * std_t + mean_t).clamp(0, 1).permute(0, 2, 3, 1).numpy().astype(np.float64)
 
 
+def row_pixels(images: np.ndarray) -> np.ndarray:
+    """A shard's uint8 rows as images ``[N, H, W, 3]`` in [0, 1] at their own size (grey expanded), for pictures."""
+    from raysim.base.preprocess import to_model_input
+
+    plain = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
+    return to_pixels(to_model_input(torch.as_tensor(np.array(images)), images.shape[1], *plain), *plain)
+
+
 def psnr(original: np.ndarray, reconstruction: np.ndarray) -> float:
     return float(peak_signal_noise_ratio(original, reconstruction, data_range=1.0))
 

@@ -32,6 +32,13 @@ def recorded_run(uri: str, method: str, *layers: dict) -> str:
         ("sgpt", [SGD], [], "sgpt's clients read per-row features cached before the run"),
         ("fedavg", [SGD], ["--clients", "1,x"], "--clients '1,x' is not a comma-separated list"),
         ("fedavg", [SGD], ["--round", "9"], "--round 9 is not a round of the run (1 to 2)"),
+        ("fedavg", [SGD, {"compression": {"downlink": "qsgd:8"}}], [], "under compression.downlink clients train"),
+        (
+            "fedavg",
+            [SGD, {"federation": {"mode": "async"}, "systems": {"speed": "lognormal:3,0.5"}}],
+            [],
+            "the run used federation.mode=async",
+        ),
     ],
 )
 def test_refused_inversions_are_one_line(tracking_uri, method, layers, args, fragment):
@@ -56,3 +63,26 @@ def test_a_smashed_data_attack_on_a_method_that_sends_no_features_is_one_line(tr
     result = CliRunner().invoke(main, ["attack", "smashed", "--run", run_id, "--tracking-uri", tracking_uri])
     assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
     assert "fedavg is not split learning: its clients send no smashed features" in result.output
+
+
+@pytest.mark.parametrize(
+    ("method", "fragment"),
+    [
+        ("fedavg", "fedavg keeps no personalised models; pass --model global"),
+        ("ditto", "left no checkpoint in"),
+    ],
+)
+def test_membership_of_personal_models_a_run_does_not_hold_is_one_line(tracking_uri, method, fragment):
+    run_id = recorded_run(tracking_uri, method)
+    result = CliRunner().invoke(
+        main, ["attack", "membership", "--run", run_id, "--tracking-uri", tracking_uri, "--model", "personal"]
+    )
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
+    assert fragment in result.output
+
+
+def test_a_feature_mean_attack_on_a_method_that_sends_none_is_one_line(tracking_uri):
+    run_id = recorded_run(tracking_uri, "fedvpt")
+    result = CliRunner().invoke(main, ["attack", "features", "--run", run_id, "--tracking-uri", tracking_uri])
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
+    assert "fedvpt's clients send no feature mean; attack fedgcr, fedgc or fedgr" in result.output

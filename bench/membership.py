@@ -1,0 +1,107 @@
+"""Membership inference against the global model and the clients' personalised ones, over seeds.
+
+Each method runs on ``--preset`` (default ``offline-dir0.3``, FedV's setting, where Ditto and FedRoD are baselines) for
+``--rounds`` rounds on the sequential backend, tracked in ``--store``; then the loss-threshold attack (``raysim attack
+membership``, Yeom et al., CSF 2018) scores every client that trained: its training rows are the members, its test
+rows the non-members, under the final global model and, for a personalised method, under each client's own model
+(``--model personal``: the method's ``eval_params`` of the client's state in the run's last checkpoint). Prints the
+ROC AUC and the TPR at 1% FPR per seed, their means with 95% intervals, and the paired differences (personal − global
+within a method; each method's global − FedAvg's), with the project's verdict rules (raysim.tracking.statistics).
+
+    python bench/membership.py                                   # fedavg, ditto, fedrod; seeds 0,1,2; 20 rounds
+    python bench/membership.py --methods fedavg,ditto --seeds 0,1,2,3,4 --rounds 40
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import time
+from pathlib import Path
+
+
+def attacked(method: str, seed: int, preset: str, rounds: int, store: Path) -> dict[str, tuple[float, float]]:
+    """Run ``method`` with ``seed`` and attack it: {"global" | "personal": (AUC, TPR at 1% FPR)}."""
+    from rich.console import Console
+
+    from raysim.attacks.harness import membership
+    from raysim.attacks.recorded import client_states, final_state, recorded_config
+    from raysim.config import build_config, load_preset, preset_for_method
+    from raysim.core.protocol import Personalised
+    from raysim.core.registry import get_method
+    from raysim.engine.driver import run
+    from raysim.engine.setup import initial_state, prepare_shards, resolved
+
+    uri = f"sqlite:///{store / 'mlflow.db'}"
+    layers = [
+        preset_for_method(load_preset(preset), method),
+        {
+            "federation": {"seed": seed, "rounds": rounds},
+            "resources": {"backend": "sequential"},
+            "tracking": {"tracking_uri": uri, "experiment": "membership"},
+        },
+    ]
+    start = time.perf_counter()
+    result = run(build_config(method, layers), show_progress=False, console=Console(file=io.StringIO()))
+    config = recorded_config(uri, result.run_id)
+    states = client_states(uri, result.run_id, config)
+    params = final_state(uri, result.run_id).params
+    config, _, _, shards = initial_state(resolved(config), prepare_shards(config))
+    clients = shards.seen_clients()
+    found = {"global": membership(config, params, shards, clients)}
+    if issubclass(get_method(method).cls, Personalised):
+        found["personal"] = membership(config, params, shards, clients, states)
+    out = {model: (m.roc.auc, m.roc.tpr_at_low_fpr) for model, m in found.items()}
+    print(
+        f"{method:<7} seed {seed}: "
+        + ", ".join(f"{model} AUC {auc:.3f} TPR@1% {tpr:.3f}" for model, (auc, tpr) in out.items())
+        + f" ({len(clients)} clients, {found['global'].members} members, {found['global'].non_members} non-members;"
+        f" {time.perf_counter() - start:.0f} s)",
+        flush=True,
+    )
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--methods", default="fedavg,ditto,fedrod")
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--preset", default="offline-dir0.3")
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--store", default="bench-membership", help="Folder of the runs' MLflow store.")
+    args = parser.parse_args()
+
+    from raysim.tracking.statistics import interval, paired
+
+    store = Path(args.store).resolve()
+    store.mkdir(parents=True, exist_ok=True)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    methods = args.methods.split(",")
+    results = {m: {s: attacked(m, s, args.preset, args.rounds, store) for s in seeds} for m in methods}
+
+    def by_seed(method: str, model: str, k: int) -> dict[int, float]:
+        return {s: r[model][k] for s, r in results[method].items() if model in r}
+
+    print("\n| method, model | AUC | TPR at 1% FPR | AUC paired with | difference |")
+    print("|---|---|---|---|---|")
+    for method in methods:
+        for model in ("global", "personal"):
+            auc = by_seed(method, model, 0)
+            if not auc:
+                continue
+            mean, half = interval(list(auc.values()))
+            tpr_mean, tpr_half = interval(list(by_seed(method, model, 1).values()))
+            other = ("global", method) if model == "personal" else ("global", methods[0])
+            diff = ""
+            if other != (model, method):
+                d, h, agree, n = paired(by_seed(other[1], other[0], 0), auc)
+                diff = f"{d:+.3f} ± {h:.3f} ({agree} of {n} seeds)"
+            paired_with = f"{other[1]}, {other[0]}" if diff else ""
+            print(
+                f"| {method}, {model} | {mean:.3f} ± {half:.3f} | {tpr_mean:.3f} ± {tpr_half:.3f} | {paired_with} | "
+                f"{diff} |"
+            )
+
+
+if __name__ == "__main__":
+    main()

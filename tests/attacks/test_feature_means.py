@@ -1,0 +1,97 @@
+"""What FedGCR's feature means reveal: the nearest public rows, the type and the label precision by hand, and the
+attack on a recorded FedGCR run (its pool, its baseline, its nested MLflow run)."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+from mlflow.tracking import MlflowClient
+from rich.console import Console
+
+from raysim.algorithms._group_custom import gc_net
+from raysim.attacks.capture import capture
+from raysim.attacks.feature_means import most_common_type, nearest_rows, read_off
+from raysim.attacks.harness import FEATURE_MEAN, GC_NET, read_feature_means
+from raysim.attacks.recorded import recorded_config
+from raysim.cli import main
+from raysim.data.shards import ClientData
+from raysim.engine.driver import run
+from raysim.ops.contrastive import class_balanced_mean
+from raysim.testing.smoke import smoke_config
+
+
+def rows(labels, domains) -> ClientData:
+    labels = np.array(labels)
+    return ClientData(np.zeros((len(labels), 2, 2, 3), np.uint8), labels, np.array(domains))
+
+
+def test_the_nearest_rows_by_cosine_ties_to_the_lower_index():
+    public = torch.tensor([[1.0, 0.0], [0.0, 1.0], [2.0, 0.1], [2.0, 0.0], [-1.0, 0.0]])
+    # cosines with (1, 0): 1, 0, 0.99875, 1, -1
+    assert nearest_rows(torch.tensor([1.0, 0.0]), public, 3).tolist() == [0, 3, 2]
+
+
+def test_type_and_label_precision_by_hand():
+    public = torch.tensor([[1.0, 0.0], [0.9, 0.1], [0.8, 0.2], [0.0, 1.0], [0.1, 0.9]])
+    pool = rows(labels=[3, 4, 3, 5, 3], domains=[1, 1, 0, 0, 0])
+    own = rows(labels=[3, 3, 7], domains=[1, 1, 1])
+    found = read_off(9, torch.tensor([1.0, 0.05]), public, pool, own, own_type=1, k=3)
+    # nearest 3: rows 0, 1, 2 -> domains 1, 1, 0 (type 1); labels 3, 4, 3 -> 2 of 3 held; base rate 3 of 5
+    assert found.nearest.tolist() == [0, 1, 2] and found.guessed_type == 1 and found.type_recovered
+    assert found.label_precision == pytest.approx(2 / 3) and found.label_base_rate == pytest.approx(3 / 5)
+    assert found.baseline_type == most_common_type(pool) == 0 and not found.baseline_recovered
+    assert found.pool_rows == 5
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory, empty_store):
+    """A tracked two-round FedGCR run on the sequential backend."""
+    folder = tmp_path_factory.mktemp("fedgcr")
+    uri = f"sqlite:///{folder / 'mlflow.db'}"
+    (folder / "mlflow.db").write_bytes(empty_store.read_bytes())
+    config = smoke_config(
+        "fedgcr",
+        {
+            "federation": {"rounds": 2},
+            "tracking": {"tracking_uri": uri},
+            "checkpoint": {"dir": str(folder / "checkpoints"), "keep": 1},
+        },
+    )
+    result = run(config, show_progress=False, console=Console(file=io.StringIO()))
+    return uri, result.run_id
+
+
+def test_each_client_is_read_against_the_rows_of_the_others_as_it_made_its_mean(recorded):
+    uri, run_id = recorded
+    captured = capture(recorded_config(uri, run_id), 2)
+    clients = sorted(captured.updates)
+    readings = read_feature_means(captured, clients, k=5)
+    shards = captured.shards
+    found = [r.inference for r in readings]
+    assert [r.client for r in found] == clients
+    assert [r.pool_rows for r in found] == [int(shards.test_sizes().sum() - len(shards.test(c))) for c in clients]
+    assert [r.true_type for r in found] == [int(shards.client_domain[c]) for c in clients]
+    assert all(len(r.nearest_images) == 5 for r in readings)
+    # the attacker's mapping is the client's: its sent GC-Net weights on its rows' class tokens give its h_tilde back
+    update, own = captured.updates[clients[0]], shards.train(clients[0])
+    h = gc_net({name: update.params[f"extra.{name}"] for name in GC_NET}, torch.tensor(np.array(own.features["cls"])))
+    remade = class_balanced_mean(h, torch.tensor(own.labels).long())
+    assert torch.allclose(remade, update.extras[FEATURE_MEAN], atol=1e-5)
+
+
+def test_the_attack_is_a_run_nested_under_the_attacked_one(recorded):
+    uri, run_id = recorded
+    result = CliRunner().invoke(
+        main, ["attack", "features", "--run", run_id, "--tracking-uri", uri, "--round", "2", "--k", "5"]
+    )
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("features, round 2,")
+    attack_id = result.output.strip().splitlines()[-1].split("attack run ")[1].split(",")[0]
+    attack_run = MlflowClient(tracking_uri=uri).get_run(attack_id)
+    assert attack_run.data.tags["mlflow.parentRunId"] == run_id
+    metrics = attack_run.data.metrics
+    assert 0.0 <= metrics["type_accuracy"] <= 1.0 and 0.0 <= metrics["label_base_rate_mean"] <= 1.0
