@@ -4,9 +4,10 @@ Each method (default FedGCR and its ablation FedGR, whose h_tilde is the frozen 
 ``--preset`` (default ``offline-digit5-dif10``, FedGCR's setting: 22 clients of 5 types, all every round) and every
 client's h_tilde of each of ``--rounds`` is read by ``raysim attack features`` (raysim.attacks.feature_means): the
 type most common among the ``--k`` public rows nearest to it (the test rows of every other client), against the
-pool's most common type (what a server that received nothing guesses); the share of those rows whose label the
-client holds, against the pool's base rate. Prints per seed, then the means over seeds with 95% intervals and the
-paired differences (attack − nothing), with the project's verdict rules (raysim.tracking.statistics).
+other clients' most common type (what a server that received nothing, but knows the population's mix, guesses); the
+share of those rows whose label the client holds, against the pool's base rate. Prints per seed, then the means
+over seeds with 95% intervals and the paired differences (attack − nothing), with the project's verdict rules
+(raysim.tracking.statistics).
 
     python bench/feature_means.py                                # fedgcr, fedgr; seeds 0,1,2; rounds 1 and 5
     python bench/feature_means.py --methods fedgcr --rounds 1,10 --k 20

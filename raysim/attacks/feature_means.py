@@ -11,7 +11,8 @@ their feature to h_tilde and reads, among the ``k`` nearest:
 - the classes: the share of the ``k`` whose label is one the client holds (label precision), beside the share of the
   whole pool with such labels, which is what an attacker that received nothing guesses at random.
 
-Sending nothing is the baseline: the pool's most common type, and the pool's base rate of the client's labels.
+Sending nothing is the baseline: the most common type among the other clients (the population's type mix, which an
+uninformed attacker may know), and the pool's base rate of the client's labels.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ from raysim.data.shards import ClientData
 
 @dataclass
 class FeatureInference:
-    """One client's h_tilde read against a public pool of ``pool_rows`` rows: the type guessed, the pool's most common
-    type (the guess of an attacker that received nothing) and the client's own, the label precision of the
+    """One client's h_tilde read against a public pool of ``pool_rows`` rows: the type guessed, the other clients'
+    most common type (the guess of an attacker that received nothing) and the client's own, the label precision of the
     ``nearest`` public rows (pool indices, nearest first) and the pool's base rate of the client's labels."""
 
     client: int
@@ -57,18 +58,25 @@ def nearest_rows(h_tilde: torch.Tensor, public: torch.Tensor, k: int) -> np.ndar
 
 
 def read_off(
-    client: int, h_tilde: torch.Tensor, public: torch.Tensor, pool: ClientData, own: ClientData, own_type: int, k: int
+    client: int,
+    h_tilde: torch.Tensor,
+    public: torch.Tensor,
+    pool: ClientData,
+    baseline_type: int,
+    own: ClientData,
+    own_type: int,
+    k: int,
 ) -> FeatureInference:
     """The type and classes ``h_tilde`` reveals among ``public`` (the pool rows' features, row-aligned with
-    ``pool``); ``own``: the client's rows and ``own_type`` its type, read only to score."""
+    ``pool``), beside ``baseline_type``, the guess of an attacker that received nothing; ``own``: the client's rows
+    and ``own_type`` its type, read only to score."""
     nearest = nearest_rows(h_tilde, public, k)
-    domains = pool.domains[nearest]
-    guessed = int(np.bincount(domains).argmax())
     held = np.isin(pool.labels, np.unique(own.labels))
     precision, base_rate = float(held[nearest].mean()), float(held.mean())
-    return FeatureInference(client, guessed, most_common_type(pool), own_type, precision, base_rate, nearest, len(pool))
+    guessed = most_common(pool.domains[nearest])
+    return FeatureInference(client, guessed, baseline_type, own_type, precision, base_rate, nearest, len(pool))
 
 
-def most_common_type(pool: ClientData) -> int:
-    """The baseline's guess of every client's type: the pool's most common domain (ties to the lower id)."""
-    return int(np.bincount(pool.domains).argmax())
+def most_common(values: np.ndarray) -> int:
+    """The most common of the non-negative integers ``values`` (ties to the lowest)."""
+    return int(np.bincount(values).argmax())

@@ -18,7 +18,7 @@ from raysim.algorithms._group_custom import gc_net
 from raysim.attacks import scores
 from raysim.attacks.analytic import embedding_inverse
 from raysim.attacks.capture import Captured
-from raysim.attacks.feature_means import FeatureInference, read_off
+from raysim.attacks.feature_means import FeatureInference, most_common, read_off
 from raysim.attacks.inverting import InvertingSettings, attack_loss, invert
 from raysim.attacks.labels import recovered_labels
 from raysim.attacks.membership import MembershipROC, membership_roc, row_losses
@@ -191,7 +191,7 @@ class FeatureReading:
 def read_feature_means(captured: Captured, clients: list[int], k: int) -> list[FeatureReading]:
     """What the h_tilde of each of ``clients`` in ``captured`` reveals against a public pool, the test rows of every
     other client, their features made as the client made its own (the frozen class token cached for the run, then
-    the GC-Net weights the client sent beside h_tilde)."""
+    the GC-Net weights the client sent beside h_tilde); beside the other clients' most common type."""
     shards = captured.shards
     customised = getattr(get_method(captured.config.method).cls, "customize", False)
     readings = []
@@ -202,8 +202,10 @@ def read_feature_means(captured: Captured, clients: list[int], k: int) -> list[F
         tokens = torch.as_tensor(np.array(pool.features["cls"]), dtype=torch.float32)
         update = captured.updates[client]
         public = gc_net({n: update.params[f"extra.{n}"] for n in GC_NET}, tokens) if customised else tokens
-        own_type = int(shards.client_domain[client])
-        found = read_off(client, update.extras[FEATURE_MEAN].float(), public, pool, shards.train(client), own_type, k)
+        types = shards.client_domain
+        baseline = most_common(np.delete(types, client))
+        h_tilde = update.extras[FEATURE_MEAN].float()
+        found = read_off(client, h_tilde, public, pool, baseline, shards.train(client), int(types[client]), k)
         readings.append(FeatureReading(found, pool.images[found.nearest]))
     return readings
 

@@ -14,7 +14,7 @@ from rich.console import Console
 
 from raysim.algorithms._group_custom import gc_net
 from raysim.attacks.capture import capture
-from raysim.attacks.feature_means import most_common_type, nearest_rows, read_off
+from raysim.attacks.feature_means import most_common, nearest_rows, read_off
 from raysim.attacks.harness import FEATURE_MEAN, GC_NET, read_feature_means
 from raysim.attacks.recorded import recorded_config
 from raysim.cli import main
@@ -39,12 +39,12 @@ def test_type_and_label_precision_by_hand():
     public = torch.tensor([[1.0, 0.0], [0.9, 0.1], [0.8, 0.2], [0.0, 1.0], [0.1, 0.9]])
     pool = rows(labels=[3, 4, 3, 5, 3], domains=[1, 1, 0, 0, 0])
     own = rows(labels=[3, 3, 7], domains=[1, 1, 1])
-    found = read_off(9, torch.tensor([1.0, 0.05]), public, pool, own, own_type=1, k=3)
+    found = read_off(9, torch.tensor([1.0, 0.05]), public, pool, 2, own, own_type=1, k=3)
     # nearest 3: rows 0, 1, 2 -> domains 1, 1, 0 (type 1); labels 3, 4, 3 -> 2 of 3 held; base rate 3 of 5
     assert found.nearest.tolist() == [0, 1, 2] and found.guessed_type == 1 and found.type_recovered
     assert found.label_precision == pytest.approx(2 / 3) and found.label_base_rate == pytest.approx(3 / 5)
-    assert found.baseline_type == most_common_type(pool) == 0 and not found.baseline_recovered
-    assert found.pool_rows == 5
+    assert found.baseline_type == 2 and not found.baseline_recovered and found.pool_rows == 5
+    assert most_common(np.array([4, 1, 4, 1, 0])) == 1
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +74,9 @@ def test_each_client_is_read_against_the_rows_of_the_others_as_it_made_its_mean(
     found = [r.inference for r in readings]
     assert [r.client for r in found] == clients
     assert [r.pool_rows for r in found] == [int(shards.test_sizes().sum() - len(shards.test(c))) for c in clients]
-    assert [r.true_type for r in found] == [int(shards.client_domain[c]) for c in clients]
+    types = shards.client_domain
+    assert [r.true_type for r in found] == [int(types[c]) for c in clients]
+    assert [r.baseline_type for r in found] == [int(np.bincount(np.delete(types, c)).argmax()) for c in clients]
     assert all(len(r.nearest_images) == 5 for r in readings)
     # the attacker's mapping is the client's: its sent GC-Net weights on its rows' class tokens give its h_tilde back
     update, own = captured.updates[clients[0]], shards.train(clients[0])
