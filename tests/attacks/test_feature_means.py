@@ -3,14 +3,11 @@ attack on a recorded FedGCR run (its pool, its baseline, its nested MLflow run).
 
 from __future__ import annotations
 
-import io
-
 import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
 from mlflow.tracking import MlflowClient
-from rich.console import Console
 
 from raysim.algorithms._group_custom import gc_net
 from raysim.attacks.capture import capture
@@ -19,9 +16,7 @@ from raysim.attacks.harness import FEATURE_MEAN, GC_NET, read_feature_means
 from raysim.attacks.recorded import recorded_config
 from raysim.cli import main
 from raysim.data.shards import ClientData
-from raysim.engine.driver import run
 from raysim.ops.contrastive import class_balanced_mean
-from raysim.testing.smoke import smoke_config
 
 
 def rows(labels, domains) -> ClientData:
@@ -48,21 +43,9 @@ def test_type_and_label_precision_by_hand():
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory, empty_store):
+def recorded(tracked_run):
     """A tracked two-round FedGCR run on the sequential backend."""
-    folder = tmp_path_factory.mktemp("fedgcr")
-    uri = f"sqlite:///{folder / 'mlflow.db'}"
-    (folder / "mlflow.db").write_bytes(empty_store.read_bytes())
-    config = smoke_config(
-        "fedgcr",
-        {
-            "federation": {"rounds": 2},
-            "tracking": {"tracking_uri": uri},
-            "checkpoint": {"dir": str(folder / "checkpoints"), "keep": 1},
-        },
-    )
-    result = run(config, show_progress=False, console=Console(file=io.StringIO()))
-    return uri, result.run_id
+    return tracked_run("fedgcr", {"federation": {"rounds": 2}})
 
 
 def test_each_client_is_read_against_the_rows_of_the_others_as_it_made_its_mean(recorded):

@@ -3,37 +3,20 @@ run evaluates it with (Ditto's personal model), read from the run's last checkpo
 
 from __future__ import annotations
 
-import io
-
 import pytest
 from click.testing import CliRunner
 from mlflow.tracking import MlflowClient
-from rich.console import Console
 
 from raysim.attacks.harness import membership
 from raysim.attacks.recorded import client_states, final_state, recorded_config
 from raysim.cli import main
-from raysim.engine.driver import run
 from raysim.engine.setup import initial_state, prepare_shards, resolved
-from raysim.testing.smoke import smoke_config
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory, empty_store):
+def recorded(tracked_run):
     """A tracked two-round Ditto run on the sequential backend, its checkpoints kept."""
-    folder = tmp_path_factory.mktemp("personal")
-    uri = f"sqlite:///{folder / 'mlflow.db'}"
-    (folder / "mlflow.db").write_bytes(empty_store.read_bytes())
-    config = smoke_config(
-        "ditto",
-        {
-            "federation": {"rounds": 2},
-            "tracking": {"tracking_uri": uri},
-            "checkpoint": {"dir": str(folder / "checkpoints"), "keep": 1},
-        },
-    )
-    result = run(config, show_progress=False, console=Console(file=io.StringIO()))
-    return uri, result.run_id
+    return tracked_run("ditto", {"federation": {"rounds": 2}})
 
 
 def test_each_client_is_scored_under_its_own_model(recorded):

@@ -3,39 +3,23 @@ bit for bit), and each ``raysim attack`` command logs its own MLflow run nested 
 
 from __future__ import annotations
 
-import io
-
 import pytest
 import torch
 from click.testing import CliRunner
 from mlflow.tracking import MlflowClient
-from rich.console import Console
 
 from raysim.attacks.capture import capture
 from raysim.attacks.recorded import recorded_config
 from raysim.base.errors import ConfigError
 from raysim.cli import main
 from raysim.engine import simulation as simulation_module
-from raysim.engine.driver import run
-from raysim.testing.smoke import smoke_config
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory, empty_store):
+def recorded(tracked_run):
     """A tracked two-round FedAvg run on the sequential backend (200 clients of 6 rows, 10 a round, one SGD step
     each), and what its server's screening kept each round."""
-    folder = tmp_path_factory.mktemp("attacked")
-    uri = f"sqlite:///{folder / 'mlflow.db'}"
-    (folder / "mlflow.db").write_bytes(empty_store.read_bytes())
-    config = smoke_config(
-        "fedavg",
-        {
-            "federation": {"clients": 200, "participation": 0.05},
-            "train": {"optimizer": "sgd", "batch_size": 64},
-            "tracking": {"tracking_uri": uri},
-            "checkpoint": {"dir": str(folder / "checkpoints"), "keep": 1},
-        },
-    )
+    layer = {"federation": {"clients": 200, "participation": 0.05}, "train": {"optimizer": "sgd", "batch_size": 64}}
     received = []
     screen = simulation_module.screen
 
@@ -46,8 +30,8 @@ def recorded(tmp_path_factory, empty_store):
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(simulation_module, "screen", spied)
-        result = run(config, show_progress=False, console=Console(file=io.StringIO()))
-    return uri, result.run_id, received
+        uri, run_id = tracked_run("fedavg", layer)
+    return uri, run_id, received
 
 
 def test_the_captured_messages_are_what_the_coordinator_received_bit_for_bit(recorded):

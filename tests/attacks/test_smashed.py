@@ -3,14 +3,11 @@ capture holds against those the split-learning server received in the run (bit f
 
 from __future__ import annotations
 
-import io
-
 import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
 from mlflow.tracking import MlflowClient
-from rich.console import Console
 
 from raysim.algorithms._split import EncoderServer
 from raysim.algorithms.fedv import FedV
@@ -21,8 +18,6 @@ from raysim.attacks.recorded import recorded_config
 from raysim.attacks.smashed import SmashedSettings, feature_distance, invert_smashed
 from raysim.base.errors import ConfigError
 from raysim.cli import main
-from raysim.engine.driver import run
-from raysim.testing.smoke import smoke_config
 
 
 def test_the_feature_distance_by_hand():
@@ -50,20 +45,9 @@ def test_more_rows_than_reconstructions_pair_the_closest_rows():
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory, empty_store):
+def recorded(tracked_run):
     """A tracked two-round FedV run on the sequential backend (heads averaged after round 1), and the features its
     server received in each local step, by (round, client)."""
-    folder = tmp_path_factory.mktemp("split")
-    uri = f"sqlite:///{folder / 'mlflow.db'}"
-    (folder / "mlflow.db").write_bytes(empty_store.read_bytes())
-    config = smoke_config(
-        "fedv",
-        {
-            "federation": {"rounds": 2},
-            "tracking": {"tracking_uri": uri},
-            "checkpoint": {"dir": str(folder / "checkpoints"), "keep": 1},
-        },
-    )
     received: dict[tuple[int, int], list[torch.Tensor]] = {}
     forward, configure = EncoderServer.forward, FedV.configure
     current = [0]
@@ -80,8 +64,8 @@ def recorded(tmp_path_factory, empty_store):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(EncoderServer, "forward", spied)
         patch.setattr(FedV, "configure", configured)
-        result = run(config, show_progress=False, console=Console(file=io.StringIO()))
-    return uri, result.run_id, received
+        uri, run_id = tracked_run("fedv", {"federation": {"rounds": 2}})
+    return uri, run_id, received
 
 
 def test_the_captured_features_are_what_the_server_received_bit_for_bit(recorded):
