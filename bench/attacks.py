@@ -21,6 +21,8 @@ seed and the client) at them, the same search.
     python bench/attacks.py --methods fedavg --seeds 0,1,2 --trials 2 --iterations 1500
     python bench/attacks.py --methods fedv,fedvz --seeds 0,1,2 --trials 4
     python bench/attacks.py --methods fedavg --seeds 0,1,2 --trials 4 --lenet
+    python bench/attacks.py --methods fedavg --seeds 0,1,2 --skip-inverting --set privacy.mode=record \
+        --set privacy.noise_multiplier=1.0 --set privacy.clip=1.0 --set privacy.delta=1e-5   # APRIL against DP-SGD
 """
 
 from __future__ import annotations
@@ -111,6 +113,15 @@ def main() -> None:
     parser.add_argument("--tv", type=float, default=1e-2)
     parser.add_argument("--out", default="bench-attacks", help="Folder for the pictures.")
     parser.add_argument("--lenet", action="store_true", help="Invert LeNet's gradient at the rows, not the ViT's.")
+    parser.add_argument("--skip-inverting", action="store_true", help="APRIL alone on FedAvg (e.g. under DP).")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="A setting on top of the one-row clients' (repeatable), e.g. privacy.mode=record.",
+    )
     args = parser.parse_args()
 
     import torch
@@ -121,9 +132,14 @@ def main() -> None:
     from raysim.attacks.inverting import InvertingSettings
     from raysim.attacks.smashed import SmashedSettings
     from raysim.config import build_config
+    from raysim.config.build import parse_override
     from raysim.core.registry import get_method
     from raysim.engine.setup import resolved
 
+    extra: dict = {}
+    for text in args.overrides:
+        section, key, value = parse_override(text)
+        extra.setdefault(section, {})[key] = value
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     settings = InvertingSettings(iterations=args.iterations, tv=args.tv)
@@ -134,7 +150,9 @@ def main() -> None:
         split = get_method(method).split_learning
         for seed in [int(s) for s in args.seeds.split(",")]:
             config = resolved(
-                build_config(method, [ONE_ROW_CLIENTS, {"federation": {"seed": seed, "rounds": 2 if split else 1}}])
+                build_config(
+                    method, [ONE_ROW_CLIENTS, extra, {"federation": {"seed": seed, "rounds": 2 if split else 1}}]
+                )
             )
             for round_number in (1, 2) if split else (1,):
                 start = time.perf_counter()
@@ -148,7 +166,8 @@ def main() -> None:
                     elif args.lenet:
                         attacks, truth = [], float("nan")
                     else:
-                        attacks = [("inverting", lambda c, k: reconstruct(c, k, settings))]
+                        inverting = ("inverting", lambda c, k: reconstruct(c, k, settings))
+                        attacks = [] if args.skip_inverting else [inverting]
                         if method == "fedavg":
                             attacks.append(("april", reconstruct_analytic))
                         truth = loss_at_truth(captured, client)
