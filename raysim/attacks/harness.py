@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from raysim.algorithms._group_custom import gc_net
+from raysim.algorithms.fedgcr import REPR
 from raysim.attacks import scores
 from raysim.attacks.analytic import embedding_inverse
 from raysim.attacks.capture import Captured
@@ -167,7 +168,7 @@ def reconstruct_smashed(
     return scored(captured, client, model, inversion.inputs, None, inversion.loss, inversion.seconds)
 
 
-FEATURE_MEAN = "client_repr"  # the extra FedGCR, FedGC and FedGR clients send: h_tilde (algorithms/fedgcr.py)
+FEATURE_MEAN = REPR  # the extra FedGCR, FedGC and FedGR clients send: h_tilde
 GC_NET = ("gc_w1", "gc_b1", "gc_w2", "gc_b2")  # the GC-Net weights a FedGCR or FedGC client sends
 
 
