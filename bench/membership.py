@@ -2,9 +2,11 @@
 
 Each method runs on ``--preset`` (default ``offline-dir0.3``, FedV's setting, where Ditto and FedRoD are baselines) for
 ``--rounds`` rounds on the sequential backend, tracked in ``--store``; then the loss-threshold attack (``raysim attack
-membership``, Yeom et al., CSF 2018) scores every client that trained: its training rows are the members, its test
-rows the non-members, under the final global model and, for a personalised method, under each client's own model
-(``--model personal``: the method's ``eval_params`` of the client's state in the run's last checkpoint). Prints the
+membership``, Yeom et al., CSF 2018) scores the clients: their training rows are the members, their test rows the
+non-members, under the final global model and, for a personalised method, under each client's own model (``--model
+personal``: the method's ``eval_params`` of the client's state in the run's last checkpoint). A personalised
+method's clients are those that trained (they hold a state), for both models; another method's are every seen client,
+some of which may never have been sampled (their rows count as members all the same). Prints the
 ROC AUC and the TPR at 1% FPR per seed, their means with 95% intervals, and the paired differences (personal − global
 within a method; each method's global − FedAvg's), with the project's verdict rules (raysim.tracking.statistics).
 
@@ -47,9 +49,10 @@ def attacked(method: str, seed: int, preset: str, rounds: int, store: Path) -> d
     states = client_states(uri, result.run_id, config)
     params = final_state(uri, result.run_id).params
     config, _, _, shards = initial_state(resolved(config), prepare_shards(config))
-    clients = shards.seen_clients()
+    personalised = issubclass(get_method(method).cls, Personalised)
+    clients = sorted(states) if personalised else shards.seen_clients()  # a state: the client trained
     found = {"global": membership(config, params, shards, clients)}
-    if issubclass(get_method(method).cls, Personalised):
+    if personalised:
         found["personal"] = membership(config, params, shards, clients, states)
     out = {model: (m.roc.auc, m.roc.tpr_at_low_fpr) for model, m in found.items()}
     print(
