@@ -75,24 +75,30 @@ def refuse_unless_update_inversion(config) -> None:
     refuse_cached_row_features(config)
 
 
-def reconstruction_attack(
-    name: str, run_id: str, round_number: int, clients: str | None, tracking_uri, attack_one, params: dict, refuse
-) -> None:
-    """Replay run ``run_id`` (after ``refuse(config)``, which raises for a run the attack does not apply to), capture
-    the chosen clients' messages of round ``round_number`` and reconstruct each with ``attack_one(captured,
-    client)``; then an MLflow run ``name`` nested under ``run_id`` gets, per client (as the step), PSNR, SSIM,
-    whether the labels were recovered (for an attack that recovers them) and the seconds, and the picture (an attack
-    refused for one client leaves no run)."""
-    from raysim.attacks.attack_run import attack_run
+def replayed(run_id: str, round_number: int, clients: str | None, tracking_uri, refuse) -> tuple:
+    """(store URI, chosen clients or None, the capture of round ``round_number``) of run ``run_id``, after
+    ``refuse(config)``, which raises for a run the attack does not apply to."""
     from raysim.attacks.capture import capture
-    from raysim.attacks.figures import reconstruction_grid
     from raysim.attacks.recorded import recorded_config
 
     chosen = client_ids(clients)
     uri = TrackingConfig(tracking_uri=tracking_uri).resolved_uri
     config = recorded_config(uri, run_id)
     refuse(config)
-    captured = capture(config, round_number, chosen)
+    return uri, chosen, capture(config, round_number, chosen)
+
+
+def reconstruction_attack(
+    name: str, run_id: str, round_number: int, clients: str | None, tracking_uri, attack_one, params: dict, refuse
+) -> None:
+    """Replay run ``run_id`` (:func:`replayed`, after ``refuse``) to round ``round_number`` and reconstruct each chosen
+    client's message with ``attack_one(captured, client)``; then an MLflow run ``name`` nested under ``run_id`` gets,
+    per client (as the step), PSNR, SSIM, whether the labels were recovered (for an attack that recovers them) and
+    the seconds, and the picture (an attack refused for one client leaves no run)."""
+    from raysim.attacks.attack_run import attack_run
+    from raysim.attacks.figures import reconstruction_grid
+
+    uri, chosen, captured = replayed(run_id, round_number, clients, tracking_uri, refuse)
     targets = chosen or [min(captured.updates)]
     results = []
     for client in targets:
@@ -207,19 +213,13 @@ def features(run_id, round_number, clients, k, tracking_uri):
     """What FedGCR's feature means (h_tilde, FedGCR Eq. 4) reveal: each client's type and classes read off the k
     public rows nearest to it (the test rows of every other client), beside an attacker that received nothing."""
     from raysim.attacks.attack_run import attack_run
-    from raysim.attacks.capture import capture
     from raysim.attacks.figures import reconstruction_grid
     from raysim.attacks.harness import read_feature_means, refuse_unless_feature_means
-    from raysim.attacks.recorded import recorded_config
     from raysim.attacks.scores import row_pixels
 
     if k < 1:
         raise ConfigError("--k must be at least 1")
-    chosen = client_ids(clients)
-    uri = TrackingConfig(tracking_uri=tracking_uri).resolved_uri
-    config = recorded_config(uri, run_id)
-    refuse_unless_feature_means(config)
-    captured = capture(config, round_number, chosen)
+    uri, chosen, captured = replayed(run_id, round_number, clients, tracking_uri, refuse_unless_feature_means)
     targets = chosen or sorted(captured.updates)
     readings = read_feature_means(captured, targets, k)
     found = [r.inference for r in readings]
