@@ -4,7 +4,8 @@ read any more.
 A decoded copy (``parquet-<key>.npy`` in the data cache) is keyed by its files' paths, sizes and modification
 times, so a rewritten or deleted parquet file is never read through its old copy, and that copy, as large as the
 decoded images, would stay on disk for good. Each copy therefore carries a note of its files
-(``parquet-<key>.json``); reading any parquet data set removes the copies whose files changed or are gone.
+(``parquet-<key>.json``) and its rows' digests (``parquet-<key>.digests``, :mod:`raysim.data.row_digests`);
+reading any parquet data set removes the copies whose files changed or are gone.
 """
 
 from __future__ import annotations
@@ -60,5 +61,6 @@ def prune(folder: Path) -> None:
         copy = recorded.with_suffix(".npy")
         size = copy.stat().st_size if copy.exists() else 0
         copy.unlink(missing_ok=True)
+        copy.with_suffix(".digests").unlink(missing_ok=True)  # its rows' digests (raysim.data.row_digests)
         recorded.unlink(missing_ok=True)
         log.info("removed %s (%.0f MB): its parquet files changed or are gone", copy, size / 1e6)

@@ -54,7 +54,7 @@ def read_rows(array: np.ndarray, rows: np.ndarray) -> np.ndarray:
     614 MB decode cache mapped 462 MB of it (ext4's large folios, Linux 6.18). Otherwise the rows are read through
     the map and its pages dropped after (:func:`release_pages`)."""
     rows = np.asarray(rows)
-    if _whole_file(array) and rows.dtype.kind in "iu" and (not len(rows) or 0 <= rows.min() <= rows.max() < len(array)):
+    if whole_file(array) and rows.dtype.kind in "iu" and (not len(rows) or 0 <= rows.min() <= rows.max() < len(array)):
         try:
             with open(array.filename, "rb", buffering=0) as file:
                 return _read_runs(file, array, rows)
@@ -65,7 +65,7 @@ def read_rows(array: np.ndarray, rows: np.ndarray) -> np.ndarray:
     return copy
 
 
-def _whole_file(array: np.ndarray) -> bool:
+def whole_file(array: np.ndarray) -> bool:
     """Whether ``array`` is a read-only C-order map of a whole ``.npy`` file (a view's ``offset`` is its map's)."""
     return (
         isinstance(array, np.memmap)

@@ -3,23 +3,28 @@
 The image block lives in memory (put in the Ray object store once; every worker reads a client's rows as a
 zero-copy view) or, for a large population on one machine, in a file that every process maps read-only
 (:func:`build_shards` with ``folder``): a worker then touches only its cohort's rows, the page cache is shared, and
-a block larger than memory works. Either way 10,000 clients cost one block and two offset arrays rather than
-10,000 objects (``bench/shards.py`` measures both layouts). Raw data never leaves a worker: only what a method
-returns (parameters and the statistics it defines) crosses to the coordinator.
+a block larger than memory works. When the images already are such a file (the parquet decode cache), the block is
+that file itself, read by row numbers, and no second copy in client order is written: a data set larger than
+memory costs its decoded size on disk once, not twice. Either way 10,000 clients cost one block and two offset
+arrays rather than 10,000 objects (``bench/shards.py`` measures both layouts). Raw data never leaves a worker: only
+what a method returns (parameters and the statistics it defines) crosses to the coordinator.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import uuid
 import weakref
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from raysim.data.npy_file import read_rows, write_npy
+from raysim.data.npy_file import read_rows, read_through, whole_file, write_npy
 from raysim.data.partition import Partition
+from raysim.data.row_digests import ROWS_AT_A_TIME, partition_digest, row_digests
 
 GATHER_ROWS = 16_384  # rows copied at a time when a block is written to disk (bounds the memory it takes)
 
@@ -86,6 +91,11 @@ class ShardStore:
         unseen: ids of held-out clients that never train (evaluated with the global model).
         features: per-row arrays a method computed once per run
             (:meth:`raysim.core.protocol.CachesRowFeatures.row_features`).
+        image_rows: None when ``images`` holds the block's rows in order; else the row of ``images`` that holds each
+            row's image, ``images`` being a read-only map of a whole ``.npy`` file (the decode cache), which a
+            client's rows are read from (:func:`~raysim.data.npy_file.read_rows`) rather than viewed.
+        digest: the partition's digest (:meth:`content_digest`) where it was computed as the block was built, from
+            row digests the source kept; None: computed from the images when asked.
     """
 
     info: DatasetInfo
@@ -97,6 +107,8 @@ class ShardStore:
     client_domain: np.ndarray | None
     unseen: tuple[int, ...]
     features: dict[str, np.ndarray] = field(default_factory=dict)
+    image_rows: np.ndarray | None = None
+    digest: str | None = None
 
     @property
     def num_clients(self) -> int:
@@ -126,9 +138,23 @@ class ShardStore:
             return _mapped_store, (self.images.filename, fields)
         return super().__reduce_ex__(protocol)
 
+    def image_chunks(self, rows: int) -> Iterator[np.ndarray]:
+        """Every row's image in the block's order, ``rows`` rows at a time, without this process keeping the pages
+        of a mapped file (:func:`~raysim.data.npy_file.read_through`, :func:`~raysim.data.npy_file.read_rows`)."""
+        if self.image_rows is None:
+            yield from read_through(self.images, rows)
+            return
+        for start in range(0, len(self.image_rows), rows):
+            yield read_rows(self.images, self.image_rows[start : start + rows])
+
+    def content_digest(self) -> str:
+        """What the clients hold, as one SHA-256 (hex): :func:`raysim.data.row_digests.partition_digest` of every
+        row's image digest, label and domain in the block's order, the offsets and the held-out clients."""
+        return self.digest or _digest(self, (row_digests(chunk) for chunk in self.image_chunks(ROWS_AT_A_TIME)))
+
     def _rows(self, lo: int, hi: int) -> ClientData:
         return ClientData(
-            self.images[lo:hi],
+            self.images[lo:hi] if self.image_rows is None else read_rows(self.images, self.image_rows[lo:hi]),
             self.labels[lo:hi],
             self.domains[lo:hi],
             {name: values[lo:hi] for name, values in self.features.items()},
@@ -146,10 +172,13 @@ def build_shards(
 
     Args:
         arrays: ``image``, ``label``, ``domain`` and ``is_test`` per row (train and test together); ``image`` may be
-            a memory map; with ``row``, each row's image is ``image[row]`` (a subset of the block's rows).
+            a memory map; with ``row``, each row's image is ``image[row]`` (a subset of the block's rows); with
+            ``image_digest``, the digest of each row of ``image`` (:func:`~raysim.data.row_digests.row_digests`),
+            from which the store's ``digest`` is computed now.
         part: the partition, with a client id per train row and per test row.
-        folder: write the image block to a file here and map it (removed when no store of this process maps it any
-            more), instead of holding it in memory.
+        folder: keep the image block in a file, not in memory: ``image`` itself when it maps a whole ``.npy`` file
+            (the decode cache; the store then reads each row from where it lies, ``image_rows``), else a new file
+            written here and mapped (removed when no store of this process maps it any more).
     """
     is_test = arrays["is_test"].astype(bool)
     train_rows, test_rows = np.flatnonzero(~is_test), np.flatnonzero(is_test)
@@ -163,11 +192,11 @@ def build_shards(
         offsets.append(np.searchsorted(owner[by_client], np.arange(num_clients + 1)))
     order_all = np.concatenate(order)
     in_block = arrays["row"][order_all] if "row" in arrays else order_all
-    images = (
-        np.ascontiguousarray(arrays["image"][in_block])
-        if folder is None
-        else _gather(arrays["image"], in_block, folder)
-    )
+    in_place = folder is not None and whole_file(arrays["image"])
+    if folder is None:
+        images = np.ascontiguousarray(arrays["image"][in_block])
+    else:
+        images = arrays["image"] if in_place else _gather(arrays["image"], in_block, folder)
     store = ShardStore(
         info=info,
         images=images,
@@ -177,10 +206,18 @@ def build_shards(
         test_offsets=(offsets[1] + len(order[0])).astype(np.int64),
         client_domain=part.client_domain,
         unseen=unseen,
+        image_rows=in_block.astype(np.int64) if in_place else None,
     )
-    if folder is not None:  # the file goes with the last store that maps it here (replace() shares the map)
+    if folder is not None and not in_place:  # the file goes with the last store here that maps it (replace() shares it)
         weakref.finalize(images, os.unlink, images.filename)
+    if "image_digest" in arrays:
+        store = dataclasses.replace(store, digest=_digest(store, [arrays["image_digest"][in_block]]))
     return store
+
+
+def _digest(store: ShardStore, image_digests: Iterable[np.ndarray]) -> str:
+    arrays = (store.labels, store.domains, store.train_offsets, store.test_offsets)
+    return partition_digest(image_digests, (store.images.dtype, store.images.shape[1:]), arrays, store.unseen)
 
 
 def _gather(images: np.ndarray, order: np.ndarray, folder: Path) -> np.memmap:

@@ -28,7 +28,7 @@ import pyarrow as pa
 from raysim.base.errors import ConfigError
 from raysim.base.named import Registry
 from raysim.base.ray_start import ensure_ray
-from raysim.data import decode_cache
+from raysim.data import decode_cache, row_digests
 from raysim.data.npy_file import write_npy
 from raysim.data.shards import DatasetInfo
 
@@ -189,9 +189,10 @@ def _read_parquet(cfg):
         is_test = np.asarray([str(v) == "test" for v in small["split"].to_pylist()])
     else:
         is_test = fixed_test_split(labels, domains)
-    images = _decoded_images(dataset, len(labels), cfg)
+    images, digests = _decoded_images(dataset, len(labels), cfg)
     info = DatasetInfo("parquet", int(labels.max()) + 1, int(domains.max()) + 1, tuple(images.shape[1:]))
-    return {"image": images, "label": labels, "domain": domains, "is_test": is_test}, info
+    arrays = {"image": images, "label": labels, "domain": domains, "is_test": is_test, "image_digest": digests}
+    return arrays, info
 
 
 def _whole_numbers(table: pa.Table, column: str, where: str) -> np.ndarray:
@@ -211,8 +212,9 @@ def _whole_numbers(table: pa.Table, column: str, where: str) -> np.ndarray:
     return as_float.astype(np.int64)
 
 
-def _decoded_images(dataset, rows: int, cfg) -> np.ndarray:
-    """Every row's image, decoded (and resized to ``data.image_size``), as a read-only map of the cache file."""
+def _decoded_images(dataset, rows: int, cfg) -> tuple[np.ndarray, np.ndarray]:
+    """Every row's image, decoded (and resized to ``data.image_size``), as a read-only map of the cache file, and
+    each row's digest (:mod:`raysim.data.row_digests`, kept beside the cache)."""
     import PIL
 
     files = decode_cache.stamp(dataset.files)
@@ -220,7 +222,8 @@ def _decoded_images(dataset, rows: int, cfg) -> np.ndarray:
     path.parent.mkdir(parents=True, exist_ok=True)
     decode_cache.prune(path.parent)
     if path.exists():
-        return np.load(path, mmap_mode="r")
+        images = np.load(path, mmap_mode="r")
+        return images, row_digests.kept_row_digests(path, images)
     partial = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
     decoded = (_decode_column(batch.column(0), cfg.image_size) for batch in _image_batches(dataset))
     batches = (images for images in decoded if len(images))
@@ -228,6 +231,7 @@ def _decoded_images(dataset, rows: int, cfg) -> np.ndarray:
     if first is None:
         raise ConfigError(f"dataset parquet at {cfg.data_dir} has no rows")
     shape = first[0].shape
+    digests = []
 
     def checked():
         for images in itertools.chain([first], batches):
@@ -237,15 +241,18 @@ def _decoded_images(dataset, rows: int, cfg) -> np.ndarray:
                         f"parquet images at {cfg.data_dir} differ in size ({'x'.join(map(str, shape[:2]))}, "
                         f"{'x'.join(map(str, image.shape[:2]))}); pass --set data.image_size=N to resize them to N x N"
                     )
-            yield np.stack(images)
+            stacked = np.stack(images)
+            digests.append(row_digests.row_digests(stacked))
+            yield stacked
 
     try:
         write_npy(partial, np.uint8, (rows, *shape), checked())
+        row_digests.save_row_digests(path, digests)
         decode_cache.note(path, files)
         os.replace(partial, path)
     finally:
         partial.unlink(missing_ok=True)
-    return np.load(path, mmap_mode="r")
+    return np.load(path, mmap_mode="r"), np.load(row_digests.digests_path(path))
 
 
 READ_BUFFER_BYTES = 4 * 2**20  # what the parquet reader holds of a column chunk at a time
@@ -360,7 +367,8 @@ def validation_rows(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     train = np.flatnonzero(~np.asarray(arrays["is_test"], dtype=bool))
     labels, domains = np.asarray(arrays["label"])[train], np.asarray(arrays["domain"])[train]
     is_validation = fixed_test_split(labels, domains, seed=VALIDATION_SEED)
-    return {"image": arrays["image"], "row": train, "label": labels, "domain": domains, "is_test": is_validation}
+    kept = {"image": arrays["image"], "row": train, "label": labels, "domain": domains, "is_test": is_validation}
+    return kept | ({"image_digest": arrays["image_digest"]} if "image_digest" in arrays else {})
 
 
 def load_dataset(cfg) -> tuple[DatasetInfo, dict[str, np.ndarray]]:

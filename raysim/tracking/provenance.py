@@ -23,7 +23,6 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from mlflow.entities import Dataset, DatasetInput, InputTag
 from mlflow.utils.mlflow_tags import (
     MLFLOW_DATASET_CONTEXT,
@@ -40,13 +39,11 @@ from raysim import __version__
 from raysim.config import NOT_COMPUTED, Config, build_config
 from raysim.core.registry import get_method
 from raysim.data import IMBALANCE_ORDERED
-from raysim.data.npy_file import read_through
 from raysim.data.partition import PARTITIONERS
 from raysim.data.shards import ShardStore
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # raysim/: its git checkout is the code that ran
 HASH_CHARS, DIGEST_CHARS = 6, 8
-DIGEST_ROWS = 16_384  # rows hashed at a time
 
 
 def show(value: Any) -> str:
@@ -289,14 +286,9 @@ def run_tags(config: Config, given: Config) -> dict[str, str]:
 
 
 def partition_digest(shards: ShardStore) -> str:
-    """A short digest of the clients' data: every row (images, labels, domains) and who holds it."""
-    digest = hashlib.sha256()
-    for array in (shards.images, shards.labels, shards.domains, shards.train_offsets, shards.test_offsets):
-        digest.update(f"{array.dtype}{array.shape}".encode())
-        for chunk in read_through(array, DIGEST_ROWS):  # a mapped block's pages are not kept by the driver
-            digest.update(np.ascontiguousarray(chunk))
-    digest.update(json.dumps(list(shards.unseen)).encode())
-    return digest.hexdigest()[:DIGEST_CHARS]
+    """A short digest of the clients' data: every row (images, labels, domains) and who holds it
+    (:meth:`ShardStore.content_digest <raysim.data.shards.ShardStore.content_digest>`)."""
+    return shards.content_digest()[:DIGEST_CHARS]
 
 
 def dataset_input(config: Config, shards: ShardStore) -> DatasetInput:

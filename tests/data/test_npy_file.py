@@ -77,8 +77,10 @@ def test_partition_digest_reads_a_mapped_block_without_keeping_it(tmp_path):
         None,
         (1,),
     )
-    expected = hashlib.sha256()
-    for array in (values, labels, np.zeros(ROWS, np.int64), offsets, shards.test_offsets):
+    expected = hashlib.sha256(f"uint8{(ROW_BYTES,)}".encode())  # each row's BLAKE2b, then the rest as they are
+    for row in values:
+        expected.update(hashlib.blake2b(row.tobytes(), digest_size=16).digest())
+    for array in (labels, np.zeros(ROWS, np.int64), offsets, shards.test_offsets):
         expected.update(f"{array.dtype}{array.shape}".encode())
         expected.update(np.ascontiguousarray(array))
     expected.update(b"[1]")

@@ -1,10 +1,14 @@
 import gc
+import pickle
 
 import numpy as np
 import pytest
 
+from raysim.data.npy_file import write_npy
 from raysim.data.partition import PartitionParams, partition
 from raysim.data.shards import DatasetInfo, build_shards
+from raysim.testing.memory import resident_kb
+from raysim.tracking.provenance import partition_digest
 
 
 def row_images(n: int) -> np.ndarray:
@@ -18,14 +22,15 @@ def row_ids(images: np.ndarray) -> list[int]:
     return (images[:, 0, 0].astype(int) * 256 + images[:, 0, 1]).tolist()
 
 
-@pytest.mark.parametrize("on_disk", [False, True], ids=["in-memory", "mapped-file"])
-def test_shards_are_contiguous_per_client_and_match_the_partition(on_disk, tmp_path):
+def dirichlet_shards(folder=None, images=None):
+    """300 rows over 7 clients (client 3 unseen), every fourth a test row; ``images``: the image block (default the
+    rows' ids, in memory). Returns the store, the arrays it came from, and the partition."""
     rng = np.random.default_rng(0)
     n = 300
     labels, domains = rng.integers(0, 5, n), np.zeros(n, dtype=np.int64)
     is_test = np.arange(n) % 4 == 0
     arrays = {
-        "image": row_images(n),
+        "image": row_images(n) if images is None else images,
         "label": labels,
         "domain": domains,
         "is_test": is_test,
@@ -42,8 +47,14 @@ def test_shards_are_contiguous_per_client_and_match_the_partition(on_disk, tmp_p
         params=PartitionParams(alpha=1.0),
         seed=1,
     )
+    return build_shards(DatasetInfo("t", 5, 1, (2, 2)), arrays, part, unseen=(3,), folder=folder), arrays, part
+
+
+@pytest.mark.parametrize("on_disk", [False, True], ids=["in-memory", "mapped-file"])
+def test_shards_are_contiguous_per_client_and_match_the_partition(on_disk, tmp_path):
     folder = tmp_path / "shards" if on_disk else None
-    shards = build_shards(DatasetInfo("t", 5, 1, (2, 2)), arrays, part, unseen=(3,), folder=folder)
+    shards, arrays, part = dirichlet_shards(folder)
+    n, labels, is_test = len(arrays["label"]), arrays["label"], arrays["is_test"]
     train_rows, test_rows = np.flatnonzero(~is_test), np.flatnonzero(is_test)
     seen_rows = []
     for client in range(7):
@@ -65,3 +76,26 @@ def test_shards_are_contiguous_per_client_and_match_the_partition(on_disk, tmp_p
         del shards, train, test
         gc.collect()
         assert not file.exists()
+
+
+def test_a_block_that_already_is_a_mapped_file_is_read_in_place(tmp_path):
+    """Images that are a whole .npy map (the decode cache) are not copied into client order: the store reads each
+    client's rows from where they lie, keeps none of the file's pages, travels as the file's path, and holds the
+    same rows, in the same order and with the same digest, as the block gathered into memory."""
+    n = 300
+    cache = write_npy(tmp_path / "decoded.npy", np.uint8, (n, 2, 2), [row_images(n)[:100], row_images(n)[100:]])
+    folder = tmp_path / "shards"
+    in_place, _, _ = dirichlet_shards(folder, cache)
+    gathered, _, _ = dirichlet_shards()
+    assert not folder.exists()  # no second copy written
+    assert in_place.images.filename == cache.filename and in_place.image_rows is not None
+    travelled = pickle.loads(pickle.dumps(in_place))
+    for store in (in_place, travelled):
+        for client in range(7):
+            pairs = ((store.train(client), gathered.train(client)), (store.test(client), gathered.test(client)))
+            for mine, theirs in pairs:
+                assert row_ids(mine.images) == row_ids(theirs.images)
+                assert mine.labels.tolist() == theirs.labels.tolist()
+        assert resident_kb(cache.filename) == 0
+    assert np.array_equal(np.concatenate(list(in_place.image_chunks(64))), gathered.images)
+    assert partition_digest(in_place) == partition_digest(gathered)

@@ -7,6 +7,7 @@ import io
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,9 @@ import pytest
 
 from raysim.base.errors import ConfigError
 from raysim.config import DataConfig
+from raysim.data import row_digests
+from raysim.data.partition import PartitionParams, partition
+from raysim.data.shards import build_shards
 from raysim.data.sources import fixed_test_split, load_dataset
 
 
@@ -211,6 +215,36 @@ def test_decoded_copies_of_changed_or_deleted_parquet_files_are_removed(tmp_path
     assert (read(kept) == 1).all()
     assert copies() == sorted(set(first) & set(second))
     assert sorted(p.stem for p in (tmp_path / "cache").glob("parquet-*.json")) == [Path(c).stem for c in copies()]
+    assert sorted(p.stem for p in (tmp_path / "cache").glob("parquet-*.digests")) == [Path(c).stem for c in copies()]
+
+
+def test_a_decoded_copy_keeps_its_rows_digests_and_the_partition_digest_does_not_depend_on_the_layout(
+    tmp_path, monkeypatch
+):
+    """The rows' digests are kept beside the decoded copy (and made again when missing); the partition's digest from
+    them equals the one hashed from the images, for the block in memory and the block read in place."""
+
+    monkeypatch.setenv("RAYSIM_CACHE", str(tmp_path / "cache"))
+    rng = np.random.default_rng(0)
+    images, labels = rng.integers(0, 256, (40, 4, 4, 3), dtype=np.uint8), np.arange(40) % 4
+    pq.write_table(pa.table({"image": [_png(i) for i in images], "label": labels}), tmp_path / "d.parquet")
+    config = DataConfig(dataset="parquet", data_dir=str(tmp_path / "d.parquet"))
+    info, arrays = load_dataset(config)
+    assert np.array_equal(arrays["image_digest"], row_digests.row_digests(images))
+    (kept,) = (tmp_path / "cache").glob("parquet-*.digests")
+    kept.unlink()
+    assert np.array_equal(load_dataset(config)[1]["image_digest"], arrays["image_digest"]) and kept.exists()
+    is_test = arrays["is_test"]
+    domains = arrays["domain"]
+    part = partition(
+        "iid", train_labels=labels[~is_test], train_domains=domains[~is_test], test_labels=labels[is_test],
+        test_domains=domains[is_test], num_classes=4, num_domains=1, num_clients=5, params=PartitionParams(), seed=0,
+    )  # fmt: skip
+    in_place = build_shards(info, arrays, part, (), folder=tmp_path / "shards")
+    in_memory = build_shards(info, {k: v for k, v in arrays.items() if k != "image_digest"}, part, ())
+    assert in_place.image_rows is not None and in_place.digest and in_memory.digest is None
+    assert in_place.content_digest() == in_memory.content_digest()
+    assert replace(in_place, digest=None).content_digest() == in_place.content_digest()  # hashed from the images
 
 
 DECODE_AND_REPORT = """

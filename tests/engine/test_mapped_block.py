@@ -54,3 +54,38 @@ def test_training_and_evaluation_keep_no_page_of_a_mapped_block(monkeypatch, met
     assert same == [{k: v for k, v in r.items() if k not in timing} for r in in_memory]
     shards.test(0).images.sum()
     assert resident_kb(shards.images.filename) > 0  # read through the map, a client's rows count here
+
+
+def test_a_decoded_parquet_is_the_block_itself(monkeypatch, tmp_path):
+    """A data set decoded into the cache is the run's block as it is (no copy in client order), and the numbers are
+    those of the block in memory."""
+    import pyarrow.parquet as pq
+
+    from raysim.data.sources import cache_dir, png_table
+
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 4, 160)
+    images = (rng.random((160, 16, 16, 3)) * 64 + labels[:, None, None, None] * 48).astype(np.uint8)
+    pq.write_table(png_table(images, labels, np.where(np.arange(160) % 5 == 0, "test", "train")), tmp_path / "d.pq")
+    layers = [
+        {
+            "federation": {"clients": 12, "rounds": 2, "participation": 0.25, "seed": 3, "eval_every": 2},
+            "data": {"dataset": "parquet", "data_dir": str(tmp_path / "d.pq"), "partition": "iid"},
+            "model": {"backbone": "raysim_vit_nano_p4_16", "pretrained": False},
+            "fedvpt": {"prompt_length": 2},
+        },
+        SEQUENTIAL,
+    ]
+    config = build_config("fedvpt", layers)
+    in_memory = rounds(config, None)
+    monkeypatch.setattr(setup, "ON_DISK_BYTES", 0)
+    written = set((cache_dir() / "shards").glob("*"))
+    shards = setup.prepare_shards(config)
+    assert shards.image_rows is not None and str(shards.images.filename).startswith(str(cache_dir() / "parquet-"))
+    assert set((cache_dir() / "shards").glob("*")) == written  # no copy of the block in client order
+    mapped = rounds(config, shards)
+    assert [r["mapped_kb"] for r in mapped] == [0] * config.federation.rounds
+    timing = TIMING_KEYS | {"mapped_kb"}
+    assert [{k: v for k, v in r.items() if k not in timing} for r in mapped] == [
+        {k: v for k, v in r.items() if k not in timing} for r in in_memory
+    ]
