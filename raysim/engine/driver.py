@@ -34,7 +34,7 @@ from raysim.base.precision import native_bf16_cpu
 from raysim.base.ray_start import wait_for_ray
 from raysim.config import Config, dump_yaml
 from raysim.core.registry import get_method
-from raysim.data.partition_plot import partition_artifacts
+from raysim.data.partition_plot import PartitionArtifacts, partition_artifacts
 from raysim.data.shards import ShardStore
 from raysim.engine.callbacks import (
     Callback,
@@ -249,7 +249,7 @@ def run(
     """
     uri = config.tracking.resolved_uri
     given, config = config, checked(config, resume)
-    drawn: list[tuple[dict, bytes]] = []  # the partition's summary and picture, drawn while the model builds
+    drawn: list[PartitionArtifacts] = []  # the partition's summary, counts and picture, drawn while the model builds
     meanwhile = partial(_while_the_model_builds, uri, shards if resume is None else None, drawn)
     with PoolReservation(config) if config.resources.backend == "ray" else nullcontext() as reservation:
         set_up = partial(_set_up, config, shards, uri, reservation)
@@ -380,10 +380,10 @@ def _set_up(
         raise
 
 
-def _while_the_model_builds(uri: str, shards: ShardStore | None, drawn: list[tuple[dict, bytes]]) -> None:
+def _while_the_model_builds(uri: str, shards: ShardStore | None, drawn: list[PartitionArtifacts]) -> None:
     """What the driver's thread does once Ray is up while the set-up waits for the model's build (nothing that has an
-    effect outside the process): import the store's modules, and add the partition's summary and picture of
-    ``shards`` to ``drawn`` (0.6 s on 2 cores), which a new run logs once its MLflow run exists."""
+    effect outside the process): import the store's modules, and add the partition's artifacts of ``shards`` to
+    ``drawn``, which a new run logs once its MLflow run exists."""
     import_store(uri)
     if shards is not None:
         drawn.append(partition_artifacts(shards))
@@ -424,13 +424,13 @@ def resume_command(config: Config, run_id: str, run_folder: Path) -> str:
     return f"raysim run {config.method} --resume {run_id if default else run_folder}"
 
 
-def _log_setup(tracker: Tracker, config: Config, partition: tuple[dict, bytes]) -> None:
-    """``config.yaml`` and the partition's summary and picture
+def _log_setup(tracker: Tracker, config: Config, partition: PartitionArtifacts) -> None:
+    """``config.yaml`` and the partition's summary, counts and picture
     (:func:`~raysim.data.partition_plot.partition_artifacts`)."""
-    summary, picture = partition
     tracker.log_text(dump_yaml(config), "config.yaml")
-    tracker.log_json(summary, "partition_summary.json")
-    tracker.log_bytes(picture, "partition.png")
+    tracker.log_json(partition.summary, "partition_summary.json")
+    tracker.log_bytes(partition.counts, "partition_counts.safetensors")
+    tracker.log_bytes(partition.picture, "partition.png")
 
 
 def _log_results(

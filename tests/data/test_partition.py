@@ -572,13 +572,21 @@ def test_plot_partition_writes_png(tmp_path, num_clients):
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_partition_artifacts_are_the_summary_of_the_shards_and_their_picture():
+def test_partition_artifacts_are_the_summary_of_the_shards_their_counts_and_their_picture():
+    from safetensors.numpy import load
+
     shards = prepare_shards(smoke_config("fedavg"))
-    summary, picture = partition_artifacts(shards)
-    counts = np.array(summary.pop("train_counts"))
-    assert counts.shape == (shards.num_clients, shards.info.num_classes)
+    summary, table, picture = partition_artifacts(shards)
+    table = load(table)
+    counts = table["train_counts"]
+    assert counts.dtype == np.int32 and counts.shape == (shards.num_clients, shards.info.num_classes)
     assert counts.sum(axis=1).tolist() == shards.train_sizes().tolist()
-    assert summary.pop("test_sizes") == shards.test_sizes().tolist()
+    assert table["test_sizes"].tolist() == shards.test_sizes().tolist()
+    train_rows = shards.labels[: shards.train_offsets[-1]]
+    assert (
+        counts[1].tolist()
+        == np.bincount(train_rows[shards.train_offsets[1] : shards.train_offsets[2]], minlength=10).tolist()
+    )
     assert summary.pop("unseen_clients") == list(shards.unseen)
     train_client = np.repeat(np.arange(shards.num_clients), shards.train_sizes())
     expected = partition_summary(train_client, shards.labels[: len(train_client)], len(counts), counts.shape[1])

@@ -185,6 +185,7 @@ def test_run_is_tracked_through_an_mlflow_server(ray_session, mlflow_server, tmp
         "config.yaml",
         "summary.json",
         "partition_summary.json",
+        "partition_counts.safetensors",
         "partition.png",
         "accuracy_curves.png",
         "client_accuracy.png",
