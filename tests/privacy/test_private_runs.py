@@ -140,6 +140,20 @@ def test_secure_aggregation_changes_the_bytes_and_not_the_numbers(tracking_uri, 
         assert {k: b[k] for k in same} == {k: a[k] for k in same}
 
 
+def test_compressed_links_under_user_level_dp_spend_the_budget_of_uncompressed_ones(tracking_uri, tmp_path):
+    """The server clips each update as it decodes it, and the downlink encodes the model the noised mean made
+    (post-processing): the epsilon is the uncompressed run's every round; the bytes on both links are fewer."""
+    privacy, cohort = {"mode": "user", "noise_multiplier": 1.0, "delta": 1e-3}, {"clients": 12, "participation": 0.5}
+    plain = quiet_run(config_for(tracking_uri, tmp_path, privacy, federation=cohort))
+    links = {"uplink": "qsgd:4", "error_feedback": True, "downlink": "qsgd:8"}
+    compressed = quiet_run(config_for(tracking_uri, tmp_path, privacy, federation=cohort, compression=links))
+    assert [h["privacy_epsilon"] for h in compressed.history] == [h["privacy_epsilon"] for h in plain.history]
+    for a, b in zip(plain.history, compressed.history, strict=True):
+        assert b["bytes_up"] < a["bytes_up"] / 4 and b["bytes_down"] <= a["bytes_down"]
+    # 18 downloads by 12 clients: at least 6 are of the encoded updates since a client's last round, not the model
+    assert sum(h["bytes_down"] for h in compressed.history) < sum(h["bytes_down"] for h in plain.history)
+
+
 USER = "privacy.mode=user privacy.noise_multiplier=1 privacy.delta=1e-5"
 BAD = {
     "negative z": (
