@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import raysim
 from raysim.base.settings import described
 from raysim.config import SECTIONS
 from raysim.core.registry import METHODS
@@ -55,6 +56,10 @@ def test_the_site_builds_strict_with_generated_reference_pages(site):
         for entry in described(cls):
             assert f"{section}.{entry['name']}" in config, (section, entry["name"])
     assert "raysim ls options METHOD" in cli and "Usage: raysim compare" in cli
+    api = text_of(site, "reference/api")
+    for name in raysim.__all__:  # each export rendered from its docstring, under its own anchor
+        assert f'id="{raysim._EXPORTS[name]}.{name}"' in api, name
+    assert "Class decorator for a method defined outside raysim" in api  # register's docstring, rendered
 
 
 @pytest.mark.parametrize(

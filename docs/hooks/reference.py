@@ -3,7 +3,8 @@
 ``reference/cli.md`` is every command's ``--help`` (click); ``reference/config.md`` every config key of every section
 and ``reference/options.md`` every method's options, each with its type, default, accepted values and help, as
 :func:`raysim.base.settings.setting` declares them (what ``raysim ls options METHOD`` prints); ``reference/privacy.md``
-what each privacy setting covers of each method's channels (:mod:`raysim.privacy.channels`).
+what each privacy setting covers of each method's channels (:mod:`raysim.privacy.channels`); ``reference/api.md``
+every name ``raysim`` exports (``raysim.__all__``), rendered from its docstring and signature by mkdocstrings.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import html
 from click.testing import CliRunner
 from mkdocs.structure.files import File
 
+import raysim
 from raysim.base.settings import described
 from raysim.cli import main
 from raysim.config import SECTIONS
@@ -120,11 +122,45 @@ def privacy_page() -> str:
     return "\n".join(lines) + "\n"
 
 
+API_GROUPS = {  # every name raysim exports, once; a name added to raysim.__all__ and not here fails the build
+    "Running an experiment": ("build_config", "Config", "run", "Callback", "get_method", "ConfigError"),
+    "Writing a method": ("register", "Method", "FedAvg", "ModelParts", "ClientContext"),
+    "What a method adds by mixing in": (
+        "CachesRowFeatures",
+        "SendsExtras",
+        "Personalised",
+        "SplitLearning",
+        "Diagnostics",
+        "ResolvesOptions",
+    ),
+    "Messages": ("GlobalState", "Broadcast", "ClientUpdate"),
+}
+
+
+def api_page() -> str:
+    listed = [name for names in API_GROUPS.values() for name in names]
+    if sorted(listed) != sorted(raysim.__all__):
+        missing, extra = set(raysim.__all__) - set(listed), set(listed) - set(raysim.__all__)
+        raise ValueError(f"docs/hooks/reference.py API_GROUPS: add {sorted(missing)}, remove {sorted(extra)}")
+    lines = [
+        "# Python API",
+        "",
+        "What a script, a notebook or a method's own module imports: `from raysim import run, build_config, Method, "
+        "register`, and the rest below, each from its docstring and signature. [Adding a method](../how-to/"
+        "add-method.md) shows them at work; the command line is on [Command line](cli.md).",
+    ]
+    for group, names in API_GROUPS.items():
+        lines += ["", f"## {group}"]
+        lines += [f"\n::: {raysim._EXPORTS[name]}.{name}" for name in names]
+    return "\n".join(lines) + "\n"
+
+
 PAGES = {
     "reference/config.md": config_page,
     "reference/options.md": options_page,
     "reference/cli.md": cli_page,
     "reference/privacy.md": privacy_page,
+    "reference/api.md": api_page,
 }
 
 

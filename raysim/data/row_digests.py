@@ -26,7 +26,7 @@ ROWS_AT_A_TIME = 16_384
 
 def row_digests(images: np.ndarray) -> np.ndarray:
     """The BLAKE2b digest of each row's bytes (C order), ``[len(images), DIGEST_BYTES]`` uint8."""
-    flat = np.ascontiguousarray(images).reshape(len(images), -1)
+    flat = np.ascontiguousarray(images).reshape(len(images), int(np.prod(images.shape[1:])))
     width = flat.shape[1] * flat.itemsize
     data = memoryview(flat.reshape(-1).view(np.uint8))
     joined = b"".join(
