@@ -41,15 +41,18 @@ def digests_path(copy: Path) -> Path:
     return copy.with_suffix(".digests")
 
 
-def save_row_digests(copy: Path, digests: Iterable[np.ndarray]) -> None:
-    """Keep ``digests`` (chunks, rows in order) beside ``copy``; written under a temporary name, then renamed."""
+def save_row_digests(copy: Path, digests: Iterable[np.ndarray]) -> np.ndarray:
+    """Keep ``digests`` (chunks, rows in order) beside ``copy`` (written under a temporary name, then renamed), and
+    return them as one array."""
+    joined = np.concatenate(list(digests))
     partial = copy.with_name(f".{copy.stem}.digests.{uuid.uuid4().hex}")
     try:
         with open(partial, "wb") as file:
-            np.save(file, np.concatenate(list(digests)))
+            np.save(file, joined)
         os.replace(partial, digests_path(copy))
     finally:
         partial.unlink(missing_ok=True)
+    return joined
 
 
 def kept_row_digests(copy: Path, images: np.ndarray) -> np.ndarray:
@@ -60,8 +63,7 @@ def kept_row_digests(copy: Path, images: np.ndarray) -> np.ndarray:
         digests = np.load(path)
         if digests.shape == (len(images), DIGEST_BYTES):
             return digests
-    save_row_digests(copy, (row_digests(chunk) for chunk in read_through(images, ROWS_AT_A_TIME)))
-    return np.load(path)
+    return save_row_digests(copy, (row_digests(chunk) for chunk in read_through(images, ROWS_AT_A_TIME)))
 
 
 def partition_digest(

@@ -247,12 +247,12 @@ def _decoded_images(dataset, rows: int, cfg) -> tuple[np.ndarray, np.ndarray]:
 
     try:
         write_npy(partial, np.uint8, (rows, *shape), checked())
-        row_digests.save_row_digests(path, digests)
+        kept = row_digests.save_row_digests(path, digests)
         decode_cache.note(path, files)
         os.replace(partial, path)
     finally:
         partial.unlink(missing_ok=True)
-    return np.load(path, mmap_mode="r"), np.load(row_digests.digests_path(path))
+    return np.load(path, mmap_mode="r"), kept
 
 
 READ_BUFFER_BYTES = 4 * 2**20  # what the parquet reader holds of a column chunk at a time
