@@ -5,18 +5,18 @@ first run decodes it) and warm (the next run maps the decoded copy), and print t
     python bench/larger_than_memory.py --folder DIR --rows 200000 --clients 100000    # a tenth, to try it first
     python bench/larger_than_memory.py --folder DIR --runs warm         # only the warm run (the copy exists)
 
-The parquet (``DIR/data.parquet``, kept between invocations, since writing it takes most of the time) holds ``--rows``
-64x64 RGB PNGs in 10 classes: each a class pattern of 8x8-pixel cells, shifted and dimmed per image, so the PNGs
-stay small (about 1 kB) and the decoded copy is 12,288 bytes a row (24.6 GB for 2,000,000). It is written in row
-groups of 20,000, the PNGs encoded by one process per CPU. Every fifth row is a test row.
+The parquet (``DIR/data-ROWS.parquet``, kept between invocations, since writing it takes most of the time) holds
+``--rows`` 64x64 RGB PNGs in 10 classes: each a class pattern of 8x8-pixel cells, shifted and dimmed per image, so
+the PNGs stay small (about 1 kB) and the decoded copy is 12,288 bytes a row (24.6 GB for 2,000,000). It is
+written in row groups of 20,000, the PNGs encoded by one process per CPU. Every fifth row is a test row.
 
 Each run is ``raysim run fedvpt`` on it with ``--clients`` registered clients split IID, 10 a round, 3 rounds, the
 ViT-Tiny architecture from random initialisation with a 4-token prompt, evaluated after the last round on a fixed
-sample of 100 clients (``federation.eval_clients``); its decode cache is ``DIR/cache``. Prints per run the wall
-time, start-up (process start to the end of the first round, less that round), the steady round (median of rounds
-2-3), peak RSS and PSS summed over the process tree (bench/scale.py's sampler), the disk space the run added (a
-cold run's decode cache, which is also its shard block) and the PSS by process at the peak; then the size of the
-decode cache.
+sample of 100 clients (``federation.eval_clients``); its decode cache is ``DIR/cache``. Prints per run
+bench/scale.py's figures of it (wall time, start-up: process start to the end of the first round, less that round;
+the first and the steady round, the median of rounds 2-3; evaluation, accuracy, peak RSS and PSS summed over the
+process tree, processes), the disk space the run added (a cold run's decode cache, which is also its shard block)
+and the PSS by process at the peak; then the size of the decode cache.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from scale import TRAIN, measured  # bench/ is not a package
+from scale import raysim_figures  # bench/ is not a package
 
 CLASSES, SIZE, CELL, GROUP = 10, 64, 8, 20_000
 
@@ -76,38 +76,13 @@ def write_parquet(path: Path, rows: int, seed: int = 0) -> None:
 
 
 def raysim_run(data: Path, folder: Path, clients: int, name: str) -> dict:
-    store = folder / f"mlflow-{name}.db"
-    store.unlink(missing_ok=True)
-    uri = f"sqlite:///{store}"
-    command = [
-        sys.executable, "-m", "raysim.cli", "run", "fedvpt", "--dataset", "parquet", "--data-dir", str(data),
-        "--clients", str(clients), "--participation", str(10 / clients), "--rounds", "3", "--eval-every", "3",
-        "--local-epochs", "1", "--partition", "iid", "--workers", "1", "--cpus-per-client", "2",
-        "--precision", "fp32", "--tracking-uri", uri, "--no-progress", *TRAIN,
-        "--set", "fedvpt.prompt_length=4", "--set", "model.pretrained=false", "--set", "checkpoint.every=0",
-        "--set", "federation.eval_clients=100",
-    ]  # fmt: skip
+    """bench/scale.py's figures of one run (its store in ``folder/name``), and the disk space the run added."""
+    tmp = folder / name
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
     disk_before = shutil.disk_usage(folder).used
-    start, sampler, out = measured(command, {**os.environ, "RAYSIM_CACHE": str(folder / "cache")})
-    wall = time.time() - start
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(uri)
-    (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
-    history = {m.step: m for m in client.get_metric_history(run.info.run_id, "round_time_s")}
-    rounds = [history[r].value for r in sorted(history)]
-    accuracy = client.get_metric_history(run.info.run_id, "global_acc")[-1].value
-    print(out[-800:])
-    return {
-        "wall s": wall,
-        "start-up s": history[1].timestamp / 1000 - rounds[0] - start,
-        "steady round s": float(np.median(rounds[1:])),
-        "accuracy %": accuracy,
-        "peak RSS MB": sampler.peak_rss,
-        "peak PSS MB": sampler.peak_pss,
-        "disk GB": (shutil.disk_usage(folder).used - disk_before) / 1e9,
-        "at peak": sampler.at_peak,
-    }
+    figures = raysim_figures(data, clients, 10, ["--set", "federation.eval_clients=100"], tmp, rounds=3)
+    return {**figures, "disk GB": (shutil.disk_usage(folder).used - disk_before) / 1e9}
 
 
 def main() -> None:

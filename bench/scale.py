@@ -148,9 +148,10 @@ def measured(command: list[str], env: dict) -> tuple[float, TreeSampler, str]:
     return start, sampler, out
 
 
-def raysim_figures(data: Path, clients: int, per_round: int, extra: list[str], tmp: Path) -> dict:
-    """One ``raysim run``'s figures, its MLflow store in ``tmp`` and its decode cache in the bench's temporary folder
-    (``data``'s), which goes with it: the user's cache would keep a decoded copy of every file the bench wrote."""
+def raysim_figures(data: Path, clients: int, per_round: int, extra: list[str], tmp: Path, rounds: int = ROUNDS) -> dict:
+    """One ``raysim run``'s figures (``rounds`` rounds, evaluated after the last), its MLflow store in ``tmp`` and its
+    decode cache in the bench's temporary folder (``data``'s), which goes with it: the user's cache would keep a
+    decoded copy of every file the bench wrote."""
     from mlflow.tracking import MlflowClient
 
     store = f"sqlite:///{tmp}/mlflow.db"
@@ -167,13 +168,13 @@ def raysim_figures(data: Path, clients: int, per_round: int, extra: list[str], t
         "--participation",
         str(per_round / clients),
         "--rounds",
-        str(ROUNDS),
+        str(rounds),
         "--local-epochs",
         "1",
         "--partition",
         "iid",
         "--eval-every",
-        str(ROUNDS),
+        str(rounds),
         "--workers",
         "1",
         "--cpus-per-client",
