@@ -4,9 +4,11 @@ pages: training and evaluation drop the rows' pages once read, and the numbers a
 from __future__ import annotations
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
 from raysim.config import build_config
+from raysim.data.sources import cache_dir, png_table
 from raysim.engine import setup
 from raysim.engine.client import ClientRuntime
 from raysim.ops.metrics import TIMING_KEYS
@@ -59,10 +61,6 @@ def test_training_and_evaluation_keep_no_page_of_a_mapped_block(monkeypatch, met
 def test_a_decoded_parquet_is_the_block_itself(monkeypatch, tmp_path):
     """A data set decoded into the cache is the run's block as it is (no copy in client order), and the numbers are
     those of the block in memory."""
-    import pyarrow.parquet as pq
-
-    from raysim.data.sources import cache_dir, png_table
-
     rng = np.random.default_rng(0)
     labels = rng.integers(0, 4, 160)
     images = (rng.random((160, 16, 16, 3)) * 64 + labels[:, None, None, None] * 48).astype(np.uint8)
