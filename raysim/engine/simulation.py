@@ -39,6 +39,7 @@ from raysim.privacy.cohort_view import CohortView
 from raysim.systems.profiles import draw_profiles
 from raysim.systems.tiers import ALL
 from raysim.tracking.checkpoint import Checkpoint, detached, flattened
+from raysim.tracking.participation import save_participation
 
 log = logging.getLogger("raysim")
 
@@ -89,6 +90,8 @@ class Simulation:
         self.clients = ClientStates(start.client_states)
         self.run_id, self.round = start.run_id, start.round
         self.history, self.client_acc, self.records = list(start.history), dict(start.client_acc), list(start.records)
+        # client -> the rounds whose step used its update (None: resumed from a checkpoint that did not count them)
+        self.contributions = None if start.contributions is None else dict(start.contributions)
         self.seen = self.shards.seen_clients()
         self.unseen = list(self.shards.unseen)
         self.eval_seen, self.eval_unseen = evaluated_clients(config.federation, self.seen, self.unseen)
@@ -130,6 +133,9 @@ class Simulation:
         step = self._sync_round if self.schedule is None else self._async_version
         updates, sampled, rejected, metrics = step(round)
         elapsed = time.perf_counter() - start
+        if self.contributions is not None:
+            for update in updates:
+                self.contributions[update.client_id] = self.contributions.get(update.client_id, 0) + 1
         samples = sum(u.metrics.get("samples", 0) for u in updates)
         losses = [u.metrics["train_loss"] for u in updates if u.metrics.get("steps", 0) > 0]
         metrics = {
@@ -294,13 +300,16 @@ class Simulation:
 
     def results(self, folder: str) -> tuple[dict[str, float], list[str]]:
         """The run's final files, written into ``folder`` where the state lives (the driver logs them): the global
-        state as ``global_state.safetensors`` and the method's diagnostic figures; and the method's run-level metrics
-        from its records (:class:`~raysim.core.protocol.Diagnostics`)."""
+        state as ``global_state.safetensors``, which clients the server heard as ``participation.safetensors``
+        (:func:`save_participation`) and the method's diagnostic figures; and the method's run-level metrics from its
+        records (:class:`~raysim.core.protocol.Diagnostics`)."""
         state, folder = self.global_state(), Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         written = detached(flattened(state))
         save_file(written, str(folder / "global_state.safetensors"), metadata={"method": self.config.method})
         files, metrics = [folder / "global_state.safetensors"], {}
+        if self.contributions is not None:
+            files.append(save_participation(self.contributions, folder))
         if isinstance(self.method, Diagnostics):
             files += self.method.artifacts(self.records, folder)
             metrics = self.method.run_metrics(self.records)

@@ -50,6 +50,8 @@ class Checkpoint:
     records: list[dict[str, Any]] = field(default_factory=list)
     folder: Path | None = None  # where it was loaded from (a round-* folder)
     client_files: dict[int, str] = field(default_factory=dict)  # client -> its state's file under clients/
+    # client -> the rounds whose step used its update; None where the checkpoint does not record them
+    contributions: dict[int, int] | None = field(default_factory=dict)
 
     @property
     def method(self) -> str:
@@ -96,7 +98,8 @@ def save(run_folder: str | Path, checkpoint: Checkpoint, keep: int, client_files
         "order": list(tensors),
         "history": checkpoint.history,
         "records": checkpoint.records,
-        "client_acc": {str(c): a for c, a in checkpoint.client_acc.items()},
+        "client_acc": _str_keys(checkpoint.client_acc),
+        **({} if checkpoint.contributions is None else {"contributions": _str_keys(checkpoint.contributions)}),
         "client_files": {str(c): name for c, name in sorted(files.items())},
         "client_sha256": {name: _sha256(run_folder / CLIENTS / name) for name in sorted(set(files.values()))},
     }
@@ -216,6 +219,9 @@ def load(target: str | Path, clients: bool = True, tensors: bool = True) -> Chec
         records=manifest["records"],
         folder=folder,
         client_files=files,
+        contributions=None
+        if "contributions" not in manifest
+        else {int(c): n for c, n in manifest["contributions"].items()},
     )
 
 
@@ -268,6 +274,11 @@ def _client_states(folder: Path, files: dict[int, str]) -> dict[int, Tensors]:
     for name in sorted(set(files.values())):
         states.update(_by_client(load_file(str(folder / name)), {c for c, f in files.items() if f == name}))
     return dict(sorted(states.items()))
+
+
+def _str_keys(by_client: dict[int, Any]) -> dict[str, Any]:
+    """A per-client table as JSON keeps it: client ids as strings, in client order."""
+    return {str(c): value for c, value in sorted(by_client.items())}
 
 
 def _by_client(tensors: Tensors, wanted: set[int] | None) -> dict[int, Tensors]:

@@ -116,6 +116,7 @@ def test_runs_are_tracked_named_and_traced_in_mlflow(ray_session, tracking_uri):
             "partition_summary.json",
             "partition_counts.safetensors",
             "global_state.safetensors",
+            "participation.safetensors",
         } <= artifacts
 
 

@@ -190,6 +190,7 @@ def test_run_is_tracked_through_an_mlflow_server(ray_session, mlflow_server, tmp
         "accuracy_curves.png",
         "client_accuracy.png",
         "global_state.safetensors",
+        "participation.safetensors",
     } <= names, names
     local = Path(client.download_artifacts(run_id, "summary.json", str(tmp_path / "download")))
     summary = json.loads(local.read_text())

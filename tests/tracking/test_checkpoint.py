@@ -30,6 +30,7 @@ def _checkpoint(round: int) -> ckpt.Checkpoint:
         history=[{"round": r, "global_acc": 10.0 * r} for r in range(1, round + 1)],
         client_acc={3: 50.0},
         records=[{"round": round, "clusters": {"3": 1}}],
+        contributions={7: round, 3: 1},
     )
 
 
@@ -46,6 +47,17 @@ def test_round_trip_keeps_every_tensor_dtype_and_order(tmp_path):
     assert list(loaded.client_states) == [3, 7] and set(loaded.client_states[3]) == {"h_prev", "z_prev"}
     assert torch.equal(loaded.client_states[3]["z_prev"], torch.eye(2))
     assert loaded.history == saved.history and loaded.client_acc == {3: 50.0} and loaded.records == saved.records
+    assert loaded.contributions == {3: 1, 7: 4}
+
+
+def test_a_manifest_without_contributions_loads_as_not_counted(tmp_path):
+    """A checkpoint that does not record which clients were heard loads with ``contributions`` None, so a run
+    resumed from it logs no participation record rather than one missing the rounds before it."""
+    folder = ckpt.save(tmp_path / "run1", _checkpoint(2), keep=0)
+    manifest = json.loads((folder / ckpt.MANIFEST).read_text())
+    del manifest["contributions"]
+    (folder / ckpt.MANIFEST).write_text(json.dumps(manifest))
+    assert ckpt.load(tmp_path / "run1").contributions is None
 
 
 def test_shared_storage_is_saved(tmp_path):

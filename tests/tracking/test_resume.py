@@ -100,6 +100,7 @@ def test_resumed_run_equals_the_uninterrupted_one(ray_session, tracking_uri, tmp
     assert comparable(resumed.history) == comparable(full.history)
     assert resumed.client_acc == full.client_acc and resumed.records == full.records
     assert_same_tensors(ckpt.load(folder), final)
+    assert ckpt.load(folder).contributions == final.contributions and final.contributions
     logged = MlflowClient(tracking_uri).get_run(full.run_id)
     assert logged.info.status == "FINISHED"
     evaluations = [r["eval_counts"] for r in full.records if "eval_counts" in r]
