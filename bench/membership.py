@@ -5,13 +5,18 @@ Each method runs on ``--preset`` (default ``offline-dir0.3``, FedV's setting, wh
 membership``, Yeom et al., CSF 2018) scores the clients: their training rows are the members, their test rows the
 non-members, under the final global model and, for a personalised method, under each client's own model (``--model
 personal``: the method's ``eval_params`` of the client's state in the run's last checkpoint). A personalised
-method's clients are those that trained (they hold a state), for both models; another method's are every seen client,
-some of which may never have been sampled (their rows count as members all the same). Prints the
+method's clients are those that trained (they hold a state), for both models; another method's are those whose
+updates the server used (the run's ``participation.safetensors``). Prints the
 ROC AUC and the TPR at 1% FPR per seed, their means with 95% intervals, and the paired differences (personal − global
 within a method; each method's global − FedAvg's), with the project's verdict rules (raysim.tracking.statistics).
 
+With ``--shadows K`` (``raysim attack membership --shadows K``), the global model is also attacked on half of the
+clients the server heard (drawn from the run seed) by the loss threshold and by offline LiRA (Carlini et al., S&P 2022)
+with K shadow runs that hold those clients out, and LiRA − loss threshold is paired on those rows.
+
     python bench/membership.py                                   # fedavg, ditto, fedrod; seeds 0,1,2; 20 rounds
     python bench/membership.py --methods fedavg,ditto --seeds 0,1,2,3,4 --rounds 40
+    python bench/membership.py --methods fedavg --shadows 4
 """
 
 from __future__ import annotations
@@ -21,13 +26,19 @@ import io
 import time
 from pathlib import Path
 
+PAIRED_WITH = {"personal": "global", "LiRA, half": "loss, half"}  # the model a row's difference is taken against
 
-def attacked(method: str, seed: int, preset: str, rounds: int, store: Path) -> dict[str, tuple[float, float]]:
-    """Run ``method`` with ``seed`` and attack it: {"global" | "personal": (AUC, TPR at 1% FPR)}."""
+
+def attacked(
+    method: str, seed: int, preset: str, rounds: int, store: Path, shadows: int
+) -> dict[str, tuple[float, float]]:
+    """Run ``method`` with ``seed`` and attack it: {"global" | "personal" | "loss, half" | "LiRA, half": (AUC, TPR at
+    1% FPR)}."""
     from rich.console import Console
 
-    from raysim.attacks.harness import membership
-    from raysim.attacks.recorded import client_states, final_state, recorded_config
+    from raysim.attacks.membership_attack import lira, membership
+    from raysim.attacks.recorded import client_states, contributors, final_state, recorded_config
+    from raysim.attacks.shadows import attacked_half
     from raysim.config import build_config, load_preset, preset_for_method
     from raysim.core.protocol import Personalised
     from raysim.core.registry import get_method
@@ -50,10 +61,14 @@ def attacked(method: str, seed: int, preset: str, rounds: int, store: Path) -> d
     params = final_state(uri, result.run_id).params
     config, _, _, shards = initial_state(resolved(config), prepare_shards(config))
     personalised = issubclass(get_method(method).cls, Personalised)
-    clients = sorted(states) if personalised else shards.seen_clients()  # a state: the client trained
+    clients = sorted(states) if personalised else contributors(uri, result.run_id)  # a state: the client trained
     found = {"global": membership(config, params, shards, clients)}
     if personalised:
         found["personal"] = membership(config, params, shards, clients, states)
+    if shadows:
+        half = attacked_half(seed, contributors(uri, result.run_id))
+        found["loss, half"] = membership(config, params, shards, half)
+        found["LiRA, half"] = lira(config, params, shards, half, shadows)
     out = {model: (m.roc.auc, m.roc.tpr_at_low_fpr) for model, m in found.items()}
     print(
         f"{method:<7} seed {seed}: "
@@ -72,6 +87,7 @@ def main() -> None:
     parser.add_argument("--preset", default="offline-dir0.3")
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--store", default="bench-membership", help="Folder of the runs' MLflow store.")
+    parser.add_argument("--shadows", type=int, default=0, help="Shadow runs for offline LiRA (0: none).")
     args = parser.parse_args()
 
     from raysim.tracking.statistics import interval, paired
@@ -80,29 +96,30 @@ def main() -> None:
     store.mkdir(parents=True, exist_ok=True)
     seeds = [int(s) for s in args.seeds.split(",")]
     methods = args.methods.split(",")
-    results = {m: {s: attacked(m, s, args.preset, args.rounds, store) for s in seeds} for m in methods}
+    results = {m: {s: attacked(m, s, args.preset, args.rounds, store, args.shadows) for s in seeds} for m in methods}
 
     def by_seed(method: str, model: str, k: int) -> dict[int, float]:
         return {s: r[model][k] for s, r in results[method].items() if model in r}
 
-    print("\n| method, model | AUC | TPR at 1% FPR | AUC paired with | difference |")
-    print("|---|---|---|---|---|")
+    print("\n| method, model | AUC | TPR at 1% FPR | paired with | AUC difference | TPR difference |")
+    print("|---|---|---|---|---|---|")
     for method in methods:
-        for model in ("global", "personal"):
+        for model in ("global", "personal", "loss, half", "LiRA, half"):
             auc = by_seed(method, model, 0)
             if not auc:
                 continue
             mean, half = interval(list(auc.values()))
             tpr_mean, tpr_half = interval(list(by_seed(method, model, 1).values()))
-            other = ("global", method) if model == "personal" else ("global", methods[0])
-            diff = ""
+            other = (PAIRED_WITH[model], method) if model in PAIRED_WITH else ("global", methods[0])
+            diffs = ["", ""]
             if other != (model, method):
-                d, h, agree, n = paired(by_seed(other[1], other[0], 0), auc)
-                diff = f"{d:+.3f} ± {h:.3f} ({agree} of {n} seeds)"
-            paired_with = f"{other[1]}, {other[0]}" if diff else ""
+                for k in (0, 1):
+                    d, h, agree, n = paired(by_seed(other[1], other[0], k), by_seed(method, model, k))
+                    diffs[k] = f"{d:+.3f} ± {h:.3f} ({agree} of {n} seeds)"
+            paired_with = f"{other[1]}, {other[0]}" if diffs[0] else ""
             print(
                 f"| {method}, {model} | {mean:.3f} ± {half:.3f} | {tpr_mean:.3f} ± {tpr_half:.3f} | {paired_with} | "
-                f"{diff} |"
+                f"{diffs[0]} | {diffs[1]} |"
             )
 
 

@@ -5,6 +5,7 @@
     raysim attack smashed --run RUN_ID --round 2 --clients 3,7
     raysim attack membership --run RUN_ID
     raysim attack membership --run RUN_ID --model personal
+    raysim attack membership --run RUN_ID --shadows 4
     raysim attack features --run RUN_ID --round 5
 
 Imports click and the config only (``raysim --help`` stays free of torch, Ray and MLflow); each command imports the
@@ -20,28 +21,10 @@ from statistics import mean
 
 import click
 
+from raysim.attacks.cli_options import RUN, TRACKING_URI, client_ids
+from raysim.attacks.membership_cli import membership
 from raysim.base.errors import ConfigError
 from raysim.config import TrackingConfig
-
-RUN = click.option("--run", "run_id", required=True, metavar="RUN_ID", help="The attacked run's MLflow id.")
-TRACKING_URI = click.option(
-    "--tracking-uri", help="The run's MLflow store (default sqlite:///./raysim-runs/mlflow.db)."
-)
-
-
-def client_ids(text: str | None) -> list[int] | None:
-    """``--clients 0,3,7`` as ids; None when not given."""
-    if text is None:
-        return None
-    try:
-        ids = [int(part) for part in text.split(",")]
-    except ValueError:
-        raise ConfigError(
-            f"--clients {text!r} is not a comma-separated list of client ids, e.g. --clients 0,3"
-        ) from None
-    if any(i < 0 for i in ids):
-        raise ConfigError(f"--clients {text!r} names a negative client id")
-    return ids
 
 
 @click.group(context_settings={"max_content_width": 100})
@@ -54,6 +37,7 @@ def attack():
     raysim attack smashed --run RUN_ID --round 2 --clients 3     a split-learning client's input from its features
     raysim attack membership --run RUN_ID                        membership inference on the final global model
     raysim attack membership --run RUN_ID --model personal       ... on each client's own model (ditto, fedrod)
+    raysim attack membership --run RUN_ID --shadows 4            ... and offline LiRA, with 4 shadow runs
     raysim attack features --run RUN_ID --round 5                what FedGCR's feature means reveal
     """
 
@@ -263,67 +247,4 @@ def features(run_id, round_number, clients, k, tracking_uri):
         )
 
 
-@attack.command(context_settings={"max_content_width": 100})
-@RUN
-@click.option(
-    "--clients", metavar="IDS", help="Comma-separated clients whose rows are scored (default: every seen one)."
-)
-@click.option(
-    "--model",
-    "target",
-    type=click.Choice(["global", "personal"]),
-    default="global",
-    show_default=True,
-    help="The final global model, or each client's own (a personalised method's, from the run's last checkpoint).",
-)
-@TRACKING_URI
-def membership(run_id, clients, target, tracking_uri):
-    """Loss-threshold membership inference (Yeom et al., CSF 2018) against the run's final global model or its
-    clients' personalised ones: members are the clients' training rows, non-members their test rows; ROC AUC and
-    TPR at 1% FPR."""
-    from raysim.attacks.attack_run import attack_run
-    from raysim.attacks.figures import roc_figure
-    from raysim.attacks.harness import membership as membership_attack
-    from raysim.attacks.recorded import client_states, final_state, recorded_config
-    from raysim.core.protocol import Personalised
-    from raysim.core.registry import get_method
-    from raysim.engine.setup import initial_state, prepare_shards, resolved
-
-    chosen = client_ids(clients)
-    uri = TrackingConfig(tracking_uri=tracking_uri).resolved_uri
-    config = recorded_config(uri, run_id)
-    states = None
-    if target == "personal":
-        if not issubclass(get_method(config.method).cls, Personalised):
-            raise ConfigError(
-                f"{config.method} keeps no personalised models; pass --model global, or attack a personalised "
-                "method's run (ditto, fedrod, pfedhn, ...: raysim ls methods)"
-            )
-        states = client_states(uri, run_id, config)
-    state = final_state(uri, run_id)
-    config, _, _, shards = initial_state(resolved(config), prepare_shards(config))
-    targets = chosen if chosen is not None else sorted(states) if states is not None else shards.seen_clients()
-    unknown = [c for c in targets if not 0 <= c < shards.num_clients]
-    if unknown:
-        raise ConfigError(f"--clients names client {unknown[0]}, and the run has clients 0 to {shards.num_clients - 1}")
-    result = membership_attack(config, state.params, shards, targets, states)
-    with attack_run(uri, run_id, "membership", {"clients": clients or "seen", "model": target}) as tracker:
-        roc = result.roc
-        tracker.log_metrics(
-            {
-                "auc": roc.auc,
-                "tpr_at_1pct_fpr": roc.tpr_at_low_fpr,
-                "members": result.members,
-                "non_members": result.non_members,
-            },
-            step=0,
-        )
-        with tempfile.TemporaryDirectory() as folder:
-            path = Path(folder) / "roc.png"
-            roc_figure(roc.fpr, roc.tpr, f"loss threshold, {target} model: AUC {roc.auc:.3f}", path)
-            tracker.log_artifact(path)
-        click.echo(
-            f"membership ({target} model): AUC {roc.auc:.3f}, TPR {roc.tpr_at_low_fpr:.3f} at 1% FPR "
-            f"({result.members} members, {result.non_members} non-members); attack run {tracker.run_id}, nested "
-            f"under {run_id}"
-        )
+attack.add_command(membership)

@@ -36,11 +36,13 @@ def reconstruction_grid(
     plt.close(figure)
 
 
-def roc_figure(fpr: np.ndarray, tpr: np.ndarray, title: str, path: str | Path) -> None:
-    """The ROC on log-log axes (the low false-positive rates show), with chance as a dashed diagonal."""
+def roc_figure(curves: dict[str, tuple[np.ndarray, np.ndarray]], title: str, path: str | Path) -> None:
+    """ROC curves (name -> (FPR, TPR)) on log-log axes (the low false-positive rates show), with chance as a dashed
+    diagonal."""
     figure, ax = plt.subplots(figsize=(4.4, 4.4))
     floor = 1e-4
-    ax.plot(np.maximum(fpr, floor), np.maximum(tpr, floor), label="loss threshold")
+    for name, (fpr, tpr) in curves.items():
+        ax.plot(np.maximum(fpr, floor), np.maximum(tpr, floor), label=name)
     ax.plot([floor, 1], [floor, 1], linestyle="--", color="grey", label="chance")
     ax.set_xscale("log")
     ax.set_yscale("log")

@@ -22,7 +22,6 @@ from raysim.attacks.capture import Captured
 from raysim.attacks.feature_means import FeatureInference, most_common, read_off
 from raysim.attacks.inverting import InvertingSettings, attack_loss, invert
 from raysim.attacks.labels import recovered_labels
-from raysim.attacks.membership import MembershipROC, membership_roc, row_losses
 from raysim.attacks.observed import observed_gradient
 from raysim.attacks.smashed import SmashedSettings, invert_smashed
 from raysim.base.errors import ConfigError
@@ -31,7 +30,7 @@ from raysim.core.messages import Tensors
 from raysim.core.protocol import CachesRowFeatures
 from raysim.core.registry import get_method
 from raysim.core.training import model_inputs
-from raysim.data.shards import ClientData, ShardStore
+from raysim.data.shards import ClientData
 from raysim.engine.cohort import unfused_attention
 
 
@@ -209,44 +208,3 @@ def read_feature_means(captured: Captured, clients: list[int], k: int) -> list[F
         found = read_off(client, h_tilde, public, pool, baseline, shards.train(client), int(types[client]), k)
         readings.append(FeatureReading(found, pool.images[found.nearest]))
     return readings
-
-
-@dataclass
-class Membership:
-    """The loss-threshold attack on a model: its ROC, and how many member and non-member rows it scored."""
-
-    roc: MembershipROC
-    members: int
-    non_members: int
-
-
-def membership(
-    config: Config, params: Tensors, shards: ShardStore, clients: list[int], states: dict[int, Tensors] | None = None
-) -> Membership:
-    """The loss-threshold attack against the model holding ``params``: members are the training rows of ``clients``,
-    non-members their test rows (the same distribution, never trained on). With ``states`` (a personalised method's
-    client states), each client's rows are scored under its own model (the method's ``eval_params``, as it is
-    evaluated). ``shards`` with the method's cached features (:func:`raysim.engine.setup.initial_state`)."""
-    if get_method(config.method).split_learning:
-        raise ConfigError(
-            f"{config.method} is split learning: its model lives split between the server and the clients, and its "
-            "global state holds no whole model to attack"
-        )
-    model, method = attacker_model(config, shards.info.num_classes, params)
-    device = torch.device("cpu")
-    if states is None:
-        members = row_losses(model, method, ClientData.concat([shards.train(c) for c in clients]), device)
-        non_members = row_losses(model, method, ClientData.concat([shards.test(c) for c in clients]), device)
-    else:
-        scored_rows = {"train": [np.zeros(0)], "test": [np.zeros(0)]}
-        for client in clients:
-            model.load_trainable(method.eval_params(params, states.get(client)))
-            for split, rows in scored_rows.items():
-                rows.append(row_losses(model, method, getattr(shards, split)(client), device))
-        members, non_members = (np.concatenate(rows) for rows in scored_rows.values())
-    if not len(members) or not len(non_members):
-        raise ConfigError(
-            f"the {len(clients)} chosen clients hold {len(members)} training and {len(non_members)} test rows; "
-            "membership inference needs both: pass --clients that hold both"
-        )
-    return Membership(membership_roc(members, non_members), len(members), len(non_members))

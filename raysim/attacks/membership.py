@@ -8,12 +8,14 @@ Principles", S&P 2022, which argue the low-FPR regime is the one that matters). 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from sklearn.metrics import roc_auc_score, roc_curve
 
+from raysim.attacks.lira import logit_confidence
 from raysim.core.training import EVAL_BATCH, model_inputs
 from raysim.data.shards import ClientData
 
@@ -30,22 +32,34 @@ class MembershipROC:
     tpr_at_low_fpr: float
 
 
-def membership_roc(member_losses: np.ndarray, non_member_losses: np.ndarray) -> MembershipROC:
-    """The loss-threshold attack's ROC: members are the positives, and a lower loss scores higher."""
-    truth = np.concatenate([np.ones(len(member_losses)), np.zeros(len(non_member_losses))])
-    scores = -np.concatenate([member_losses, non_member_losses])
+def membership_roc(member_scores: np.ndarray, non_member_scores: np.ndarray) -> MembershipROC:
+    """The ROC of a membership score, higher for a row more likely a member (the loss threshold scores minus the
+    loss): members are the positives."""
+    truth = np.concatenate([np.ones(len(member_scores)), np.zeros(len(non_member_scores))])
+    scores = np.concatenate([member_scores, non_member_scores])
     fpr, tpr, _ = roc_curve(truth, scores)
     return MembershipROC(fpr, tpr, float(roc_auc_score(truth, scores)), float(tpr[fpr <= LOW_FPR].max()))
 
 
-@torch.no_grad()
 def row_losses(model, method, data: ClientData, device: torch.device) -> np.ndarray:
     """The cross-entropy of every row of ``data`` under the method's inference forward with the loaded tensors."""
-    losses = [np.zeros(0)]
+    return _per_row(model, method, data, device, partial(F.cross_entropy, reduction="none"))
+
+
+def row_confidences(model, method, data: ClientData, device: torch.device) -> np.ndarray:
+    """LiRA's logit-scaled confidence in the true label (:func:`raysim.attacks.lira.logit_confidence`) of every row
+    of ``data`` under the method's inference forward with the loaded tensors."""
+    return _per_row(model, method, data, device, logit_confidence)
+
+
+@torch.no_grad()
+def _per_row(model, method, data: ClientData, device: torch.device, statistic) -> np.ndarray:
+    """``statistic(logits, labels)`` of every row of ``data``, batch by batch."""
+    values = [np.zeros(0)]
     model.eval()
     for start in range(0, len(data), EVAL_BATCH):
         rows = np.arange(start, min(start + EVAL_BATCH, len(data)))
         logits = method.predict(model, model_inputs(model, data.images[rows], device), data, rows)
         labels = torch.as_tensor(data.labels[rows], device=logits.device).long()
-        losses.append(F.cross_entropy(logits, labels, reduction="none").cpu().numpy())
-    return np.concatenate(losses)
+        values.append(statistic(logits, labels).cpu().numpy())
+    return np.concatenate(values)

@@ -1,7 +1,8 @@
 """What a finished run recorded that an attack replays: in MLflow its configuration (``config.yaml``, which the
-driver logs with every new run: the resolved config, its store and pool made concrete) and its final global state
-(``global_state.safetensors``, logged when the run ends); in its last checkpoint the clients' own states (a
-personalised method's models, written after the last round)."""
+driver logs with every new run: the resolved config, its store and pool made concrete), its final global state
+(``global_state.safetensors``) and which clients it heard (``participation.safetensors``), both logged when the run
+ends; in its last checkpoint the clients' own states (a personalised method's models, written after the last
+round)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from raysim.base.errors import ConfigError
 from raysim.config import Config, build_config, yaml12
 from raysim.core.messages import GlobalState, Tensors
 from raysim.tracking.mlflow import check_run_store, store_client
+from raysim.tracking.participation import PARTICIPATION, load_participation
 
 CONFIG, FINAL_STATE = "config.yaml", "global_state.safetensors"
 PROGRESS_BAR = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
@@ -37,8 +39,9 @@ def quiet_downloads() -> Iterator[None]:
             os.environ[PROGRESS_BAR] = previous
 
 
-def _artifact(uri: str, run_id: str, name: str, folder: str) -> Path:
-    """Artifact ``name`` of run ``run_id`` downloaded into ``folder``; one line when the run or the file is missing."""
+def _artifact(uri: str, run_id: str, name: str, folder: str, hint: str = "") -> Path:
+    """Artifact ``name`` of run ``run_id`` downloaded into ``folder``; one line when the run or the file is missing
+    (ending with ``hint``, what to do instead)."""
     check_run_store(uri)
     client = store_client(uri)
     try:
@@ -50,7 +53,8 @@ def _artifact(uri: str, run_id: str, name: str, folder: str) -> Path:
             return Path(client.download_artifacts(run_id, name, folder))
     except (MlflowException, OSError):
         raise ConfigError(
-            f"run {run_id} has no {name} (a run logs it when it starts, and its final state when it finishes)"
+            f"run {run_id} has no {name} (a run logs its config when it starts, and its final state and participation "
+            f"when it finishes){hint}"
         ) from None
 
 
@@ -73,6 +77,13 @@ def final_state(uri: str, run_id: str) -> GlobalState:
     params = {name.split("/", 1)[1]: t for name, t in tensors.items() if name.startswith("params/")}
     server = {name.split("/", 1)[1]: t for name, t in tensors.items() if name.startswith("server/")}
     return GlobalState(params, server)
+
+
+def contributors(uri: str, run_id: str) -> list[int]:
+    """The clients whose updates run ``run_id``'s server used in at least one round, in client order."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = _artifact(uri, run_id, PARTICIPATION, folder, "; pass --clients to choose the clients")
+        return sorted(load_participation(path))
 
 
 def client_states(uri: str, run_id: str, config: Config) -> dict[int, Tensors]:

@@ -31,6 +31,7 @@ class Purpose(IntEnum):
     DISPATCH = 13  # asynchronous mode's choice of the next client to train: (dispatch,)
     DISPATCHED = 14  # asynchronous mode's local work of a dispatched client: (dispatch, client)
     DOWNLINK = 15  # the server's encoding of its model's update (compression.downlink): (round,)
+    SHADOW = 16  # an attack's shadow runs: a shadow's run seed (shadow,), the clients it attacks ()
 
 
 class Init(IntEnum):

@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 from mlflow.tracking import MlflowClient
 
-from raysim.attacks.harness import membership
+from raysim.attacks.membership_attack import membership
 from raysim.attacks.recorded import client_states, final_state, recorded_config
 from raysim.cli import main
 from raysim.engine.setup import initial_state, prepare_shards, resolved
@@ -41,7 +41,7 @@ def test_membership_of_the_personal_models_is_a_run_nested_under_the_attacked_on
         main, ["attack", "membership", "--run", run_id, "--tracking-uri", uri, "--model", "personal"]
     )
     assert result.exit_code == 0, result.output
-    assert result.output.startswith("membership (personal model): AUC")
+    assert result.output.startswith("membership (personal model): loss threshold AUC")
     attack_id = result.output.strip().splitlines()[-1].split("attack run ")[1].split(",")[0]
     attack_run = MlflowClient(tracking_uri=uri).get_run(attack_id)
     assert attack_run.data.tags["mlflow.parentRunId"] == run_id and attack_run.data.params["model"] == "personal"

@@ -3,16 +3,22 @@ bit for bit), and each ``raysim attack`` command logs its own MLflow run nested 
 
 from __future__ import annotations
 
+import tempfile
+from collections import Counter
+
 import pytest
 import torch
 from click.testing import CliRunner
 from mlflow.tracking import MlflowClient
 
 from raysim.attacks.capture import capture
-from raysim.attacks.recorded import recorded_config
+from raysim.attacks.recorded import contributors, recorded_config
+from raysim.attacks.shadows import attacked_half, shadow_run, shadow_seed
 from raysim.base.errors import ConfigError
 from raysim.cli import main
 from raysim.engine import simulation as simulation_module
+from raysim.engine.setup import initial_state, prepare_shards, resolved
+from raysim.tracking.participation import PARTICIPATION, load_participation
 
 
 @pytest.fixture(scope="module")
@@ -86,10 +92,69 @@ def test_a_reconstruction_is_a_run_nested_under_the_attacked_one(recorded, attac
     assert files == [f"client-{client}.png"]
 
 
+def test_the_participation_record_counts_the_rounds_each_update_was_used(recorded):
+    uri, run_id, received = recorded
+    counts = Counter(client for kept in received for client in kept)
+    with tempfile.TemporaryDirectory() as folder:
+        path = MlflowClient(tracking_uri=uri).download_artifacts(run_id, PARTICIPATION, folder)
+        assert load_participation(path) == dict(counts)
+    assert contributors(uri, run_id) == sorted(counts)
+
+
 def test_membership_inference_is_a_run_nested_under_the_attacked_one(recorded):
-    uri, run_id, _ = recorded
+    """By default its members are the training rows of the clients the server heard, and only those."""
+    uri, run_id, received = recorded
     result = CliRunner().invoke(main, ["attack", "membership", "--run", run_id, "--tracking-uri", uri])
     assert result.exit_code == 0, result.output
     run = nested_run(uri, run_id, result.output)
-    assert 0.0 <= run.data.metrics["auc"] <= 1.0 and run.data.metrics["members"] > 0
+    heard = sorted({client for kept in received for client in kept})
+    shards = prepare_shards(recorded_config(uri, run_id))
+    assert len(heard) < len(shards.seen_clients())
+    assert run.data.metrics["members"] == sum(len(shards.train(c)) for c in heard)
+    assert run.data.params["clients"] == "heard" and 0.0 <= run.data.metrics["auc"] <= 1.0
     assert [f.path for f in MlflowClient(tracking_uri=uri).list_artifacts(run.info.run_id)] == ["roc.png"]
+
+
+def test_a_shadow_run_never_trains_the_held_out_clients_and_repeats_itself(recorded):
+    uri, run_id, received = recorded
+    config, _, _, shards = initial_state(*_replayed(uri, run_id))
+    heard = sorted({client for kept in received for client in kept})
+    held_out = attacked_half(config.federation.seed, heard)
+    assert len(held_out) == len(heard) // 2 and set(held_out) <= set(heard)
+    first, again = shadow_run(config, shards, held_out, 0), shadow_run(config, shards, held_out, 0)
+    assert first.contributions and not set(first.contributions) & set(held_out)
+    assert first.config.federation.seed == shadow_seed(config.federation.seed, 0) != config.federation.seed
+    for name, tensor in first.params.items():
+        assert torch.equal(tensor, again.params[name]), name
+    other = shadow_run(config, shards, held_out, 1)
+    assert any(not torch.equal(t, other.params[n]) for n, t in first.params.items())
+
+
+def test_membership_with_shadows_adds_offline_lira_on_the_same_rows(recorded):
+    uri, run_id, received = recorded
+    result = CliRunner().invoke(
+        main, ["attack", "membership", "--run", run_id, "--tracking-uri", uri, "--shadows", "2"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "shadow run 2/2" in result.output and "offline LiRA AUC" in result.output
+    run = nested_run(uri, run_id, result.output)
+    heard = sorted({client for kept in received for client in kept})
+    config = recorded_config(uri, run_id)
+    shards = prepare_shards(config)
+    attacked = attacked_half(config.federation.seed, heard)
+    assert run.data.metrics["members"] == sum(len(shards.train(c)) for c in attacked)
+    assert (run.data.params["clients"], run.data.params["shadows"]) == ("half heard", "2")
+    assert 0.0 <= run.data.metrics["lira_auc"] <= 1.0 and 0.0 <= run.data.metrics["lira_tpr_at_1pct_fpr"] <= 1.0
+
+
+def test_lira_on_personal_models_is_one_line(recorded):
+    uri, run_id, _ = recorded
+    args = ["attack", "membership", "--run", run_id, "--tracking-uri", uri, "--model", "personal", "--shadows", "1"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
+    assert "--shadows trains shadow runs without the scored clients" in result.output
+
+
+def _replayed(uri, run_id):
+    config = recorded_config(uri, run_id)
+    return resolved(config), prepare_shards(config)
