@@ -28,7 +28,7 @@ import torch
 
 from raysim.algorithms.fedvpt import FedVPT
 from raysim.algorithms.options import HNOptions
-from raysim.core.messages import Broadcast, ClientUpdate, GlobalState, Tensors
+from raysim.core.messages import Broadcast, ClientUpdate, GlobalState, Tensors, unprefixed
 from raysim.core.protocol import Personalised, ResolvesOptions, implements
 from raysim.ops import hypernet as hn
 
@@ -39,7 +39,7 @@ EMBEDDINGS, SEEN = "embeddings", "participated"
 def server_part(server: Tensors, prefix: str) -> Tensors:
     """The server tensors under ``prefix``, unprefixed; copies, as BLAS results depend on memory alignment and
     tensors read from a checkpoint are not aligned (so a resumed run would differ in the last bits)."""
-    return {k[len(prefix) :]: v.clone() for k, v in server.items() if k.startswith(prefix)}
+    return {k: v.clone() for k, v in unprefixed(server, prefix).items()}
 
 
 @implements("pfedhn")

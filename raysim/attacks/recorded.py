@@ -17,7 +17,7 @@ from mlflow.exceptions import MlflowException
 
 from raysim.base.errors import ConfigError
 from raysim.config import Config, build_config, yaml12
-from raysim.core.messages import GlobalState, Tensors
+from raysim.core.messages import GlobalState, Tensors, unprefixed
 from raysim.tracking.mlflow import check_run_store, store_client
 from raysim.tracking.participation import PARTICIPATION, load_participation
 
@@ -74,9 +74,7 @@ def final_state(uri: str, run_id: str) -> GlobalState:
 
     with tempfile.TemporaryDirectory() as folder:
         tensors = load_file(_artifact(uri, run_id, FINAL_STATE, folder))
-    params = {name.split("/", 1)[1]: t for name, t in tensors.items() if name.startswith("params/")}
-    server = {name.split("/", 1)[1]: t for name, t in tensors.items() if name.startswith("server/")}
-    return GlobalState(params, server)
+    return GlobalState(unprefixed(tensors, "params/"), unprefixed(tensors, "server/"))
 
 
 def contributors(uri: str, run_id: str) -> list[int]:

@@ -20,6 +20,11 @@ def split_prefixed(tensors: Tensors, prefix: str) -> tuple[Tensors, Tensors]:
     return chosen, {k: v for k, v in tensors.items() if k not in chosen}
 
 
+def unprefixed(tensors: Tensors, prefix: str) -> Tensors:
+    """The tensors whose name starts with ``prefix``, named without it."""
+    return {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
+
+
 @dataclass(frozen=True)
 class GlobalState:
     """The server's state: the communicated global tensors (``params``) and server-only tensors (momentum buffers,

@@ -20,25 +20,23 @@ they downloaded, when, and their bounds) and a resumed run trains them again, to
 
 from __future__ import annotations
 
-import logging
 import math
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
 import torch
 
-from raysim.base.errors import BadUpdateError, ConfigError
+from raysim.base.errors import ConfigError
 from raysim.base.seeding import Purpose, rng
-from raysim.core.messages import Broadcast, ClientUpdate, Tensors, split_prefixed
+from raysim.core.messages import Broadcast, ClientUpdate, Tensors, split_prefixed, unprefixed
 from raysim.core.protocol import SendsExtras
 from raysim.engine.buffered_step import Arrival
 from raysim.engine.screening import screen
 from raysim.engine.uplink import own_state
 from raysim.ops.staleness import parse_staleness
 from raysim.systems.clock import finish_times
-
-log = logging.getLogger("raysim")
 
 PREFIX = "async/"  # the schedule's tensors in a checkpoint's server state
 TABLE, TIMES, NEXT = f"{PREFIX}inflight", f"{PREFIX}times", f"{PREFIX}dispatched"
@@ -106,7 +104,7 @@ class AsyncSchedule:
 
     def version(self, round: int) -> Version:
         """Run the clock until K updates are accepted: server version ``round`` (1-based)."""
-        sim, fed = self.sim, self.sim.config.federation
+        sim = self.sim
         now = started = sim.sim_time
         buffered, rejected, down, up, dropouts, failed_in_a_row = [], {}, 0.0, 0.0, 0, 0
         extras = sim.method.uplink_extras(sim.state) if isinstance(sim.method, SendsExtras) else None
@@ -139,18 +137,12 @@ class AsyncSchedule:
             previous = sim.clients.get(arrival.client)
             _, why = screen([update], sim.state.params, extras, {arrival.client: previous})
             if why:
-                if fed.bad_updates == "fail":
-                    raise BadUpdateError(f"server version {round}: {why[arrival.client]} (federation.bad_updates=fail)")
-                log.warning("server version %d: rejected the update of %s", round, why[arrival.client])
+                sim.refuse(f"server version {round}", why)
                 rejected.update(why)
                 if sim.uplink is not None:
                     sim.uplink.residuals.pop(arrival.client, None)
                 continue
-            state = update.state
-            if sim.uplink is not None:
-                state = sim.uplink.state_to_keep(arrival.client, state, arrival.state)
-            if state is not None:
-                sim.clients.put(arrival.client, state)
+            sim.keep_state(update, arrival.state)
             staleness = round - 1 - arrival.version
             buffered.append(Arrival(update, arrival.broadcast.params, staleness))
         sim.sim_time = now
@@ -204,7 +196,7 @@ class AsyncSchedule:
             dispatch.finish = dispatch.bound
         else:
             kept = dispatch.state if sim.uplink is None else own_state(dispatch.state)
-            task = (client, dispatch.broadcast.instructions.get(client, {}), kept, 1.0, sim._tier(client))
+            task = (client, dispatch.broadcast.instructions.get(client, {}), kept, 1.0, sim.tier(client))
             dispatch.handle = sim.executor.submit(dispatch.version + 1, dispatch.broadcast, task, dispatch.number)
         self.inflight.append(dispatch)
 
@@ -263,9 +255,7 @@ class AsyncSchedule:
     def _restore(self, saved: Tensors) -> None:
         """The clients in flight at the checkpoint, their training started again."""
         self.dispatched = int(saved[NEXT])
-
-        def part(prefix: str) -> Tensors:
-            return {k[len(prefix) :]: t for k, t in saved.items() if k.startswith(prefix)}
+        part = partial(unprefixed, saved)
 
         for (number, client, version, fails), (start, earliest, offline, download) in zip(
             saved[TABLE].tolist(), saved[TIMES].tolist()

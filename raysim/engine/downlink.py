@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from raysim.base.seeding import Purpose, derive_seed
-from raysim.core.messages import Broadcast, ClientUpdate, Tensors, split_prefixed
+from raysim.core.messages import Broadcast, ClientUpdate, Tensors, split_prefixed, unprefixed
 from raysim.engine.buffered_step import moved
 from raysim.ops.aggregate import tensor_bytes
 from raysim.ops.codecs import parse
@@ -46,9 +46,7 @@ class Downlink:
         self.codec = parse(config.compression.downlink)
         self.seed = config.federation.seed
         model = f"{PREFIX}model/"
-        self.public = {k[len(model) :]: t for k, t in saved.items() if k.startswith(model)} or {
-            k: t.clone() for k, t in params.items()
-        }
+        self.public = unprefixed(saved, model) or {k: t.clone() for k, t in params.items()}
         # per client, the version of x^ it last downloaded (-1: none); sent[v]: bytes of the updates to version v
         self.synced = saved[SYNCED].numpy().copy() if saved else np.full(clients, -1, dtype=np.int64)
         self.sent = saved[SENT].numpy().tolist() if saved else [0.0]

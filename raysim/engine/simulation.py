@@ -20,7 +20,7 @@ from safetensors.torch import save_file
 
 from raysim.base.errors import BadUpdateError
 from raysim.base.seeding import Purpose, rng, sample_clients
-from raysim.core.messages import Broadcast, ClientUpdate, GlobalState
+from raysim.core.messages import Broadcast, ClientUpdate, GlobalState, Tensors
 from raysim.core.protocol import Diagnostics, Personalised, SendsExtras, SplitLearning, split_encoder
 from raysim.core.registry import get_method
 from raysim.engine.async_rounds import AsyncSchedule, split_schedule
@@ -199,16 +199,9 @@ class Simulation:
             systems["sim_time_s"] = self.sim_time
         extras = self.method.uplink_extras(self.state) if isinstance(self.method, SendsExtras) else None
         updates, rejected = screen(arrived, self.state.params, extras, {c: self.clients.get(c) for c in sampled})
-        if rejected and fed.bad_updates == "fail":
-            raise BadUpdateError(f"round {round}: {'; '.join(rejected.values())} (federation.bad_updates=fail)")
-        for reason in rejected.values():
-            log.warning("round %d: rejected the update of %s", round, reason)
+        self.refuse(f"round {round}", rejected)
         for update in updates:
-            state = update.state
-            if self.uplink is not None:  # with error feedback's new residual
-                state = self.uplink.state_to_keep(update.client_id, state, self.clients.get(update.client_id))
-            if state is not None:
-                self.clients.put(update.client_id, state)
+            self.keep_state(update, self.clients.get(update.client_id))
         if self.uplink is not None:
             self.uplink.residuals.clear()  # a client whose update was not used keeps its previous residual
         metrics = {}
@@ -251,15 +244,32 @@ class Simulation:
         ``(client, share of its work)`` trains from its kept state."""
         states = {c: self.clients.get(c) for c, _ in work}  # read once: the uplink needs the residual in it
         kept = states.get if self.uplink is None else lambda c: own_state(states[c])
-        tasks = [(c, broadcast.instructions.get(c, {}), kept(c), share, self._tier(c)) for c, share in work]
+        tasks = [(c, broadcast.instructions.get(c, {}), kept(c), share, self.tier(c)) for c, share in work]
         updates = sorted(self.executor.train(round, broadcast, tasks), key=lambda u: u.client_id)
         if self.uplink is not None:
             updates = [self.uplink.send(round, broadcast, u, states[u.client_id]) for u in updates]
         return updates
 
-    def _tier(self, client: int) -> str:
+    def tier(self, client: int) -> str:
         """The client's capacity tier (docs/systems.md): ``all`` unless ``systems.tiers`` or a trace gives one."""
         return str(self.tiers[client]) if self.tiers is not None else ALL
+
+    def refuse(self, where: str, rejected: dict[int, str]) -> None:
+        """The screening's ``rejected`` updates (why, per client) of round or server version ``where``: each logged as
+        a warning, or the run stopped under ``federation.bad_updates=fail``."""
+        if rejected and self.config.federation.bad_updates == "fail":
+            raise BadUpdateError(f"{where}: {'; '.join(rejected.values())} (federation.bad_updates=fail)")
+        for reason in rejected.values():
+            log.warning("%s: rejected the update of %s", where, reason)
+
+    def keep_state(self, update: ClientUpdate, kept_before: Tensors | None) -> None:
+        """A used update's client state kept for its next round; under a compressed uplink with error feedback's new
+        residual, from what the client kept when it trained (``kept_before``)."""
+        state = update.state
+        if self.uplink is not None:
+            state = self.uplink.state_to_keep(update.client_id, state, kept_before)
+        if state is not None:
+            self.clients.put(update.client_id, state)
 
     def _evaluate(self, report: RoundReport) -> None:
         start = time.perf_counter()

@@ -204,7 +204,9 @@ def load(target: str | Path, clients: bool = True, tensors: bool = True) -> Chec
         read = load_file(str(folder / TENSORS))
         state = _unflatten(read, [k for k in manifest["order"] if not k.startswith("client/")])
         if manifest["format"] == 1:  # every client's state inside state.safetensors, as client/<id>/<name>
-            states = _by_client({k[len("client/") :]: v for k, v in read.items() if k.startswith("client/")}, None)
+            from raysim.core.messages import unprefixed
+
+            states = _by_client(unprefixed(read, "client/"), None)
         elif clients:
             states = _client_states(clients_folder, files)
     return Checkpoint(
