@@ -5,6 +5,7 @@ option with its help."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -60,6 +61,7 @@ def test_the_site_builds_strict_with_generated_reference_pages(site):
     for name in raysim.__all__:  # each export rendered from its docstring, under its own anchor
         assert f'id="{raysim._EXPORTS[name]}.{name}"' in api, name
     assert "Class decorator for a method defined outside raysim" in api  # register's docstring, rendered
+    assert "<code>raysim.core.training.local_train</code>" in api and not re.search(r":[a-z]+:<code>", api)
 
 
 @pytest.mark.parametrize(

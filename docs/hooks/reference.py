@@ -10,6 +10,7 @@ every name ``raysim`` exports (``raysim.__all__``), rendered from its docstring 
 from __future__ import annotations
 
 import html
+import re
 
 from click.testing import CliRunner
 from mkdocs.structure.files import File
@@ -162,6 +163,18 @@ PAGES = {
     "reference/privacy.md": privacy_page,
     "reference/api.md": api_page,
 }
+
+
+# a Sphinx cross-reference role as the API page renders it from a docstring: :func:`x` becomes :func:<code>x</code>
+SPHINX_ROLE = re.compile(r":(?:func|class|meth|attr|mod|data|exc|obj):<code>(~?)([^<]*)</code>")
+
+
+def on_page_content(html_text, page, config, files):
+    """On the API page, the docstrings' Sphinx roles shown as the code they name: the role dropped, and a path
+    marked ``~`` shortened to its last part, as Sphinx shows it."""
+    if page.file.src_uri != "reference/api.md":
+        return html_text
+    return SPHINX_ROLE.sub(lambda m: f"<code>{m[2].rsplit('.', 1)[-1] if m[1] else m[2]}</code>", html_text)
 
 
 def on_files(files, config):
