@@ -31,6 +31,9 @@ from raysim.config import Config, build_config, yaml12
 from raysim.core.registry import get_method
 
 SAMPLERS = ("choice", "grid", "uniform", "loguniform", "randint")
+PRIVACY_SPACE = "privacy.yaml"  # the levers added to a method's space when its trials are private
+# what a private sweep holds fixed: trials ranked by accuracy would pick the one that spends the most privacy
+BUDGET_KEYS = ("privacy.mode", "privacy.noise_multiplier", "privacy.target_epsilon", "privacy.delta")
 
 
 @dataclass(frozen=True)
@@ -66,15 +69,35 @@ def as_layer(overrides: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return layer
 
 
+def shipped_spaces() -> dict[str, Path]:
+    """The methods' spaces that ship with raysim (``tune_spaces/NAME.yaml``), by name; not the privacy space."""
+    files = resources.files("raysim.tune_spaces")
+    found = {p.name[:-5]: Path(str(p)) for p in files.iterdir() if p.name.endswith(".yaml")}
+    return {name: found[name] for name in sorted(found) if f"{name}.yaml" != PRIVACY_SPACE}
+
+
 def default_space_file(method: str) -> str:
     """The shipped space of ``method``: ``tune_spaces/METHOD.yaml``, else that of its options (``fgpt-u`` uses
     ``fgpt.yaml``, ``fedgc`` and ``fedgr`` use ``fedgcr.yaml``); the error lists the spaces that ship."""
-    files = resources.files("raysim.tune_spaces")
-    shipped = sorted(p.name[:-5] for p in files.iterdir() if p.name.endswith(".yaml"))
+    shipped = shipped_spaces()
     for name in (method, get_method(method).options_key):
         if name in shipped:
-            return str(files.joinpath(f"{name}.yaml"))
+            return str(shipped[name])
     raise ConfigError(f"no search space ships for {method!r} (spaces: {', '.join(shipped)}); pass --space FILE.yaml")
+
+
+def with_private_levers(space: SearchSpace, method: str, before: list[dict], after: list[dict]) -> SearchSpace:
+    """``space`` with ``tune_spaces/privacy.yaml``'s samplers (the clip C) added when its trials run under
+    differential privacy and neither the space, its fixed values nor the flags (``after``) set the clip; its source
+    then reads ``METHOD.yaml+privacy.yaml``. The budget (epsilon, delta) is not sampled: it is what a sweep holds
+    fixed (:data:`BUDGET_KEYS`)."""
+    probe = build_config(method, [*before, as_layer(space.fixed), *after])
+    named = {*space.samplers, *space.fixed} | {f"privacy.{k}" for layer in after for k in layer.get("privacy", {})}
+    if not probe.privacy.private or "privacy.clip" in named:
+        return space
+    path = resources.files("raysim.tune_spaces").joinpath(PRIVACY_SPACE)
+    private = load_space(str(path), method, [*before, as_layer(space.fixed)], after)
+    return SearchSpace(f"{space.source}+{PRIVACY_SPACE}", {**space.samplers, **private.samplers}, space.fixed)
 
 
 def load_space(path: str, method: str, before: list[dict], after: list[dict]) -> SearchSpace:

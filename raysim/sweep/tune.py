@@ -34,7 +34,7 @@ from raysim.engine.setup import prepare_shards, resolved
 from raysim.ops.metrics import SUMMARY_WINDOW, reported_metrics
 from raysim.sweep.lost_checkpoints import ForgetLostCheckpoints
 from raysim.sweep.sole_runner import sole_runner
-from raysim.sweep.space import SearchSpace, as_layer, default_space_file, load_space
+from raysim.sweep.space import BUDGET_KEYS, SearchSpace, as_layer, default_space_file, load_space, with_private_levers
 from raysim.sweep.trial_progress import RoundsToTune, SweepProgress
 from raysim.sweep.tune_console import fit, quiet_trial_exit, quiet_trial_logs, stopped_at
 from raysim.tracking import checkpoint as ckpt
@@ -417,7 +417,14 @@ def plan(
         raise ConfigError(f"--max-concurrent {max_concurrent} must be at least 1")
     before = [preset_for_method(load_preset(preset), method)] if preset else []
     space = load_space(space_file or default_space_file(method), method, before, flag_layers)
+    space = with_private_levers(space, method, before, flag_layers)
     for key in space.samplers:
+        if key in BUDGET_KEYS:
+            raise ConfigError(
+                f"{Path(space.source).name}: space key {key!r} sets the privacy budget, and a sweep ranks its trials "
+                f"by accuracy, so the trial that spends the most privacy would win; fix the budget (--set "
+                f"privacy.target_epsilon=4 --set privacy.delta=1e-5) and compare budgets with separate runs"
+            )
         if key.startswith("data.") or key in DATA_KEYS:
             raise ConfigError(
                 f"{Path(space.source).name}: space key {key!r} changes the clients' data, which all "

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from importlib import resources
-
 import pytest
 
 from raysim.base.errors import ConfigError
 from raysim.config import yaml12
 from raysim.core.registry import METHODS
-from raysim.sweep.space import default_space_file, load_space
+from raysim.sweep.space import default_space_file, load_space, shipped_spaces, with_private_levers
+
+PRIVATE = {"privacy": {"mode": "user", "target_epsilon": 4.0, "delta": 1e-5}}
 
 
 def space_file(tmp_path, text):
@@ -71,7 +71,8 @@ def test_bad_space_files_name_the_file_and_key(tmp_path, text, fragment):
 
 def test_every_shipped_space_is_valid_for_its_methods():
     methods = list(METHODS)
-    shipped = sorted(p.name[:-5] for p in resources.files("raysim.tune_spaces").iterdir() if p.name.endswith(".yaml"))
+    shipped = list(shipped_spaces())
+    assert "fedavg" in shipped and "privacy" not in shipped
     covered = []
     for method in methods:
         try:
@@ -91,11 +92,7 @@ def test_every_shipped_space_samples_the_client_lr_and_comparison_partners_sampl
     """An equal tuning budget is fair only if no method's search has a lever its partner's lacks: every method trains
     on clients, so every space samples train.lr; the methods compared in docs/evidence.md's tuned tables (and the
     FedV table's other baselines) sample the client's training levers over the same ranges."""
-    spaces = {
-        p.name[:-5]: yaml12.load(p.read_text())["space"]
-        for p in resources.files("raysim.tune_spaces").iterdir()
-        if p.name.endswith(".yaml")
-    }
+    spaces = {name: yaml12.load(path.read_text())["space"] for name, path in shipped_spaces().items()}
     assert [name for name, space in spaces.items() if "train.lr" not in space] == []
     prompts = {"train.optimizer": {"choice": ["sgd", "adamw"]}, "train.lr": {"loguniform": [3e-4, 3e-2]}}
     split = {"train.lr": {"loguniform": [1e-4, 1e-2]}}
@@ -129,3 +126,34 @@ def test_the_line_of_what_every_trial_runs_names_no_key_the_trials_sample(tmp_pa
     sweep = Sweep("fedvpt", "s", [preset], [], space, "global_acc", "max", 2, 1, "fifo", str(tmp_path))
     each_trial = sweep.plan_line().split("; each trial ")[1]
     assert "train.local_epochs=2" in each_trial and "train.lr" not in each_trial, each_trial
+
+
+def test_private_trials_also_sample_the_clip_and_nothing_else_changes(tmp_path):
+    from raysim.sweep.tune import Sweep
+
+    shipped = load_space(default_space_file("fedvpt"), "fedvpt", [], [PRIVATE])
+    private = with_private_levers(shipped, "fedvpt", [], [PRIVATE])
+    assert private.source.endswith("fedvpt.yaml+privacy.yaml") and private.fixed == shipped.fixed
+    assert private.samplers == {**shipped.samplers, "privacy.clip": ("loguniform", [0.01, 10.0])}
+    sweep = Sweep("fedvpt", "s", [], [PRIVATE], private, "global_acc", "max", 2, 1, "fifo", str(tmp_path))
+    trial = sweep.trial_config({"privacy.clip": 0.37, "train.lr": 0.001})
+    assert (trial.privacy.clip, trial.privacy.target_epsilon) == ("0.37", 4.0)
+    assert "(fedvpt.yaml+privacy.yaml)" in sweep.plan_line()
+
+
+@pytest.mark.parametrize(
+    "after",
+    [[], [{"privacy": {**PRIVATE["privacy"], "clip": "adaptive:0.5"}}]],
+    ids=["not private", "the clip set by --set"],
+)
+def test_the_clip_is_left_alone_where_trials_are_not_private_or_the_user_set_it(after):
+    shipped = load_space(default_space_file("fedavg"), "fedavg", [], after)
+    assert with_private_levers(shipped, "fedavg", [], after) == shipped
+
+
+def test_a_space_that_samples_the_privacy_budget_is_one_line(tmp_path):
+    from raysim.sweep.tune import plan
+
+    path = space_file(tmp_path, "space:\n  privacy.target_epsilon: {choice: [1.0, 8.0]}\n  train.lr: {choice: [0.1]}\n")
+    with pytest.raises(ConfigError, match="sets the privacy budget, and a sweep ranks its trials by accuracy"):
+        plan("fedavg", path, 2, None, "global_acc", "max", "fifo", None, None, [PRIVATE])
