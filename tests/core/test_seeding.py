@@ -48,4 +48,5 @@ def test_purpose_values_never_change():
         ("DISPATCH", 13),
         ("DISPATCHED", 14),
         ("DOWNLINK", 15),
+        ("SHADOW", 16),
     ]
