@@ -11,6 +11,8 @@ on theirs, as in the run, and the capture keeps only their messages.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -84,6 +86,19 @@ class ServerView(Callback):
             self.updates = {u.client_id: u for u in self.simulation.updates if self.wanted(u.client_id)}
 
 
+@contextmanager
+def replayed(config: Config, shards: ShardStore, start: Checkpoint, callbacks: list[Callback] = ()) -> Iterator:
+    """A simulation of ``config`` in this process from ``start``, stopped on leaving; its clients train with the run's
+    threads, and the attack then has this process's again."""
+    threads = torch.get_num_threads()
+    simulation = make_simulation(config, shards, start, None, callbacks)
+    try:
+        yield simulation
+    finally:
+        stop(simulation, graceful=True)
+        torch.set_num_threads(threads)
+
+
 def capture(config: Config, round: int, clients: list[int] | None = None) -> Captured:
     """Replay ``config`` (its backend set to sequential) up to ``round`` and capture the messages of ``clients``
     (None: every client whose update the server kept) in that round. Raises :class:`ConfigError` (one line) for a
@@ -106,16 +121,9 @@ def capture(config: Config, round: int, clients: list[int] | None = None) -> Cap
     shards = prepare_shards(config)
     config, initial, _, shards = initial_state(resolved(config), shards)
     view = ServerView(round, clients)
-    threads = torch.get_num_threads()  # the clients train with the run's threads; the attack then takes this process's
-    simulation = make_simulation(
-        config, shards, Checkpoint("attack", 0, config.to_dict(), initial, {}, ""), None, [view]
-    )
-    try:
+    with replayed(config, shards, Checkpoint("attack", 0, config.to_dict(), initial, {}, ""), [view]) as simulation:
         for r in range(1, round + 1):
             simulation.run_round(r)
-    finally:
-        stop(simulation, graceful=True)
-        torch.set_num_threads(threads)
     missing = sorted(set(clients or ()) - set(view.updates))
     if missing or not view.updates:
         sampled = ", ".join(str(c) for c in sorted(view.sampled)) or "none"

@@ -9,14 +9,12 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-import torch
-
+from raysim.attacks.capture import replayed
 from raysim.base.errors import ConfigError
 from raysim.base.seeding import Purpose, derive_seed, rng
 from raysim.config import Config
 from raysim.core.messages import Tensors
 from raysim.data.shards import ShardStore
-from raysim.engine.driver import make_simulation, stop
 from raysim.engine.setup import initial_state
 from raysim.tracking.checkpoint import Checkpoint
 
@@ -47,21 +45,17 @@ def shadow_run(config: Config, shards: ShardStore, held_out: list[int], k: int) 
     """Shadow ``k`` of the run ``config`` describes (resolved, as :func:`raysim.engine.setup.initial_state` returns
     it), trained for all its rounds on the sequential backend on ``shards`` with ``held_out`` never training."""
     fed = config.federation
-    config = dataclasses.replace(config, federation=dataclasses.replace(fed, seed=shadow_seed(fed.seed, k)))
-    config, initial, _, shards = initial_state(config, shards)
-    shards = dataclasses.replace(shards, unseen=tuple(sorted(set(shards.unseen) | set(held_out))))
-    trainable = len(shards.seen_clients())
-    if trainable < fed.clients_per_round:
+    unseen = tuple(sorted(set(shards.unseen) | set(held_out)))
+    trainable = len(set(shards.seen_clients()) - set(held_out))
+    if trainable < fed.clients_per_round:  # refused before the model's build
         raise ConfigError(
             f"holding the {len(held_out)} attacked clients out leaves the shadow runs {trainable} clients to train, "
             f"fewer than the run's {fed.clients_per_round} a round; attack fewer --clients"
         )
-    threads = torch.get_num_threads()  # the clients train with the run's threads; the attack then takes this process's
-    simulation = make_simulation(config, shards, Checkpoint(f"shadow-{k}", 0, config.to_dict(), initial, {}, ""))
-    try:
+    config = dataclasses.replace(config, federation=dataclasses.replace(fed, seed=shadow_seed(fed.seed, k)))
+    config, initial, _, shards = initial_state(config, shards)
+    shards = dataclasses.replace(shards, unseen=unseen)
+    with replayed(config, shards, Checkpoint(f"shadow-{k}", 0, config.to_dict(), initial, {}, "")) as simulation:
         for round in range(1, fed.rounds + 1):
             simulation.run_round(round)
         return Shadow(config, simulation.global_state().params, dict(simulation.contributions))
-    finally:
-        stop(simulation, graceful=True)
-        torch.set_num_threads(threads)
