@@ -21,7 +21,6 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-import numpy as np
 import torch
 from torch.nn import functional as F
 
@@ -70,8 +69,7 @@ class FedEM(Personalised, FedAvg):
     def losses(self, ctx, data) -> torch.Tensor:
         """``[K, N]`` each component's loss on each training row (the E-step's input)."""
         out = []
-        for start in range(0, len(data), training.EVAL_BATCH):
-            rows = np.arange(start, min(start + training.EVAL_BATCH, len(data)))
+        for rows in training.batched_rows(len(data), training.PASS_BATCH):
             x = training.model_inputs(ctx.model, data.images[rows], ctx.device)
             y = torch.tensor(data.labels[rows], device=x.device)
             components = range(self.options.components)

@@ -185,8 +185,7 @@ class FedGCR(CachesRowFeatures, SendsExtras, Diagnostics, FedAvg):
     def _representations(self, model, data, device) -> torch.Tensor:
         """z0: every row's class token under the received parameters (one pass before training)."""
         parts = []
-        for start in range(0, len(data), training.EVAL_BATCH):
-            rows = np.arange(start, min(start + training.EVAL_BATCH, len(data)))
+        for rows in training.batched_rows(len(data), training.PASS_BATCH):
             x = training.model_inputs(model, data.images[rows], device)
             parts.append(self.customized(model, x, self._cls(data, rows, device))[1])
         return torch.cat(parts)

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from sklearn.metrics import roc_auc_score, roc_curve
 
 from raysim.attacks.lira import logit_confidence
-from raysim.core.training import EVAL_BATCH, model_inputs
+from raysim.core.training import batched_rows, evaluation_batch, model_inputs
 from raysim.data.shards import ClientData
 
 LOW_FPR = 0.01
@@ -57,8 +57,7 @@ def _per_row(model, method, data: ClientData, device: torch.device, statistic) -
     """``statistic(logits, labels)`` of every row of ``data``, batch by batch."""
     values = [np.zeros(0)]
     model.eval()
-    for start in range(0, len(data), EVAL_BATCH):
-        rows = np.arange(start, min(start + EVAL_BATCH, len(data)))
+    for rows in batched_rows(len(data), evaluation_batch(device)):
         logits = method.predict(model, model_inputs(model, data.images[rows], device), data, rows)
         labels = torch.as_tensor(data.labels[rows], device=logits.device).long()
         values.append(statistic(logits, labels).cpu().numpy())

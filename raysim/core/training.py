@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
 
 import numpy as np
@@ -13,7 +13,24 @@ import torch
 from raysim.base.preprocess import to_model_input
 from raysim.data.shards import ClientData
 
-EVAL_BATCH = 256
+PASS_BATCH = 256
+"""Rows per no-grad pass inside training and set-up: a method's per-row losses and representations, cached row
+features, mean inputs."""
+CPU_EVALUATION_BATCH, DEVICE_EVALUATION_BATCH = 64, 256
+
+
+def evaluation_batch(device: torch.device) -> int:
+    """Rows per forward of an evaluation (accuracy, an attack's per-row scores) on ``device``: 64 on a CPU, where a
+    larger batch is no faster and the heap its activations leave grows with it (docs/performance.md, "Evaluation and
+    the heap"), 256 on an accelerator, which a larger batch fills. The offline default's logits are the same bits at
+    batches of 32 to 256 in fp32 on an AMD EPYC Zen 4; an argmax does not move with rounding."""
+    return CPU_EVALUATION_BATCH if device.type == "cpu" else DEVICE_EVALUATION_BATCH
+
+
+def batched_rows(count: int, batch: int) -> Iterator[np.ndarray]:
+    """The row numbers ``0 .. count - 1``, ``batch`` of them at a time."""
+    for start in range(0, count, batch):
+        yield np.arange(start, min(start + batch, count))
 
 
 def make_optimizer(params, cfg) -> torch.optim.Optimizer:
@@ -139,8 +156,7 @@ def correct_per_row(
     ``forward(inputs, rows) -> logits`` defaults to ``model(inputs)``; ``rows`` index ``data``.
     """
     hits = [np.zeros(0)]
-    for start in range(0, len(data), EVAL_BATCH):
-        rows = np.arange(start, min(start + EVAL_BATCH, len(data)))
+    for rows in batched_rows(len(data), evaluation_batch(device)):
         x = model_inputs(model, data.images[rows], device)
         logits = forward(x, rows) if forward else model(x)
         hits.append((logits.argmax(dim=1).cpu() == torch.tensor(data.labels[rows])).numpy().astype(np.float64))
@@ -153,8 +169,7 @@ def mean_loss(
 ) -> float:
     """Mean cross-entropy of ``forward(inputs, rows) -> logits`` over every row of ``data`` (no grad); NaN if empty."""
     total = 0.0
-    for start in range(0, len(data), EVAL_BATCH):
-        rows = np.arange(start, min(start + EVAL_BATCH, len(data)))
+    for rows in batched_rows(len(data), PASS_BATCH):
         logits = forward(model_inputs(model, data.images[rows], device), rows)
         labels = torch.tensor(data.labels[rows], device=logits.device)
         total += torch.nn.functional.cross_entropy(logits, labels, reduction="sum").item()
@@ -168,7 +183,6 @@ def mean_input(
     """The mean over every row of ``data`` of ``transform(model input)`` (float64; FedMix's mean image, HarmoFL's
     mean amplitude)."""
     total = torch.zeros((), dtype=torch.float64)
-    for start in range(0, len(data), EVAL_BATCH):
-        rows = np.arange(start, min(start + EVAL_BATCH, len(data)))
+    for rows in batched_rows(len(data), PASS_BATCH):
         total = total + transform(model_inputs(model, data.images[rows], device)).double().sum(dim=0).cpu()
     return total / len(data)

@@ -17,7 +17,7 @@ from raysim.base.seeding import Purpose, derive_seed
 from raysim.core.messages import Broadcast, ClientUpdate, Tensors
 from raysim.core.protocol import ClientContext, Personalised, SplitLearning
 from raysim.core.registry import get_method
-from raysim.core.training import EVAL_BATCH, correct_per_row
+from raysim.core.training import DEVICE_EVALUATION_BATCH, correct_per_row
 from raysim.data.npy_file import release_pages
 from raysim.data.shards import ClientData, ShardStore
 from raysim.engine.capacity import sent_rows, tier_rows
@@ -34,7 +34,8 @@ Task = (
     | tuple[int, Tensors, Tensors | None, float]
     | tuple[int, Tensors, Tensors | None, float, str]
 )
-EVAL_WINDOW = 32 * EVAL_BATCH  # rows of several clients evaluated together: batches as one concatenation would give
+# rows of several clients evaluated together, a multiple of every evaluation batch: batches as one concatenation gives
+EVAL_WINDOW = 32 * DEVICE_EVALUATION_BATCH
 
 
 def windows(parts: list[ClientData], size: int):

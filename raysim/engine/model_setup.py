@@ -14,7 +14,7 @@ from raysim.config import Config
 from raysim.core.messages import GlobalState
 from raysim.core.protocol import CachesRowFeatures, ResolvesOptions
 from raysim.core.registry import get_method
-from raysim.core.training import EVAL_BATCH, model_inputs
+from raysim.core.training import PASS_BATCH, model_inputs
 from raysim.data.npy_file import read_through
 from raysim.data.shards import ShardStore
 
@@ -65,7 +65,7 @@ def features_here(method: CachesRowFeatures, model, images: np.ndarray, precisio
 def row_features(method: CachesRowFeatures, model, images: np.ndarray, device: torch.device) -> dict[str, np.ndarray]:
     """``method.row_features`` over every row of ``images`` (batched)."""
     out: dict[str, list[np.ndarray]] = {}
-    for batch in read_through(images, EVAL_BATCH):  # a mapped block's pages are not kept by the driver
+    for batch in read_through(images, PASS_BATCH):  # a mapped block's pages are not kept by the driver
         computed = method.row_features(model, model_inputs(model, batch, device))
         for name, values in computed.items():
             out.setdefault(name, []).append(full_width(values).cpu().numpy())
