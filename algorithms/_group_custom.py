@@ -34,10 +34,15 @@ def gc_net(weights, cls: torch.Tensor) -> torch.Tensor:
     return F.linear(hidden, weights["gc_w2"], weights["gc_b2"])
 
 
+def class_token(vit, x: torch.Tensor) -> torch.Tensor:
+    """The prompt-free backbone's class token after the final norm, differentiable in ``x``."""
+    return vit.norm(vit.blocks(vit.norm_pre(vit.patch_drop(vit._pos_embed(vit.patch_embed(x))))))[:, 0]
+
+
 @torch.no_grad()
 def frozen_cls(vit, x: torch.Tensor) -> torch.Tensor:
     """The frozen, prompt-free backbone's class token after the final norm (GC-Net's input, FedGC pass 1)."""
-    return vit.norm(vit.blocks(vit.norm_pre(vit.patch_drop(vit._pos_embed(vit.patch_embed(x))))))[:, 0]
+    return class_token(vit, x)
 
 
 def cluster_clients(reps: np.ndarray, clusters: int, seed: int, covariance: str = "full"):

@@ -21,10 +21,10 @@ from statistics import mean
 
 import click
 
-from raysim.attacks.cli_options import RUN, TRACKING_URI, client_ids
+from raysim.attacks.cli_options import ROUND, RUN, TRACKING_URI, replayed
+from raysim.attacks.features_cli import features
 from raysim.attacks.membership_cli import membership
 from raysim.base.errors import ConfigError
-from raysim.config import TrackingConfig
 
 
 @click.group(context_settings={"max_content_width": 100})
@@ -42,7 +42,6 @@ def attack():
     """
 
 
-ROUND = click.option("--round", "round_number", type=int, default=1, show_default=True, help="The attacked round.")
 CLIENTS = click.option(
     "--clients",
     metavar="IDS",
@@ -57,19 +56,6 @@ def refuse_unless_update_inversion(config) -> None:
 
     refuse_unless_one_sgd_step(config)
     refuse_cached_row_features(config)
-
-
-def replayed(run_id: str, round_number: int, clients: str | None, tracking_uri, refuse) -> tuple:
-    """(store URI, chosen clients or None, the capture of round ``round_number``) of run ``run_id``, after
-    ``refuse(config)``, which raises for a run the attack does not apply to."""
-    from raysim.attacks.capture import capture
-    from raysim.attacks.recorded import recorded_config
-
-    chosen = client_ids(clients)
-    uri = TrackingConfig(tracking_uri=tracking_uri).resolved_uri
-    config = recorded_config(uri, run_id)
-    refuse(config)
-    return uri, chosen, capture(config, round_number, chosen)
 
 
 def reconstruction_attack(
@@ -185,66 +171,5 @@ def smashed(run_id, round_number, clients, step, prior, iterations, tv, lr, trac
     )
 
 
-@attack.command(context_settings={"max_content_width": 100})
-@RUN
-@ROUND
-@click.option(
-    "--clients", metavar="IDS", help="Comma-separated clients to attack (default: every one the server heard from)."
-)
-@click.option("--k", type=int, default=10, show_default=True, help="How many nearest public rows are read.")
-@TRACKING_URI
-def features(run_id, round_number, clients, k, tracking_uri):
-    """What FedGCR's feature means (h_tilde, FedGCR Eq. 4) reveal: each client's type and classes read off the k
-    public rows nearest to it (the test rows of every other client), beside an attacker that received nothing."""
-    from raysim.attacks.attack_run import attack_run
-    from raysim.attacks.figures import reconstruction_grid
-    from raysim.attacks.harness import read_feature_means, refuse_unless_feature_means
-    from raysim.attacks.scores import row_pixels
-
-    if k < 1:
-        raise ConfigError("--k must be at least 1")
-    uri, chosen, captured = replayed(run_id, round_number, clients, tracking_uri, refuse_unless_feature_means)
-    targets = chosen or sorted(captured.updates)
-    readings = read_feature_means(captured, targets, k)
-    found = [r.inference for r in readings]
-    type_accuracy = mean(float(r.type_recovered) for r in found)
-    baseline = mean(float(r.baseline_recovered) for r in found)
-    precision, base_rate = mean(r.label_precision for r in found), mean(r.label_base_rate for r in found)
-    given = {"round": round_number, "clients": ",".join(map(str, targets)), "k": k}
-    with attack_run(uri, run_id, "features", given) as tracker:
-        for r in found:
-            tracker.log_metrics(
-                {
-                    "type_recovered": float(r.type_recovered),
-                    "baseline_type_recovered": float(r.baseline_recovered),
-                    "label_precision": r.label_precision,
-                    "label_base_rate": r.label_base_rate,
-                },
-                step=r.client,
-            )
-        tracker.log_metrics(
-            {
-                "type_accuracy": type_accuracy,
-                "baseline_type_accuracy": baseline,
-                "label_precision_mean": precision,
-                "label_base_rate_mean": base_rate,
-            },
-            step=0,
-        )
-        with tempfile.TemporaryDirectory() as folder:
-            for reading in readings:
-                client = reading.inference.client
-                own = row_pixels(captured.shards.train(client).images[:k])
-                near = row_pixels(reading.nearest_images[: len(own)])
-                path = Path(folder) / f"client-{client}.png"
-                captions = [f"nearest {i + 1}" for i in range(len(near))]
-                reconstruction_grid(own, near, captions, path, ("the client's rows", "nearest public"))
-                tracker.log_artifact(path)
-        click.echo(
-            f"features, round {round_number}, {len(readings)} clients: type recovered for {type_accuracy:.0%} "
-            f"(sending nothing: {baseline:.0%}); label precision of the {k} nearest {precision:.2f} (base rate "
-            f"{base_rate:.2f}); attack run {tracker.run_id}, nested under {run_id}"
-        )
-
-
 attack.add_command(membership)
+attack.add_command(features)

@@ -13,7 +13,9 @@ from raysim.algorithms._group_custom import gc_net
 from raysim.attacks.capture import capture
 from raysim.attacks.feature_means import most_common, nearest_rows, read_off
 from raysim.attacks.harness import FEATURE_MEAN, GC_NET, read_feature_means
+from raysim.attacks.prototype import nearest_type, prototype, type_means
 from raysim.attacks.recorded import recorded_config
+from raysim.attacks.smashed import SmashedSettings
 from raysim.cli import main
 from raysim.data.shards import ClientData
 from raysim.ops.contrastive import class_balanced_mean
@@ -42,6 +44,18 @@ def test_type_and_label_precision_by_hand():
     assert most_common(np.array([4, 1, 4, 1, 0])) == 1
 
 
+def test_the_type_a_prototype_shows_is_that_of_the_nearest_mean_image():
+    images = np.zeros((4, 1, 1, 3))
+    images[1], images[2], images[3] = 1.0, 0.5, 1.0  # type 0: rows 0 and 1 (mean 0.5); type 3: rows 2 and 3 (0.75)
+    means = type_means(images, np.array([0, 0, 3, 3]))
+    assert sorted(means) == [0, 3]
+    np.testing.assert_allclose(means[0], 0.5)
+    np.testing.assert_allclose(means[3], 0.75)
+    assert nearest_type(np.full((1, 1, 3), 0.7), means) == 3
+    assert nearest_type(np.full((1, 1, 3), 0.55), means) == 0
+    assert nearest_type(np.full((1, 1, 3), 0.625), means) == 0  # a tie: the lower type
+
+
 @pytest.fixture(scope="module")
 def recorded(tracked_run):
     """A tracked two-round FedGCR run on the sequential backend."""
@@ -68,11 +82,22 @@ def test_each_client_is_read_against_the_rows_of_the_others_as_it_made_its_mean(
     assert torch.allclose(remade, update.extras[FEATURE_MEAN], atol=1e-5)
 
 
+def test_the_prototype_search_brings_its_feature_to_the_mean(recorded):
+    uri, run_id = recorded
+    captured = capture(recorded_config(uri, run_id), 2)
+    client = min(captured.updates)
+    start, searched = (prototype(captured, client, SmashedSettings(iterations=n)) for n in (1, 40))
+    assert searched.loss < 0.5 * start.loss
+    assert searched.image.shape == start.image.shape and 0.0 <= searched.image.min() <= searched.image.max() <= 1.0
+    types = captured.shards.client_domain
+    assert searched.true_type == int(types[client]) and searched.guessed_type in searched.type_means
+    assert sorted(searched.type_means) == sorted(set(np.delete(types, client).tolist()))
+
+
 def test_the_attack_is_a_run_nested_under_the_attacked_one(recorded):
     uri, run_id = recorded
-    result = CliRunner().invoke(
-        main, ["attack", "features", "--run", run_id, "--tracking-uri", uri, "--round", "2", "--k", "5"]
-    )
+    arguments = ["--run", run_id, "--tracking-uri", uri, "--round", "2", "--k", "5", "--prototype", "--iterations", "3"]
+    result = CliRunner().invoke(main, ["attack", "features", *arguments])
     assert result.exit_code == 0, result.output
     assert result.output.startswith("features, round 2,")
     attack_id = result.output.strip().splitlines()[-1].split("attack run ")[1].split(",")[0]
@@ -80,3 +105,6 @@ def test_the_attack_is_a_run_nested_under_the_attacked_one(recorded):
     assert attack_run.data.tags["mlflow.parentRunId"] == run_id
     metrics = attack_run.data.metrics
     assert 0.0 <= metrics["type_accuracy"] <= 1.0 and 0.0 <= metrics["label_base_rate_mean"] <= 1.0
+    assert 0.0 <= metrics["prototype_type_accuracy"] <= 1.0 and "the prototype shows it for" in result.output
+    pictures = [a.path for a in MlflowClient(tracking_uri=uri).list_artifacts(attack_id)]
+    assert any(p.startswith("prototype-client-") for p in pictures) and any(p.startswith("client-") for p in pictures)
