@@ -6,7 +6,7 @@
     raysim attack membership --run RUN_ID
     raysim attack membership --run RUN_ID --model personal
     raysim attack membership --run RUN_ID --shadows 4
-    raysim attack features --run RUN_ID --round 5
+    raysim attack features --run RUN_ID --round 5 --prototype
 
 Imports click and the config only (``raysim --help`` stays free of torch, Ray and MLflow); each command imports the
 attack it runs. Bad input is one line and exit code 2 (:class:`~raysim.base.errors.ConfigError`, which the CLI's
@@ -39,6 +39,7 @@ def attack():
     raysim attack membership --run RUN_ID --model personal       ... on each client's own model (ditto, fedrod)
     raysim attack membership --run RUN_ID --shadows 4            ... and offline LiRA, with 4 shadow runs
     raysim attack features --run RUN_ID --round 5                what FedGCR's feature means reveal
+    raysim attack features --run RUN_ID --round 5 --prototype    ... and the image each one is the feature of
     """
 
 
