@@ -23,7 +23,7 @@ def evaluation_batch(device: torch.device) -> int:
     """Rows per forward of an evaluation (accuracy, an attack's per-row scores) on ``device``: 64 on a CPU, where a
     larger batch is no faster and the heap its activations leave grows with it (docs/performance.md, "Evaluation and
     the heap"), 256 on an accelerator, which a larger batch fills. The offline default's logits are the same bits at
-    batches of 32 to 256 in fp32 on an AMD EPYC Zen 4; an argmax does not move with rounding."""
+    batches of 32 to 256 in fp32 on an Intel Xeon (AMX); an argmax does not move with rounding."""
     return CPU_EVALUATION_BATCH if device.type == "cpu" else DEVICE_EVALUATION_BATCH
 
 
