@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from raysim.algorithms import SPLIT_TRAFFIC
+from raysim.algorithms._declarations import SPLIT_TRAFFIC
 from raysim.base.memory import reuse_freed_memory
 from raysim.core.messages import Tensors
 from raysim.core.protocol import ENCODER_PREFIX as PREFIX

@@ -41,7 +41,7 @@ _EXPORTS = {
     "build_config": "raysim.config",
     "run": "raysim.engine.driver",
     "Callback": "raysim.engine.callbacks",
-    "FedAvg": "raysim.algorithms.fedavg",
+    "FedAvg": "raysim.algorithms.fedavg.method",
 }
 __all__ = sorted(_EXPORTS)
 

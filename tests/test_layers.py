@@ -182,15 +182,32 @@ def test_the_driver_of_a_ray_run_imports_no_torch():
 
 
 def test_the_config_is_built_without_torch():
-    """``raysim run`` builds its config, and refuses a mistake in it, before Ray starts: the methods' catalog and
-    options (``algorithms/__init__.py``, ``algorithms/options.py``) import no torch (1.5-2 s on 2 cores), which
-    loads with a method's class when the run needs it, while Ray starts."""
+    """``raysim run`` builds its config, and refuses a mistake in it, before Ray starts: the methods' declarations
+    (``algorithms/NAME/__init__.py``) import no torch (1.5-2 s on 2 cores), which loads with a method's class
+    (``algorithms/NAME/method.py``) when the run needs it, while Ray starts."""
     code = (
         "from raysim.config import build_config\n"
         "from raysim.core.registry import METHODS\n"
         "[build_config(m, []) for m in METHODS]"
     )
-    assert heavy_imports(code, ("torch", "timm", "ray", "mlflow", "raysim.algorithms.fedavg")) == "[]"
+    classes = tuple(
+        f"raysim.algorithms.{path.parent.name}.method" for path in (ROOT / "algorithms").glob("*/method.py")
+    )
+    assert len(classes) > 20
+    assert heavy_imports(code, ("torch", "timm", "ray", "mlflow", *classes)) == "[]"
+
+
+def test_a_methods_declaration_imports_only_settings_the_registry_and_other_declarations():
+    """What the config is built from stays torch-free by construction, not by luck: a method package's
+    ``__init__.py`` reaches only ``raysim.base``, the registry and other declarations (``_declarations`` included)."""
+    declarations = {
+        n for n, path in modules().items() if within(n, ["raysim.algorithms"]) and path.name == "__init__.py"
+    }
+    allowed = declarations | {"raysim.algorithms._declarations", "raysim.core.registry"}
+    for name in declarations:
+        assert all(within(t, ["raysim.base"]) or t in allowed for t in GRAPH[name]), (name, GRAPH[name])
+        outside = {m for m in third_party(modules()[name]) if not within(m, ["raysim"])}
+        assert outside <= {"__future__", "dataclasses", "importlib", "pkgutil", "collections.abc"}, (name, outside)
 
 
 def test_ray_starts_before_the_driver_is_imported():

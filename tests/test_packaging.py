@@ -33,8 +33,9 @@ def test_wheel_maps_top_level_folders_into_the_raysim_package(tmp_path):
     for expected in (
         "raysim/actors/coordinator.py",
         "raysim/actors/client_worker.py",
-        "raysim/algorithms/fedvpt.py",
-        "raysim/algorithms/fedprox.py",
+        "raysim/algorithms/fedvpt/__init__.py",
+        "raysim/algorithms/fedvpt/method.py",
+        "raysim/algorithms/fedprox/method.py",
         "raysim/tune_spaces/__init__.py",
         "raysim/config/presets/quick.yaml",
         "raysim/cli.py",

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from raysim.algorithms._group_custom import gc_net
-from raysim.algorithms.fedgcr import REPR
+from raysim.algorithms.fedgcr.method import REPR
 from raysim.attacks import scores
 from raysim.attacks.analytic import embedding_inverse
 from raysim.attacks.capture import Captured

@@ -1,6 +1,6 @@
 """What a method declares about its prompts (:class:`PromptSpec`: the slots, the head's pooling, what trains),
 read by :class:`~raysim.models.prompted.PromptedViT`. No model code here: the coordinator looks methods up without
-importing timm, and the methods' options (:mod:`raysim.algorithms.options`) read :data:`POOLINGS` without torch."""
+importing timm, and the methods' options (declared in :mod:`raysim.algorithms`) read :data:`POOLINGS` without torch."""
 
 from __future__ import annotations
 

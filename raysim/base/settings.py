@@ -1,9 +1,9 @@
 """A setting: one declaration of a config key or a method option, its default, help, CLI flag, values and checks.
 
-The config sections (:mod:`raysim.config.sections`) and the methods' options (:mod:`raysim.algorithms.options`) are
-frozen dataclasses whose fields are declared with :func:`setting`; :func:`validate` runs the checks, the CLI builds
-its flags from them, and ``raysim ls options`` and the documentation's reference print them. Errors are
-:class:`~raysim.base.errors.ConfigError` with one line naming the key.
+The config sections (:mod:`raysim.config.sections`) and the methods' options (declared in each method's package of
+:mod:`raysim.algorithms`) are frozen dataclasses whose fields are declared with :func:`setting`; :func:`validate` runs
+the checks, the CLI builds its flags from them, and ``raysim ls options`` and the documentation's reference print them.
+Errors are :class:`~raysim.base.errors.ConfigError` with one line naming the key.
 """
 
 from __future__ import annotations

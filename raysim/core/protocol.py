@@ -1,9 +1,10 @@
 """The method protocol: six core hooks every method has, and small optional capabilities the engine checks by type.
 
-A method is a class declared by name in the catalog (``algorithms/__init__.py``, :func:`raysim.core.registry.declare`),
-in one file of ``algorithms/`` and marked ``@implements(name)`` (a method outside raysim: ``@register``);
+A method is a package of ``algorithms/``: its ``__init__.py`` declares it by name
+(:func:`raysim.core.registry.declare`), its ``method.py`` holds the class marked ``@implements(name)`` (a method
+outside raysim: ``@register``);
 the round loop lives in :mod:`raysim.engine.simulation` and is never written in a method. A method never imports
-``ray`` or the engine. :class:`raysim.algorithms.fedavg.FedAvg` implements the core hooks (FedAvg over the
+``ray`` or the engine. :class:`raysim.algorithms.fedavg.method.FedAvg` implements the core hooks (FedAvg over the
 trainable tensors) and is what most methods extend.
 
 Core hooks:

@@ -1,6 +1,6 @@
 """The methods by name (:data:`METHODS`, a :class:`~raysim.base.named.Registry` filled by importing
-``raysim.algorithms``, the catalog, on the first lookup), what is known of each (:class:`MethodInfo`), and
-:func:`declare`, which adds one: its facts, its class named by import path and imported on first use, so the config
+``raysim.algorithms``, every method's declaration, on the first lookup), what is known of each (:class:`MethodInfo`),
+and :func:`declare`, which adds one: its facts, its class named by import path and imported on first use, so the config
 is built without importing torch. The class side, :func:`~raysim.core.protocol.implements` and
 :func:`~raysim.core.protocol.register`, lives with the protocol it checks the class against."""
 

@@ -68,7 +68,7 @@ def test_harmofl_swaps_the_amplitude_in_pixel_space_so_every_image_takes_the_glo
 def test_harmofl_s_amplitude_statistic_is_taken_in_pixel_space():
     """Rows of pixel value 51 (0.2) and 204 (0.8) as a backbone with mean = std = 0.5 sees them (-0.6, +0.6): the
     mean DC amplitude is H * W * 0.5, the mean intensity, where the normalised input's would be H * W * 0.6."""
-    from raysim.algorithms.harmofl import own_amplitude
+    from raysim.algorithms.harmofl.method import own_amplitude
     from raysim.data.shards import ClientData
 
     model = SimpleNamespace(input_spec=(4, (0.5,) * 3, (0.5,) * 3))

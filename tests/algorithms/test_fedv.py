@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from raysim.algorithms import _split as split
-from raysim.algorithms.fedv import FedV, client_init_seed, server_lr
+from raysim.algorithms.fedv.method import FedV, client_init_seed, server_lr
 from raysim.base.errors import ConfigError
 from raysim.config import build_config
 from raysim.core import training as train

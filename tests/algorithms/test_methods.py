@@ -142,7 +142,7 @@ def test_deep_prompts_have_one_token_set_per_block(ray_session):
 
 
 def test_proximal_term_hand_computed():
-    from raysim.algorithms.fedprox import proximal_term
+    from raysim.algorithms.fedprox.method import proximal_term
 
     params = {"a": torch.tensor([1.0, 2.0]), "b": torch.tensor([[3.0]])}
     anchor = {"a": torch.tensor([0.0, 0.0]), "b": torch.tensor([[1.0]])}

@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from raysim.algorithms.ditto import Ditto
-from raysim.algorithms.fedrod import FedRoD, balanced_softmax_loss
+from raysim.algorithms.ditto.method import Ditto
+from raysim.algorithms.fedrod.method import FedRoD, balanced_softmax_loss
 from raysim.config import build_config
 from raysim.testing.smoke import FAST, run_rounds
 

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from mlflow.tracking import MlflowClient
 
 from raysim.algorithms._split import EncoderServer
-from raysim.algorithms.fedv import FedV
+from raysim.algorithms.fedv.method import FedV
 from raysim.attacks import scores
 from raysim.attacks.capture import capture
 from raysim.attacks.harness import reconstruct_smashed

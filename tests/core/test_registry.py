@@ -1,4 +1,4 @@
-"""Declaring a method (the catalog's ``declare`` with ``@implements`` on its class) and registering one defined
+"""Declaring a method (a declaration's ``declare`` with ``@implements`` on its class) and registering one defined
 outside raysim (``@register``), each in a fresh interpreter so the tests' registry keeps only raysim's methods."""
 
 from __future__ import annotations
