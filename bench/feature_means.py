@@ -45,10 +45,10 @@ def read(method: str, seed: int, preset: str, round_number: int, k: int, prototy
     }
     shown = ""
     if prototypes:
-        from raysim.attacks.prototype import prototype
+        from raysim.attacks.prototype import prototypes as reconstruct
         from raysim.attacks.smashed import SmashedSettings
 
-        made = [prototype(captured, client, SmashedSettings()) for client in sorted(captured.updates)]
+        made = reconstruct(captured, sorted(captured.updates), SmashedSettings())
         out["prototype"] = mean(float(p.type_recovered) for p in made)
         out["prototype_nothing"] = out["type_nothing"]
         shown = f", prototype's type {out['prototype']:.3f}"

@@ -51,9 +51,9 @@ def features(run_id, round_number, clients, k, prototype, iterations, tv, lr, tr
     }
     prototypes = []
     if prototype:
-        from raysim.attacks.prototype import prototype as reconstruct
+        from raysim.attacks.prototype import prototypes as reconstruct
 
-        prototypes = [reconstruct(captured, client, SmashedSettings(iterations, lr, tv)) for client in targets]
+        prototypes = reconstruct(captured, targets, SmashedSettings(iterations, lr, tv))
         summary["prototype_type_accuracy"] = mean(float(p.type_recovered) for p in prototypes)
     given = {"round": round_number, "clients": ",".join(map(str, targets)), "k": k}
     if prototype:

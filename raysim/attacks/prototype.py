@@ -27,7 +27,6 @@ from raysim.attacks.harness import FEATURE_MEAN, GC_NET, attacker_model
 from raysim.attacks.smashed import SmashedSettings, invert_smashed
 from raysim.core.registry import get_method
 from raysim.core.training import model_inputs
-from raysim.data.shards import ClientData
 
 CPU = torch.device("cpu")
 
@@ -62,38 +61,46 @@ def nearest_type(image: np.ndarray, means: dict[int, np.ndarray]) -> int:
     return max(closeness, key=lambda t: (closeness[t], -t))
 
 
-def prototype(captured: Captured, client: int, settings: SmashedSettings) -> Prototype:
-    """The image whose feature, made as ``client`` made its own, is the h_tilde it sent in ``captured``'s round, and
-    the type it shows among the mean images of the other clients' test rows."""
+def prototypes(captured: Captured, clients: list[int], settings: SmashedSettings) -> list[Prototype]:
+    """For each of ``clients``: the image whose feature, made as the client made its own, is the h_tilde it sent in
+    ``captured``'s round, and the type it shows among the mean images of the other clients' test rows. The attacker's
+    model is built once and every client's test rows are made pixels once."""
     config, shards = captured.config, captured.shards
-    update = captured.updates[client]
     model, _ = attacker_model(config, shards.info.num_classes, None)  # the frozen backbone, as every client holds it
     model.eval()
     for p in model.parameters():
         p.requires_grad_(False)
-    customised = getattr(get_method(config.method).cls, "customize", False)
-    weights = {name: update.params[f"extra.{name}"] for name in GC_NET} if customised else None
-
-    def feature(x: torch.Tensor) -> torch.Tensor:
-        token = class_token(model.vit, x)
-        return gc_net(weights, token) if weights is not None else token
-
     size, mean, std = model.input_spec
-    observed = update.extras[FEATURE_MEAN].float()[None]
-    inversion = invert_smashed(feature, observed, (len(mean), size, size), scores.model_box(mean, std), settings)
-    image = scores.to_pixels(inversion.inputs, mean, std)[0]
-    others = [c for c in range(shards.num_clients) if c != client]
-    pool = ClientData.concat([shards.test(c) for c in others])
-    pixels = scores.to_pixels(model_inputs(model, pool.images, CPU), mean, std)
-    means = type_means(pixels, pool.domains)
+    tests = [shards.test(c) for c in range(shards.num_clients)]
+    pixels = [scores.to_pixels(model_inputs(model, rows.images, CPU), mean, std) for rows in tests]
+    customised = getattr(get_method(config.method).cls, "customize", False)
     types = shards.client_domain
-    return Prototype(
-        client,
-        image,
-        nearest_type(image, means),
-        most_common(np.delete(types, client)),
-        int(types[client]),
-        means,
-        inversion.loss,
-        inversion.seconds,
-    )
+    made = []
+    for client in clients:
+        update = captured.updates[client]
+        weights = {name: update.params[f"extra.{name}"] for name in GC_NET} if customised else None
+
+        def feature(x: torch.Tensor, weights=weights) -> torch.Tensor:
+            token = class_token(model.vit, x)
+            return gc_net(weights, token) if weights is not None else token
+
+        observed = update.extras[FEATURE_MEAN].float()[None]
+        inversion = invert_smashed(feature, observed, (len(mean), size, size), scores.model_box(mean, std), settings)
+        image = scores.to_pixels(inversion.inputs, mean, std)[0]
+        others = [c for c in range(shards.num_clients) if c != client]
+        means = type_means(
+            np.concatenate([pixels[c] for c in others]), np.concatenate([tests[c].domains for c in others])
+        )
+        made.append(
+            Prototype(
+                client,
+                image,
+                nearest_type(image, means),
+                most_common(np.delete(types, client)),
+                int(types[client]),
+                means,
+                inversion.loss,
+                inversion.seconds,
+            )
+        )
+    return made

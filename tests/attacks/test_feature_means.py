@@ -13,7 +13,7 @@ from raysim.algorithms._group_custom import gc_net
 from raysim.attacks.capture import capture
 from raysim.attacks.feature_means import most_common, nearest_rows, read_off
 from raysim.attacks.harness import FEATURE_MEAN, GC_NET, read_feature_means
-from raysim.attacks.prototype import nearest_type, prototype, type_means
+from raysim.attacks.prototype import nearest_type, prototypes, type_means
 from raysim.attacks.recorded import recorded_config
 from raysim.attacks.smashed import SmashedSettings
 from raysim.cli import main
@@ -86,7 +86,7 @@ def test_the_prototype_search_brings_its_feature_to_the_mean(recorded):
     uri, run_id = recorded
     captured = capture(recorded_config(uri, run_id), 2)
     client = min(captured.updates)
-    start, searched = (prototype(captured, client, SmashedSettings(iterations=n)) for n in (1, 40))
+    ((start,), (searched,)) = (prototypes(captured, [client], SmashedSettings(iterations=n)) for n in (1, 40))
     assert searched.loss < 0.5 * start.loss
     assert searched.image.shape == start.image.shape and 0.0 <= searched.image.min() <= searched.image.max() <= 1.0
     types = captured.shards.client_domain
