@@ -31,6 +31,7 @@ SAMPLINGS = ("fixed", "poisson")
 FEDERATION_MODES = ("sync", "async")
 ASYNC_KEYS = ("concurrency", "buffer", "staleness", "server_lr", "async_alpha")  # federation.mode=async's own
 PRIVACY_MODES = ("none", "user", "record")
+NOISE_ADDERS = ("server", "clients")  # privacy.noise_by: who adds user-level DP's Gaussian noise
 ACCOUNTANTS = ("rdp", "pld")
 RESOURCE_UNIT = 1e-4  # the finest CPU or GPU share Ray reserves
 
@@ -523,6 +524,14 @@ class PrivacyConfig:
         "round.",
         checks=(at_least(2),),
     )
+    noise_by: str = setting(
+        "server",
+        "Who adds user-level DP's noise: the server, to the sum it recovers (central DP: it sees the exact sum), or "
+        "the clients under secure aggregation, each N(0, (z S)^2 / min_survivors) to its clipped message, so that "
+        "the sum any min_survivors of them make carries the central noise and the server sees only a noised sum "
+        "(distributed DP).",
+        choices=NOISE_ADDERS,
+    )
 
     def __post_init__(self):
         validate(self)
@@ -536,6 +545,11 @@ class PrivacyConfig:
             }
         if not self.secure_aggregation and differs(self, "min_survivors"):
             unused.add("min_survivors")
+        if self.noise_by == "clients" and (self.mode != "user" or not self.secure_aggregation):
+            raise ConfigError(
+                "privacy.noise_by=clients is user-level DP's noise added under secure aggregation; set "
+                "privacy.mode=user and privacy.secure_aggregation=true, or leave the noise to the server"
+            )
         if unused:
             key = sorted(unused)[0]
             needs = {"min_survivors": "privacy.secure_aggregation=true", "clip_lr": "privacy.clip=adaptive:QUANTILE"}

@@ -491,6 +491,8 @@ def budget(config: Config, shards: ShardStore) -> str:
     last round (``""`` for a run without privacy settings)."""
     p = config.privacy
     secure = "secure aggregation" if p.secure_aggregation else ""
+    if p.noise_by == "clients":
+        secure += f", the noise added by the clients (distributed over at least {p.min_survivors})"
     if not p.private:
         return secure
     units = calibration.record_units(config, shards)

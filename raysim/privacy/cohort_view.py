@@ -18,6 +18,14 @@ over m, plus 1/2, and C moves geometrically towards the target quantile. The pai
 Gaussian mechanism of noise multiplier z when the update's is z_update = (z^-2 - (2 sigma_b)^-2)^(-1/2)
 (:func:`~raysim.privacy.accounting.split_noise`). C lives in the run's history (``privacy_clip``), so a resumed run
 continues it; the noise is drawn from (run seed, round), so a resumed run draws the same.
+
+Distributed DP (``privacy.noise_by=clients``, under secure aggregation): the server recovers only the survivors' sum,
+so the noise must be in it already. Each client adds N(0, (z S)^2 / t) to its clipped message, t =
+``privacy.min_survivors``, and the sum of the n >= t survivors carries N(0, (z S)^2 n / t): at least the central
+noise, exactly it when n = t, so the central mechanism's accounting holds against the server too (Kairouz, Liu,
+Steinke, "The Distributed Discrete Gaussian Mechanism for Federated Learning with Secure Aggregation", ICML 2021, with
+the continuous Gaussian); the price is sqrt(n / t) times the noise. The count of adaptive clipping is noised the same
+way. A sum of independent Gaussians is one Gaussian, so the view draws it once, scaled by sqrt(n / t).
 """
 
 from __future__ import annotations
@@ -46,6 +54,7 @@ class CohortView:
         self.shares = dict(method.private_extras) if self.user and isinstance(method, SendsExtras) else {}
         self.count_std = calibration.count_noise(config)
         self.update_noise = calibration.update_noise(config) if self.user else 0.0
+        self.guaranteed = p.min_survivors if p.noise_by == "clients" else None  # t: whom the clients' noise counts on
 
     def view(
         self, round: int, state: GlobalState, updates: list[ClientUpdate], clip: float
@@ -77,8 +86,11 @@ class CohortView:
                     part, _ = clipped({name: self.method.bounded_extra(name, update.extras[name])}, share * clip)
                     extras[name] += part[name]
         sensitivity = clip * math.sqrt(1 + sum(s * s for s in sent.values()))
+        excess = math.sqrt(len(updates) / self.guaranteed) if self.guaranteed else 1.0  # distributed: n / t shares
         noise = gaussian(
-            {**total, **{f"extra:{k}": v for k, v in extras.items()}}, self.update_noise * sensitivity, generator
+            {**total, **{f"extra:{k}": v for k, v in extras.items()}},
+            self.update_noise * sensitivity * excess,
+            generator,
         )
         mean = {
             name: (params[name].double() + (total[name] + noise[name]) / self.cohort).to(params[name].dtype)
@@ -90,7 +102,7 @@ class CohortView:
         if self.count_std:  # centred bits b_i - 1/2, as TF Privacy's quantile estimator: their sum's sensitivity is 1/2
             centred = unclipped - len(updates) / 2
             share = (
-                centred + float(torch.randn((), generator=generator, dtype=torch.float64)) * self.count_std
+                centred + float(torch.randn((), generator=generator, dtype=torch.float64)) * self.count_std * excess
             ) / self.cohort + 0.5
             p = self.privacy
             metrics["privacy_unclipped_share"] = share  # as released (noised)

@@ -1,5 +1,5 @@
 """What the server's step sees under user-level DP and secure aggregation, on tiny tensors: the clipped mean by hand,
-the noise's scale, per-channel clips, adaptive clipping's step, the survivors' threshold."""
+the noise's scale, per-channel clips, adaptive clipping's step, the survivors' threshold, the clients' noise."""
 
 from __future__ import annotations
 
@@ -104,3 +104,20 @@ def test_secure_aggregation_passes_a_sum_of_enough_survivors_and_loses_a_round_o
     updates = [update(0, [2.0, 1.0]), update(1, [1.0, 3.0]), update(2, [1.0, 1.0])]
     assert view.view(1, STATE, updates, 1.0) == (updates, {})
     assert view.view(1, STATE, updates[:2], 1.0) == ([], {"secagg_lost": 1.0})
+
+
+def test_the_clients_noise_of_n_survivors_is_the_servers_times_sqrt_n_over_t():
+    """Distributed DP: each client adds N(0, (z C)^2 / t), t = min_survivors; the sum of n >= t holds n / t of the
+    central variance (the same draw here, scaled)."""
+    secure = {"noise_multiplier": 2.0, "clip": "0.5", "secure_aggregation": True, "min_survivors": 2}
+    central = CohortView(config(**secure), Plain())
+    distributed = CohortView(config(**secure, noise_by="clients"), Plain())
+    big = GlobalState({"w": torch.zeros(100_000)})
+    unmoved = [ClientUpdate(c, 10, {"w": torch.zeros(100_000)}, {}) for c in range(3)]  # clipped deltas of 0: noise
+    [server], _ = central.view(3, big, unmoved, 0.5)
+    [clients], _ = distributed.view(3, big, unmoved, 0.5)
+    assert torch.allclose(clients.params["w"], server.params["w"] * math.sqrt(3 / 2), rtol=1e-6, atol=0)
+    assert (clients.params["w"] * 4).std().item() == pytest.approx(2.0 * 0.5 * math.sqrt(3 / 2), rel=0.01)
+    [just_t], _ = distributed.view(3, big, unmoved[:2], 0.5)  # n = t: exactly the central noise
+    [server_t], _ = central.view(3, big, unmoved[:2], 0.5)
+    assert torch.equal(just_t.params["w"], server_t.params["w"])

@@ -171,6 +171,7 @@ BAD = {
     "quantile": (f"{USER} privacy.clip=adaptive:2", "needs a quantile in (0, 1)"),
     "count noise": (f"{USER} privacy.clip=adaptive:0.5", "privacy.count_noise=0.25 must exceed z / 2 = 0.5"),
     "pld, fixed": (f"{USER} privacy.accountant=pld", "privacy.accountant=pld cannot account sampling without"),
+    "clients' noise, no secure sum": (f"{USER} privacy.noise_by=clients", "privacy.noise_by=clients is user-level"),
 }
 
 
