@@ -21,6 +21,7 @@ seed and the client) at them, the same search.
     python bench/attacks.py --methods fedavg --seeds 0,1,2 --trials 2 --iterations 1500
     python bench/attacks.py --methods fedv,fedvz --seeds 0,1,2 --trials 4
     python bench/attacks.py --methods fedavg --seeds 0,1,2 --trials 4 --lenet
+    python bench/attacks.py --methods fedavg --seeds 0,1,2 --trials 2 --set train.local_epochs=2   # two local steps
     python bench/attacks.py --methods fedavg --seeds 0,1,2 --skip-inverting --set privacy.mode=record \
         --set privacy.noise_multiplier=1.0 --set privacy.clip=1.0 --set privacy.delta=1e-5   # APRIL against DP-SGD
 """
@@ -42,23 +43,29 @@ TARGET_DB = 20.0
 
 
 def loss_at_truth(captured, client: int) -> float:
-    """Inverting Gradients' cosine distance at the client's true rows and labels: about 0 when the gradient read off
-    the update is the one the client stepped with (the objective is right; what remains is the search)."""
+    """Inverting Gradients' cosine distance at the client's true rows and labels (for several local steps, the
+    simulated training's, rows in the client's order when an epoch is one batch): about 0 when the attack models
+    what the client did (the objective is right; what remains is the search)."""
     import torch
 
     from raysim.attacks.harness import attacker_model
     from raysim.attacks.inverting import attack_loss
-    from raysim.attacks.observed import observed_gradient
+    from raysim.attacks.local_epoch import local_steps, update_loss
+    from raysim.attacks.observed import observed_gradient, observed_update
     from raysim.core.training import model_inputs
     from raysim.engine.cohort import unfused_attention
 
-    update, broadcast = captured.updates[client], captured.broadcast
-    gradient = observed_gradient(update, broadcast, captured.config)
-    model, _ = attacker_model(captured.config, captured.shards.info.num_classes, broadcast.params)
+    update, broadcast, config = captured.updates[client], captured.broadcast, captured.config
+    model, _ = attacker_model(config, captured.shards.info.num_classes, broadcast.params)
     data = captured.shards.train(client)
     x, y = model_inputs(model, data.images, torch.device("cpu")), torch.as_tensor(data.labels).long()
     with unfused_attention(model.train()):
-        return float(attack_loss(model, gradient, x, y, tv=0.0).detach())
+        if int(update.metrics.get("steps", 0)) == 1:
+            loss = attack_loss(model, observed_gradient(update, broadcast, config), x, y, tv=0.0)
+        else:
+            observed, steps = observed_update(update, broadcast, config), local_steps(config, update)
+            loss = update_loss(model, observed, broadcast.params, x, y, steps, tv=0.0)
+        return float(loss.detach())
 
 
 def lenet(mean, std, classes: int, seed: int):
@@ -168,7 +175,7 @@ def main() -> None:
                     else:
                         inverting = ("inverting", lambda c, k: reconstruct(c, k, settings))
                         attacks = [] if args.skip_inverting else [inverting]
-                        if method == "fedavg":
+                        if method == "fedavg" and config.train.local_epochs == 1:  # april: one step's gradient
                             attacks.append(("april", reconstruct_analytic))
                         truth = loss_at_truth(captured, client)
                     for name, attack in attacks:

@@ -51,11 +51,12 @@ CLIENTS = click.option(
 
 
 def refuse_unless_update_inversion(config) -> None:
-    """What inverting and april need of the run: one SGD step's update of a model whose forward they model."""
+    """What inverting and april need of the run: updates of SGD steps (april: of one) of a model whose forward they
+    model."""
     from raysim.attacks.harness import refuse_cached_row_features
-    from raysim.attacks.observed import refuse_unless_one_sgd_step
+    from raysim.attacks.observed import refuse_unless_sgd_updates
 
-    refuse_unless_one_sgd_step(config)
+    refuse_unless_sgd_updates(config)
     refuse_cached_row_features(config)
 
 
@@ -108,8 +109,9 @@ def reconstruction_attack(
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the initial noise.")
 @TRACKING_URI
 def inverting(run_id, round_number, clients, iterations, tv, lr, seed, tracking_uri):
-    """Inverting Gradients (Geiping et al., NeurIPS 2020) against clients' updates of one SGD step: labels
-    recovered from the head's gradient (iDLG), inputs reconstructed; PSNR and SSIM logged with the picture."""
+    """Inverting Gradients (Geiping et al., NeurIPS 2020) against clients' updates of SGD: labels recovered from the
+    head's bias, inputs reconstructed (for several local steps, by training as the client did); PSNR and SSIM logged
+    with the picture."""
     from raysim.attacks.harness import reconstruct
     from raysim.attacks.inverting import InvertingSettings
 

@@ -22,7 +22,8 @@ from raysim.attacks.capture import Captured
 from raysim.attacks.feature_means import FeatureInference, most_common, read_off
 from raysim.attacks.inverting import InvertingSettings, attack_loss, invert
 from raysim.attacks.labels import recovered_labels
-from raysim.attacks.observed import observed_gradient
+from raysim.attacks.local_epoch import bias_update, invert_update, label_counts, local_steps
+from raysim.attacks.observed import observed_gradient, observed_update
 from raysim.attacks.smashed import SmashedSettings, invert_smashed
 from raysim.base.errors import ConfigError
 from raysim.config import Config
@@ -76,13 +77,20 @@ class Reconstruction:
 
 def reconstruct(captured: Captured, client: int, settings: InvertingSettings) -> Reconstruction:
     """Inverting Gradients against ``client``'s message in ``captured``: labels recovered from the gradient, then
-    the inputs; scored against the client's training rows."""
+    the inputs; an update of several local steps is matched by training as the client did
+    (:mod:`raysim.attacks.local_epoch`). Scored against the client's training rows."""
     update, broadcast, config = captured.updates[client], captured.broadcast, captured.config
-    gradient = observed_gradient(update, broadcast, config)
     model, _ = attacker_model(config, captured.shards.info.num_classes, broadcast.params)
-    labels = recovered_labels(gradient, update.num_samples)
-    _, mean, std = model.input_spec
-    inversion = invert(model, gradient, labels, scores.model_box(mean, std), settings)
+    box = scores.model_box(*model.input_spec[1:])
+    if int(update.metrics.get("steps", 0)) == 1:
+        gradient = observed_gradient(update, broadcast, config)
+        labels = recovered_labels(gradient, update.num_samples)
+        inversion = invert(model, gradient, labels, box, settings)
+    else:
+        observed = observed_update(update, broadcast, config)
+        labels = label_counts(bias_update(observed), update.num_samples)
+        steps = local_steps(config, update)
+        inversion = invert_update(model, observed, broadcast.params, labels, steps, box, settings)
     return scored(captured, client, model, inversion.inputs, labels, inversion.loss, inversion.seconds)
 
 

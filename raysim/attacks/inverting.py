@@ -76,26 +76,35 @@ def invert(
 ) -> Inversion:
     """Reconstruct ``len(labels)`` inputs of ``model`` from the ``observed`` gradient. ``box``: the lowest and highest
     value of each channel (``[1, C, 1, 1]``), where real inputs lie; the image side is the model's."""
+    return search(
+        model, observed, lambda x: attack_loss(model, observed, x, labels, settings.tv), len(labels), box, settings
+    )
+
+
+def search(model, attacked: Tensors, loss_of, rows: int, box: tuple[torch.Tensor, torch.Tensor], settings) -> Inversion:
+    """Inverting Gradients' search: ``rows`` inputs of ``model`` from Gaussian noise, Adam on the sign of the gradient
+    of ``loss_of(x)`` with the step divided by 10 at 3/8, 5/8 and 7/8 of the iterations, kept in ``box`` after every
+    step; the tensors named in ``attacked`` are those ``loss_of`` differentiates (the others stay frozen)."""
     start = time.perf_counter()
     size = model.input_spec[0]
     low, high = box
     noise = torch.Generator().manual_seed(settings.seed)
-    x = torch.randn(len(labels), low.shape[1], size, size, generator=noise).clamp(low, high).requires_grad_(True)
+    x = torch.randn(rows, low.shape[1], size, size, generator=noise).clamp(low, high).requires_grad_(True)
     optimizer = torch.optim.Adam([x], lr=settings.lr)
     iterations = settings.iterations
     milestones = [iterations * 3 // 8, iterations * 5 // 8, iterations * 7 // 8]
     schedule = torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=milestones, gamma=0.1)
     for p in model.parameters():
         p.requires_grad_(False)
-    attacked = dict(model.named_parameters())
-    for name in observed:
-        attacked[name].requires_grad_(True)
+    named = dict(model.named_parameters())
+    for name in attacked:
+        named[name].requires_grad_(True)
     model.train()  # as the client trained
     loss = torch.tensor(float("nan"))
     with unfused_attention(model):  # the fused kernel has no second derivative
         for _ in range(iterations):
             optimizer.zero_grad(set_to_none=True)
-            loss = attack_loss(model, observed, x, labels, settings.tv)
+            loss = loss_of(x)
             (x.grad,) = torch.autograd.grad(loss, [x])
             x.grad.sign_()
             optimizer.step()

@@ -5,7 +5,8 @@ w1 = w0 - eta (g + lambda w0) (torch's SGD: the first step's momentum buffer is 
 recovers the client's batch gradient exactly, g = (w0 - w1) / eta - lambda w0: the setting of Inverting Gradients
 (Geiping et al., "Inverting Gradients - How easy is it to break privacy in federated learning?", NeurIPS 2020,
 Section 4), which the server reads with the broadcast it sent and the run's public training settings. Under
-record-level DP the same arithmetic gives the clipped, noised gradient the client stepped with.
+record-level DP the same arithmetic gives the clipped, noised gradient the client stepped with. An update of several
+steps is the difference w_T - w_0 itself (:func:`observed_update`), which :mod:`raysim.attacks.local_epoch` matches.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from raysim.core.messages import Broadcast, ClientUpdate, Tensors
 from raysim.core.registry import get_method
 
 
-def refuse_unless_one_sgd_step(config: Config) -> None:
+def refuse_unless_sgd_updates(config: Config) -> None:
     """Refuse (one line) a run whose clients do not send a parameter update of plain SGD steps to a server that sees
-    it: split learning (activations every step), secure aggregation (only the cohort's sum), AdamW (its first step
-    is the gradient's sign, scaled) and several local epochs."""
+    it: split learning (activations every step), secure aggregation (only the cohort's sum), AdamW (its steps
+    depend on moments the server never sees), and record-level DP over several local epochs (clipped, noised steps
+    the simulation of local training does not model)."""
     method = config.method
     if get_method(method).split_learning:
         raise ConfigError(
@@ -33,13 +35,13 @@ def refuse_unless_one_sgd_step(config: Config) -> None:
         )
     if config.train.optimizer != "sgd":
         raise ConfigError(
-            f"inverting reads the gradient off one SGD step, and the run used train.optimizer="
+            f"inverting reads the gradient off SGD steps, and the run used train.optimizer="
             f"{config.train.optimizer}; attack a run with --set train.optimizer=sgd"
         )
-    if config.train.local_epochs != 1:
+    if config.privacy.mode == "record" and config.train.local_epochs != 1:
         raise ConfigError(
-            f"inverting attacks one local step, and the run's clients trained {config.train.local_epochs} epochs; "
-            "attack a run with --local-epochs 1"
+            f"under privacy.mode=record the {config.train.local_epochs} local epochs' steps are clipped and noised, "
+            "which the simulated local training does not model; attack a run with --local-epochs 1 and one step"
         )
 
 
@@ -51,13 +53,30 @@ def observed_gradient(update: ClientUpdate, broadcast: Broadcast, config: Config
     steps = int(update.metrics.get("steps", 0))
     if steps != 1:
         raise ConfigError(
-            f"client {update.client_id} took {steps} local steps on its {update.num_samples} rows; inverting attacks "
-            f"one step (a run with train.batch_size at least the client's rows)"
+            f"client {update.client_id} took {steps} local steps on its {update.num_samples} rows; april reads one "
+            f"step's gradient (a run with train.batch_size at least the client's rows and --local-epochs 1)"
         )
+    refuse_tiers(update)
+    eta, decay = config.train.lr, config.train.weight_decay
+    start = broadcast.params
+    return {name: (start[name] - sent) / eta - decay * start[name] for name, sent in update.params.items()}
+
+
+def observed_update(update: ClientUpdate, broadcast: Broadcast, config: Config) -> Tensors:
+    """w_T - w_0 of every tensor in ``update``: what its local training moved, from ``broadcast``'s tensors. Under
+    record-level DP only one step is modelled (its noised gradient is read exactly)."""
+    refuse_tiers(update)
+    if config.privacy.mode == "record":
+        raise ConfigError(
+            f"client {update.client_id} took {update.metrics.get('steps', 0):g} DP-SGD steps; under "
+            "privacy.mode=record inverting attacks one step (a run with train.batch_size at least the client's rows)"
+        )
+    return {name: sent - broadcast.params[name] for name, sent in update.params.items()}
+
+
+def refuse_tiers(update: ClientUpdate) -> None:
+    """One line for an update of part of the tensors (a capacity tier's rows), which no attack here models."""
     if update.trained:
         raise ConfigError(
             f"client {update.client_id} trained part of its tensors (a capacity tier); attack one of 'all'"
         )
-    eta, decay = config.train.lr, config.train.weight_decay
-    start = broadcast.params
-    return {name: (start[name] - sent) / eta - decay * start[name] for name, sent in update.params.items()}

@@ -26,8 +26,13 @@ def recorded_run(uri: str, method: str, *layers: dict) -> str:
     ("method", "layers", "args", "fragment"),
     [
         ("fedv", [SGD], [], "fedv is split learning: its clients send cut-layer activations"),
-        ("fedavg", [], [], "inverting reads the gradient off one SGD step, and the run used train.optimizer=adamw"),
-        ("fedavg", [SGD, {"train": {"local_epochs": 2}}], [], "trained 2 epochs"),
+        ("fedavg", [], [], "inverting reads the gradient off SGD steps, and the run used train.optimizer=adamw"),
+        (
+            "fedavg",
+            [SGD, {"train": {"local_epochs": 2}, "privacy": {"mode": "record", "noise_multiplier": 1, "delta": 1e-5}}],
+            [],
+            "2 local epochs' steps are clipped and noised",
+        ),
         ("fedavg", [SGD, {"privacy": {"secure_aggregation": True}}], [], "sees only the cohort's sum"),
         ("sgpt", [SGD], [], "sgpt's clients read per-row features cached before the run"),
         ("fedavg", [SGD], ["--clients", "1,x"], "--clients '1,x' is not a comma-separated list"),

@@ -1,0 +1,121 @@
+"""Inverting Gradients against a whole local training: the update of several SGD steps, not one gradient.
+
+A client that trains E epochs of batch b on its N rows sends w_T = w_0 after T steps of SGD (learning rate eta,
+momentum mu, weight decay lambda, all public training settings; T and N it reports). Inverting Gradients' Section 5
+(Geiping, Bauermeister, Dröge, Moeller, NeurIPS 2020, "Federated averaging") attacks it by training the model as the
+client did, on N dummy rows, and matching the update that gives to the observed one:
+
+    x* = argmin_{x in [lo, hi]}  1 - cos(U(x, y), w_T - w_0)  +  alpha TV(x),
+
+where U runs the T steps from w_0, differentiable in x (a second derivative per step). The client's order of its rows
+is its own secret; the simulation takes the rows in the attacker's order each epoch (the matching of reconstructions
+to originals absorbs a relabelling of the rows, not a different split into batches: an epoch of one batch, b >= N, is
+modelled exactly).
+
+The labels are counted off the update of the head's bias before the search (:func:`label_counts`): each step moves
+the bias by -eta mean_i (p_i - onehot(y_i)), so a class the rows hold moves up by about eta / b for each of its rows
+and step, above the common drift of the classes no row holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.func import functional_call
+
+from raysim.attacks.inverting import Inversion, InvertingSettings, cosine_distance, search, total_variation
+from raysim.attacks.labels import HEAD_BIAS
+from raysim.base.errors import ConfigError
+from raysim.config import Config
+from raysim.core.messages import ClientUpdate, Tensors
+
+
+@dataclass(frozen=True)
+class LocalSteps:
+    """How a client trained, as the server knows it: SGD's ``lr``, ``momentum`` and ``decay``, and the rows of each
+    step in order (``batches``; each epoch covers the rows once)."""
+
+    lr: float
+    momentum: float
+    decay: float
+    batches: tuple[int, ...]
+
+
+def local_steps(config: Config, update: ClientUpdate) -> LocalSteps:
+    """The steps ``update`` took: ``train.local_epochs`` epochs of ``train.batch_size`` over its rows, cut at the
+    steps it reports (a straggler stops early)."""
+    train, rows = config.train, update.num_samples
+    epoch = [min(train.batch_size, rows - first) for first in range(0, rows, train.batch_size)]
+    plan = (epoch * train.local_epochs)[: int(update.metrics.get("steps", 0))]
+    if not plan:
+        raise ConfigError(f"client {update.client_id} took no local step; there is no update to attack")
+    return LocalSteps(train.lr, train.momentum, train.weight_decay, tuple(plan))
+
+
+def simulated_update(model, start: Tensors, x: torch.Tensor, labels: torch.Tensor, steps: LocalSteps) -> Tensors:
+    """w_T - w_0 of the tensors in ``start`` (w_0) after ``steps`` of torch's SGD on the cross-entropy of ``model``
+    over the rows ``x``, ``labels`` (each step the next ``batches[k]`` rows, every epoch from the first);
+    differentiable in ``x``."""
+    weights = {name: t.detach().clone().requires_grad_(True) for name, t in start.items()}
+    names, buffers, first = list(weights), {}, 0
+    for rows in steps.batches:
+        batch = slice(first, first + rows)
+        logits = functional_call(model, weights, (x[batch],))
+        grads = torch.autograd.grad(
+            F.cross_entropy(logits, labels[batch]), [weights[n] for n in names], create_graph=True
+        )
+        for name, grad in zip(names, grads, strict=True):
+            step = grad + steps.decay * weights[name] if steps.decay else grad
+            if steps.momentum:
+                step = buffers[name] = steps.momentum * buffers[name] + step if name in buffers else step
+            weights[name] = weights[name] - steps.lr * step
+        first = (first + rows) % len(x)
+    return {name: weights[name] - start[name] for name in names}
+
+
+def update_loss(model, observed: Tensors, start: Tensors, x, labels, steps: LocalSteps, tv: float) -> torch.Tensor:
+    """The cosine distance between the simulated update at ``(x, labels)`` and the ``observed`` one (the tensors it
+    names), plus ``tv`` times the total variation of ``x``."""
+    made = simulated_update(model, {name: start[name] for name in observed}, x, labels, steps)
+    return cosine_distance(list(made.values()), list(observed.values())) + tv * total_variation(x)
+
+
+def invert_update(
+    model,
+    observed: Tensors,
+    start: Tensors,
+    labels: torch.Tensor,
+    steps: LocalSteps,
+    box: tuple[torch.Tensor, torch.Tensor],
+    settings: InvertingSettings,
+) -> Inversion:
+    """Reconstruct the ``len(labels)`` rows whose local training from ``start`` gives the ``observed`` update."""
+
+    def loss_of(x: torch.Tensor) -> torch.Tensor:
+        return update_loss(model, observed, start, x, labels, steps, settings.tv)
+
+    return search(model, observed, loss_of, len(labels), box, settings)
+
+
+def label_counts(bias_update: torch.Tensor, rows: int) -> torch.Tensor:
+    """The ``rows`` labels (sorted, with repeats) read off the head bias's update w_T - w_0: each class's rise above
+    the median class's (the drift of a class no row holds, while fewer than half the classes are held), shared out
+    in proportion, the rounding by largest remainders."""
+    rise = (bias_update - bias_update.median()).clamp(min=0).double().numpy()
+    if rise.sum() <= 0:
+        raise ConfigError("the head's bias did not move: no label can be read off this update")
+    share = rise / rise.sum() * rows
+    counts = np.floor(share).astype(int)
+    for c in np.argsort(-(share - counts), kind="stable")[: rows - counts.sum()]:
+        counts[c] += 1
+    return torch.tensor(np.repeat(np.arange(len(counts)), counts))
+
+
+def bias_update(observed: Tensors) -> torch.Tensor:
+    """The head bias's update in ``observed``, or a one-line error when the message has none."""
+    if HEAD_BIAS not in observed:
+        raise ConfigError(f"label recovery reads the head's bias, and the message holds no {HEAD_BIAS}")
+    return observed[HEAD_BIAS]
