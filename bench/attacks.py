@@ -43,29 +43,22 @@ TARGET_DB = 20.0
 
 
 def loss_at_truth(captured, client: int) -> float:
-    """Inverting Gradients' cosine distance at the client's true rows and labels (for several local steps, the
-    simulated training's, rows in the client's order when an epoch is one batch): about 0 when the attack models
-    what the client did (the objective is right; what remains is the search)."""
+    """Inverting Gradients' objective at the client's true rows and labels (for several local steps, the simulated
+    training's, rows in the client's order when an epoch is one batch): about 0 when the attack models what the
+    client did (the objective is right; what remains is the search)."""
     import torch
 
-    from raysim.attacks.harness import attacker_model
-    from raysim.attacks.inverting import attack_loss
-    from raysim.attacks.local_epoch import local_steps, update_loss
-    from raysim.attacks.observed import observed_gradient, observed_update
+    from raysim.attacks.harness import attacker_model, update_objective
     from raysim.core.training import model_inputs
     from raysim.engine.cohort import unfused_attention
 
     update, broadcast, config = captured.updates[client], captured.broadcast, captured.config
     model, _ = attacker_model(config, captured.shards.info.num_classes, broadcast.params)
+    _, _, loss = update_objective(update, broadcast, config, model)
     data = captured.shards.train(client)
     x, y = model_inputs(model, data.images, torch.device("cpu")), torch.as_tensor(data.labels).long()
     with unfused_attention(model.train()):
-        if int(update.metrics.get("steps", 0)) == 1:
-            loss = attack_loss(model, observed_gradient(update, broadcast, config), x, y, tv=0.0)
-        else:
-            observed, steps = observed_update(update, broadcast, config), local_steps(config, update)
-            loss = update_loss(model, observed, broadcast.params, x, y, steps, tv=0.0)
-        return float(loss.detach())
+        return float(loss(x, y, 0.0).detach())
 
 
 def lenet(mean, std, classes: int, seed: int):

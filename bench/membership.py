@@ -44,21 +44,17 @@ PAIRED_WITH = {"personal": "global", "LiRA, half": "loss, half"}  # the model a 
 def memorising_layer(store: Path) -> dict:
     """:data:`MEMORISING` on ``store``'s copy of the first 600 of scikit-learn's digits (written once)."""
     import numpy as np
-    import pyarrow as pa
     import pyarrow.parquet as pq
-    from PIL import Image
     from sklearn.datasets import load_digits
+
+    from raysim.data.sources import png_table
 
     path = store / "digits600.parquet"
     if not path.exists():
         digits = load_digits()
-        encoded = []
-        for image in (digits.images[:600] * 255 / 16).astype(np.uint8):
-            buffer = io.BytesIO()
-            Image.fromarray(image).convert("RGB").save(buffer, format="PNG")
-            encoded.append(buffer.getvalue())
+        grey = (digits.images[:600] * 255 / 16).astype(np.uint8)
         split = np.where(np.arange(600) % 3 == 0, "test", "train")
-        pq.write_table(pa.table({"image": encoded, "label": digits.target[:600], "split": split}), path)
+        pq.write_table(png_table(np.repeat(grey[..., None], 3, axis=-1), digits.target[:600], split), path)
     return {**MEMORISING, "data": {**MEMORISING["data"], "data_dir": str(path)}}
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import torch
@@ -20,14 +21,14 @@ from raysim.attacks import scores
 from raysim.attacks.analytic import embedding_inverse
 from raysim.attacks.capture import Captured
 from raysim.attacks.feature_means import FeatureInference, most_common, read_off
-from raysim.attacks.inverting import InvertingSettings, attack_loss, invert
-from raysim.attacks.labels import recovered_labels
-from raysim.attacks.local_epoch import bias_update, invert_update, label_counts, local_steps
+from raysim.attacks.inverting import InvertingSettings, attack_loss, search
+from raysim.attacks.labels import label_counts, recovered_labels
+from raysim.attacks.local_epoch import local_steps, update_loss
 from raysim.attacks.observed import observed_gradient, observed_update
 from raysim.attacks.smashed import SmashedSettings, invert_smashed
 from raysim.base.errors import ConfigError
 from raysim.config import Config
-from raysim.core.messages import Tensors
+from raysim.core.messages import Broadcast, ClientUpdate, Tensors
 from raysim.core.protocol import CachesRowFeatures
 from raysim.core.registry import get_method
 from raysim.core.training import model_inputs
@@ -75,22 +76,30 @@ class Reconstruction:
     seconds: float
 
 
-def reconstruct(captured: Captured, client: int, settings: InvertingSettings) -> Reconstruction:
-    """Inverting Gradients against ``client``'s message in ``captured``: labels recovered from the gradient, then
-    the inputs; an update of several local steps is matched by training as the client did
-    (:mod:`raysim.attacks.local_epoch`). Scored against the client's training rows."""
-    update, broadcast, config = captured.updates[client], captured.broadcast, captured.config
-    model, _ = attacker_model(config, captured.shards.info.num_classes, broadcast.params)
-    box = scores.model_box(*model.input_spec[1:])
+def update_objective(update: ClientUpdate, broadcast: Broadcast, config: Config, model):
+    """What Inverting Gradients matches in ``update``: (the attacked tensors, the labels read off them, the loss
+    ``(x, labels, tv) -> tensor`` to minimise in ``x``). One step's gradient is matched by cosine (Geiping et al.,
+    Section 4); several steps' update through the simulated local training (Section 5,
+    :mod:`raysim.attacks.local_epoch`)."""
     if int(update.metrics.get("steps", 0)) == 1:
         gradient = observed_gradient(update, broadcast, config)
-        labels = recovered_labels(gradient, update.num_samples)
-        inversion = invert(model, gradient, labels, box, settings)
-    else:
-        observed = observed_update(update, broadcast, config)
-        labels = label_counts(bias_update(observed), update.num_samples)
-        steps = local_steps(config, update)
-        inversion = invert_update(model, observed, broadcast.params, labels, steps, box, settings)
+        return gradient, recovered_labels(gradient, update.num_samples), partial(attack_loss, model, gradient)
+    observed, steps = observed_update(update, broadcast, config), local_steps(config, update)
+
+    def loss(x: torch.Tensor, labels: torch.Tensor, tv: float) -> torch.Tensor:
+        return update_loss(model, observed, broadcast.params, x, labels, steps, tv)
+
+    return observed, label_counts(observed, update.num_samples), loss
+
+
+def reconstruct(captured: Captured, client: int, settings: InvertingSettings) -> Reconstruction:
+    """Inverting Gradients against ``client``'s message in ``captured``: labels recovered from the head's bias, then
+    the inputs (:func:`update_objective`); scored against the client's training rows."""
+    update, broadcast, config = captured.updates[client], captured.broadcast, captured.config
+    model, _ = attacker_model(config, captured.shards.info.num_classes, broadcast.params)
+    attacked, labels, loss = update_objective(update, broadcast, config, model)
+    box = scores.model_box(*model.input_spec[1:])
+    inversion = search(model, attacked, lambda x: loss(x, labels, settings.tv), len(labels), box, settings)
     return scored(captured, client, model, inversion.inputs, labels, inversion.loss, inversion.seconds)
 
 

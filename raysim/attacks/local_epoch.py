@@ -12,25 +12,23 @@ is its own secret; the simulation takes the rows in the attacker's order each ep
 to originals absorbs a relabelling of the rows, not a different split into batches: an epoch of one batch, b >= N, is
 modelled exactly).
 
-The labels are counted off the update of the head's bias before the search (:func:`label_counts`): each step moves
-the bias by -eta mean_i (p_i - onehot(y_i)), so a class the rows hold moves up by about eta / b for each of its rows
-and step, above the common drift of the classes no row holds.
+The labels are counted off the update of the head's bias before the search
+(:func:`raysim.attacks.labels.label_counts`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.func import functional_call
 
-from raysim.attacks.inverting import Inversion, InvertingSettings, cosine_distance, search, total_variation
-from raysim.attacks.labels import HEAD_BIAS
+from raysim.attacks.inverting import cosine_distance, total_variation
 from raysim.base.errors import ConfigError
 from raysim.config import Config
 from raysim.core.messages import ClientUpdate, Tensors
+from raysim.core.training import batch_plan
 
 
 @dataclass(frozen=True)
@@ -45,11 +43,13 @@ class LocalSteps:
 
 
 def local_steps(config: Config, update: ClientUpdate) -> LocalSteps:
-    """The steps ``update`` took: ``train.local_epochs`` epochs of ``train.batch_size`` over its rows, cut at the
-    steps it reports (a straggler stops early)."""
-    train, rows = config.train, update.num_samples
-    epoch = [min(train.batch_size, rows - first) for first in range(0, rows, train.batch_size)]
-    plan = (epoch * train.local_epochs)[: int(update.metrics.get("steps", 0))]
+    """The steps ``update`` took: the batches of the clients' own plan (:func:`~raysim.core.training.batch_plan`,
+    ``train.local_epochs`` epochs of ``train.batch_size`` over its rows), cut at the steps it reports (a straggler
+    stops early). The plan's order is the client's secret; its batch sizes are not."""
+    train = config.train
+    order = torch.Generator()  # any: only the batches' sizes are read
+    epochs = batch_plan(update.num_samples, train.batch_size, train.local_epochs, order)
+    plan = [len(rows) for epoch in epochs for rows in epoch][: int(update.metrics.get("steps", 0))]
     if not plan:
         raise ConfigError(f"client {update.client_id} took no local step; there is no update to attack")
     return LocalSteps(train.lr, train.momentum, train.weight_decay, tuple(plan))
@@ -81,41 +81,3 @@ def update_loss(model, observed: Tensors, start: Tensors, x, labels, steps: Loca
     names), plus ``tv`` times the total variation of ``x``."""
     made = simulated_update(model, {name: start[name] for name in observed}, x, labels, steps)
     return cosine_distance(list(made.values()), list(observed.values())) + tv * total_variation(x)
-
-
-def invert_update(
-    model,
-    observed: Tensors,
-    start: Tensors,
-    labels: torch.Tensor,
-    steps: LocalSteps,
-    box: tuple[torch.Tensor, torch.Tensor],
-    settings: InvertingSettings,
-) -> Inversion:
-    """Reconstruct the ``len(labels)`` rows whose local training from ``start`` gives the ``observed`` update."""
-
-    def loss_of(x: torch.Tensor) -> torch.Tensor:
-        return update_loss(model, observed, start, x, labels, steps, settings.tv)
-
-    return search(model, observed, loss_of, len(labels), box, settings)
-
-
-def label_counts(bias_update: torch.Tensor, rows: int) -> torch.Tensor:
-    """The ``rows`` labels (sorted, with repeats) read off the head bias's update w_T - w_0: each class's rise above
-    the median class's (the drift of a class no row holds, while fewer than half the classes are held), shared out
-    in proportion, the rounding by largest remainders."""
-    rise = (bias_update - bias_update.median()).clamp(min=0).double().numpy()
-    if rise.sum() <= 0:
-        raise ConfigError("the head's bias did not move: no label can be read off this update")
-    share = rise / rise.sum() * rows
-    counts = np.floor(share).astype(int)
-    for c in np.argsort(-(share - counts), kind="stable")[: rows - counts.sum()]:
-        counts[c] += 1
-    return torch.tensor(np.repeat(np.arange(len(counts)), counts))
-
-
-def bias_update(observed: Tensors) -> torch.Tensor:
-    """The head bias's update in ``observed``, or a one-line error when the message has none."""
-    if HEAD_BIAS not in observed:
-        raise ConfigError(f"label recovery reads the head's bias, and the message holds no {HEAD_BIAS}")
-    return observed[HEAD_BIAS]

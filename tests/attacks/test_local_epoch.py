@@ -7,13 +7,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from raysim.attacks.local_epoch import LocalSteps, label_counts, local_steps, simulated_update, update_loss
+from raysim.attacks.labels import HEAD_BIAS, label_counts
+from raysim.attacks.local_epoch import LocalSteps, local_steps, simulated_update, update_loss
 from raysim.attacks.observed import observed_update, refuse_unless_sgd_updates
 from raysim.base.errors import ConfigError
 from raysim.config import build_config
 from raysim.core.messages import Broadcast, ClientUpdate
-
-HEAD_BIAS = "vit.head.bias"
 
 
 class Small(torch.nn.Module):
@@ -76,15 +75,15 @@ def test_the_labels_are_counted_off_the_bias_update_of_a_local_epoch():
     labels = torch.tensor([7, 2, 7, 5, 2, 7])
     x = torch.randn(6, 1, 3, 3, generator=torch.Generator().manual_seed(1))
     start, sent = trained(model, x, labels, [3, 3], epochs=2, lr=0.1, momentum=0.9, decay=0.0)
-    assert label_counts(sent[HEAD_BIAS] - start[HEAD_BIAS], 6).tolist() == [2, 2, 5, 7, 7, 7]
+    assert label_counts({HEAD_BIAS: sent[HEAD_BIAS] - start[HEAD_BIAS]}, 6).tolist() == [2, 2, 5, 7, 7, 7]
 
 
 def test_label_counts_by_hand():
     # rises above the median (0) of 0.3, 0.1 and 0.2 for 6 rows: shares 3, 1 and 2
     bias = torch.tensor([0.3, 0.0, 0.1, 0.0, 0.0, 0.2, -0.05])
-    assert label_counts(bias, 6).tolist() == [0, 0, 0, 2, 5, 5]
+    assert label_counts({HEAD_BIAS: bias}, 6).tolist() == [0, 0, 0, 2, 5, 5]
     with pytest.raises(ConfigError, match="did not move"):
-        label_counts(torch.zeros(5), 2)
+        label_counts({HEAD_BIAS: torch.zeros(5)}, 2)
 
 
 def sgd_config(**train):
@@ -138,7 +137,7 @@ def test_a_recorded_clients_two_epochs_are_matched_at_its_rows_and_attacked_from
     model.train()
     loss = update_loss(model, observed, broadcast.params, x, y, steps, tv=0.0)
     assert float(loss.detach()) == pytest.approx(0.0, abs=1e-5)
-    assert label_counts(observed[HEAD_BIAS], len(y)).tolist() == sorted(y.tolist())
+    assert label_counts(observed, len(y)).tolist() == sorted(y.tolist())
 
     args = ["--run", run_id, "--tracking-uri", uri, "--clients", str(client), "--iterations", "2"]
     result = CliRunner().invoke(main, ["attack", "inverting", *args])
