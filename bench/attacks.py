@@ -12,6 +12,9 @@ target for Inverting Gradients: at least half), and saves each trial's picture i
 Split learning (FedV, FedVZ, FESTA) is attacked by smashed-data inversion instead (``raysim attack smashed``), in
 round 1 (each client's own random head) and round 2 (every client starts from the heads averaged after round 1),
 with the round's broadcast head as the attacker's prior; FedV's and FedVZ's runs of a seed sample the same clients.
+``--inversion`` picks the search (He et al.'s white-box attack), the inverse network trained on other clients' test
+rows (their black-box attack), or both; the labels of every local step are read off the gradients the client's tail
+returned (``raysim attack label-leakage``), through the round's broadcast tail.
 
 ``--lenet`` validates Inverting Gradients itself against the paper's kind of network, in place of the ViT's messages:
 the same rows and labels, the gradient of DLG's LeNet (Zhu et al., NeurIPS 2019; random initialisation, from the run
@@ -20,6 +23,9 @@ seed and the client) at them, the same search.
     python bench/attacks.py                                   # FedAvg and FedVPT, seed 0, 4 trials each
     python bench/attacks.py --methods fedavg --seeds 0,1,2 --trials 2 --iterations 1500
     python bench/attacks.py --methods fedv,fedvz --seeds 0,1,2 --trials 4
+    python bench/attacks.py --methods fedv --seeds 0,1,2 --trials 4 --inversion search,network
+    python bench/attacks.py --methods fedv --seeds 0,1,2 --trials 4 --set federation.clients=651 \
+        --set federation.participation=0.02     # 10 rows a client: the labels of 10 steps of a drifting tail
     python bench/attacks.py --methods fedavg --seeds 0,1,2 --trials 4 --lenet
     python bench/attacks.py --methods fedavg --seeds 0,1,2 --trials 2 --set train.local_epochs=2   # two local steps
     python bench/attacks.py --methods fedavg --seeds 0,1,2 --skip-inverting --set privacy.mode=record \
@@ -31,6 +37,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from functools import partial
 from pathlib import Path
 
 ONE_ROW_CLIENTS = {
@@ -104,6 +111,13 @@ def lenet_trial(captured, client: int, settings, seed: int):
     return scores.psnr(original, image), scores.ssim(original, image), inversion.seconds, inversion.loss
 
 
+def smashed(captured, client: int, settings):
+    """Smashed-data inversion of ``client``'s first local step through the round's broadcast head."""
+    from raysim.attacks.split_learning import reconstruct_smashed
+
+    return reconstruct_smashed(captured, client, 1, "broadcast", settings)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--methods", default="fedavg,fedvpt")
@@ -113,6 +127,9 @@ def main() -> None:
     parser.add_argument("--tv", type=float, default=1e-2)
     parser.add_argument("--out", default="bench-attacks", help="Folder for the pictures.")
     parser.add_argument("--lenet", action="store_true", help="Invert LeNet's gradient at the rows, not the ViT's.")
+    parser.add_argument(
+        "--inversion", default="search", help="Split learning: search, network or both (comma-separated)."
+    )
     parser.add_argument("--skip-inverting", action="store_true", help="APRIL alone on FedAvg (e.g. under DP).")
     parser.add_argument(
         "--set",
@@ -128,9 +145,11 @@ def main() -> None:
 
     from raysim.attacks.capture import capture
     from raysim.attacks.figures import reconstruction_grid
-    from raysim.attacks.harness import reconstruct, reconstruct_analytic, reconstruct_smashed
+    from raysim.attacks.harness import reconstruct, reconstruct_analytic
+    from raysim.attacks.inverse_network import InverseSettings
     from raysim.attacks.inverting import InvertingSettings
     from raysim.attacks.smashed import SmashedSettings
+    from raysim.attacks.split_learning import read_labels
     from raysim.config import build_config
     from raysim.config.build import parse_override
     from raysim.core.registry import get_method
@@ -143,7 +162,10 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     settings = InvertingSettings(iterations=args.iterations, tv=args.tv)
-    passed, psnrs = {}, {}
+    inversions = {"search": SmashedSettings(), "network": InverseSettings()}
+    if set(args.inversion.split(",")) - set(inversions):
+        parser.error(f"--inversion takes {' and '.join(inversions)}, comma-separated")
+    passed, psnrs, labels = {}, {}, {}
     print(f"torch threads {torch.get_num_threads()}; Inverting Gradients: {settings}")
     print("method  seed  client  attack     label (true)  PSNR dB  SSIM    seconds  loss (at the true input)")
     for method in args.methods.split(","):
@@ -160,8 +182,10 @@ def main() -> None:
                 print(f"{method}: captured round {round_number} of seed {seed} in {time.perf_counter() - start:.0f} s")
                 for client in sorted(captured.updates)[: args.trials]:
                     if split:
-                        name = f"smashed r{round_number}"
-                        attacks = [(name, lambda c, k: reconstruct_smashed(c, k, 1, "broadcast", SmashedSettings()))]
+                        attacks = [
+                            (f"{inversion} r{round_number}", partial(smashed, settings=inversions[inversion]))
+                            for inversion in args.inversion.split(",")
+                        ]
                         truth = float("nan")
                     elif args.lenet:
                         attacks, truth = [], float("nan")
@@ -184,6 +208,20 @@ def main() -> None:
                         reconstruction_grid(result.originals, result.images, [f"{name}, {psnr:.1f} dB"], picture)
                         psnrs.setdefault((method, name), []).append(psnr)
                         passed.setdefault((method, name), []).append(psnr > TARGET_DB)
+                    if split:  # the labels of every step, from the gradients the tail returned
+                        readings = [
+                            read_labels(captured, client, step, "broadcast")
+                            for step in range(1, len(captured.returned[client]) + 1)
+                        ]
+                        name, first = f"labels r{round_number}", readings[0]
+                        accuracy = statistics.mean(r.accuracy for r in readings)
+                        print(
+                            f"{method:<7} {seed:>4}  {client:>6}  {name:<10} {first.labels[0]:>5} "
+                            f"({first.true_labels[0]:>2})  {'':7}  {'':6}  {first.seconds:7.1f}  "
+                            f"{first.residual:.1e}; {accuracy:.0%} of the rows of its {len(readings)} steps",
+                            flush=True,
+                        )
+                        labels.setdefault((method, name), []).append((first.accuracy, accuracy))
                     if args.lenet and not split:  # the rows and labels only: the gradient is LeNet's
                         psnr, ssim, seconds, loss = lenet_trial(captured, client, settings, seed)
                         print(
@@ -198,6 +236,11 @@ def main() -> None:
         print(
             f"{method} {name}: PSNR mean {statistics.mean(values):.2f} dB (min {min(values):.2f}, max "
             f"{max(values):.2f}); above {TARGET_DB:.0f} dB on {hits} of {len(values)} trials"
+        )
+    for (method, name), values in labels.items():
+        first, every = (statistics.mean(v) for v in zip(*values))
+        print(
+            f"{method} {name}: labels recovered at step 1 {first:.0%}, at every step {every:.0%} ({len(values)} trials)"
         )
 
 

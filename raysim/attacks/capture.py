@@ -1,7 +1,8 @@
 """Replay a run's configuration in this process and capture exactly what the server received from chosen clients in
 a chosen round: their screened :class:`~raysim.core.messages.ClientUpdate` (every tensor of the typed message,
-decoded as the server decodes it under compression) and the broadcast they trained from; under split learning also
-the smashed features each of their local steps sent to the server.
+decoded as the server decodes it under compression) and the broadcast they trained from; under split learning also,
+for each of their local steps, the smashed features they sent to the server, the encoder's output the server sent
+back and the gradient in that output their tails returned.
 
 Every random draw of a run derives from its seed (docs/explanation/determinism.md), so rounds 1 .. r of the replay
 are those of the recorded run, bit for bit on the same kind of device; the clients run one by one on the sequential
@@ -31,7 +32,9 @@ from raysim.tracking.checkpoint import Checkpoint
 class Captured:
     """What the server held in round ``round``: the ``broadcast`` it sent and the ``updates`` of the chosen clients
     (by client id), with the replayed run's ``config`` and ``shards`` (read only to score an attack); for split
-    learning, ``smashed``: each chosen client's cut-layer features, one ``[B, T, D]`` tensor per local step."""
+    learning, per chosen client and local step (one ``[B, T, D]`` tensor each): ``smashed``, its cut-layer features;
+    ``encoder_outputs``, what the server's encoder computed from them; ``returned``, the loss's gradient in that
+    output, which the client's tail sent back."""
 
     round: int
     broadcast: Broadcast
@@ -39,23 +42,32 @@ class Captured:
     config: Config
     shards: ShardStore
     smashed: dict[int, list[torch.Tensor]] = field(default_factory=dict)
+    encoder_outputs: dict[int, list[torch.Tensor]] = field(default_factory=dict)
+    returned: dict[int, list[torch.Tensor]] = field(default_factory=dict)
 
 
 class ServerView(Callback):
     """Runs where the state lives: records the broadcast of round ``round`` (from the method's ``configure``, as
-    sent), the smashed features split learning's server receives that round from ``clients`` (None: every client)
-    in their local steps, and, once the round's updates are screened, the messages of ``clients``."""
+    sent), what split learning's server receives and computes that round for ``clients`` (None: every client) in
+    their local steps (smashed features, encoder outputs, returned gradients), and, once the round's updates are
+    screened, the messages of ``clients``."""
 
     def __init__(self, round: int, clients: list[int] | None):
         self.round, self.clients = round, clients
         self.broadcast: Broadcast | None = None
         self.updates: dict[int, ClientUpdate] = {}
         self.smashed: dict[int, list[torch.Tensor]] = {}
+        self.encoder_outputs: dict[int, list[torch.Tensor]] = {}
+        self.returned: dict[int, list[torch.Tensor]] = {}
         self.sampled: list[int] = []
         self.current = 0
 
     def wanted(self, client: int) -> bool:
         return self.clients is None or client in self.clients
+
+    def kept(self, key: tuple | None) -> bool:
+        """Whether a split-learning request keyed ``key`` (client, step) is one of a chosen client's in the round."""
+        return key is not None and self.current == self.round and self.wanted(key[0])
 
     def on_start(self, simulation) -> None:
         configure = simulation.method.configure
@@ -69,15 +81,22 @@ class ServerView(Callback):
 
         simulation.method.configure = recorded
         server = simulation.server
-        if server is not None:  # split learning: the encoder's forward requests of a local step carry (client, step)
-            forward = server.forward
+        if server is not None:  # split learning: the encoder's requests of a local step carry (client, step)
+            forward, backward = server.forward, server.backward
 
             def received(key, h):
-                if key is not None and self.current == self.round and self.wanted(key[0]):
+                out = forward(key, h)
+                if self.kept(key):
                     self.smashed.setdefault(key[0], []).append(h.detach().clone())
-                return forward(key, h)
+                    self.encoder_outputs.setdefault(key[0], []).append(out[0].detach().clone())
+                return out
 
-            server.forward = received
+            def returned(key, grad_out, keep_for=None):
+                if self.kept(key):
+                    self.returned.setdefault(key[0], []).append(grad_out.detach().clone())
+                return backward(key, grad_out, keep_for)
+
+            server.forward, server.backward = received, returned
         self.simulation = simulation
 
     def on_round(self, round, report) -> None:
@@ -131,4 +150,6 @@ def capture(config: Config, round: int, clients: list[int] | None = None) -> Cap
         raise ConfigError(
             f"the server kept no update of {whose} in round {round} (sampled: {sampled}); pass --clients among them"
         )
-    return Captured(round, view.broadcast, view.updates, config, shards, view.smashed)
+    return Captured(
+        round, view.broadcast, view.updates, config, shards, view.smashed, view.encoder_outputs, view.returned
+    )

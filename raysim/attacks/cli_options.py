@@ -1,7 +1,11 @@
-"""What every ``raysim attack`` command shares: the attacked run, its store, its round and a list of client ids, and
-the replay of that run to the attacked round."""
+"""What every ``raysim attack`` command shares: the attacked run, its store, its round and a list of client ids, the
+replay of that run to the attacked round, and the reconstruction attacks' reporting."""
 
 from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from statistics import mean
 
 import click
 
@@ -10,6 +14,13 @@ from raysim.config import TrackingConfig
 
 ROUND = click.option("--round", "round_number", type=int, default=1, show_default=True, help="The attacked round.")
 RUN = click.option("--run", "run_id", required=True, metavar="RUN_ID", help="The attacked run's MLflow id.")
+CLIENTS = click.option(
+    "--clients",
+    metavar="IDS",
+    help="Comma-separated clients whose updates to attack (default: the round's first client the server kept).",
+)
+
+
 TRACKING_URI = click.option(
     "--tracking-uri", help="The run's MLflow store (default sqlite:///./raysim-runs/mlflow.db)."
 )
@@ -41,3 +52,42 @@ def replayed(run_id: str, round_number: int, clients: str | None, tracking_uri, 
     config = recorded_config(uri, run_id)
     refuse(config)
     return uri, chosen, capture(config, round_number, chosen)
+
+
+def reconstruction_attack(
+    name: str, run_id: str, round_number: int, clients: str | None, tracking_uri, attack_one, params: dict, refuse
+) -> None:
+    """Replay run ``run_id`` (:func:`replayed`, after ``refuse``) to round ``round_number`` and reconstruct each chosen
+    client's message with ``attack_one(captured, client)``; then an MLflow run ``name`` nested under ``run_id`` gets,
+    per client (as the step), PSNR, SSIM, whether the labels were recovered (for an attack that recovers them) and
+    the seconds, and the picture (an attack refused for one client leaves no run)."""
+    from raysim.attacks.attack_run import attack_run
+    from raysim.attacks.figures import reconstruction_grid
+
+    uri, chosen, captured = replayed(run_id, round_number, clients, tracking_uri, refuse)
+    targets = chosen or [min(captured.updates)]
+    results = []
+    for client in targets:
+        result = attack_one(captured, client)
+        results.append(result)
+        labels = f", labels {result.labels} (true {result.true_labels})" if result.labels else ""
+        click.echo(
+            f"client {client}: PSNR {mean(result.psnr):.1f} dB, SSIM {mean(result.ssim):.3f}{labels}, "
+            f"{result.seconds:.0f} s"
+        )
+    given = {"round": round_number, "clients": ",".join(map(str, targets)), **params}
+    with attack_run(uri, run_id, name, given) as tracker:
+        for result in results:
+            metrics = {"psnr": mean(result.psnr), "ssim": mean(result.ssim), "seconds": result.seconds}
+            if result.labels:
+                metrics["labels_recovered"] = float(sorted(result.labels) == sorted(result.true_labels))
+            tracker.log_metrics(metrics, step=result.client)
+            with tempfile.TemporaryDirectory() as folder:
+                path = Path(folder) / f"client-{result.client}.png"
+                labels = result.labels or [None] * len(result.psnr)
+                captions = [
+                    (f"label {y}, " if y is not None else "") + f"{p:.1f} dB" for y, p in zip(labels, result.psnr)
+                ]
+                reconstruction_grid(result.originals, result.images, captions, path)
+                tracker.log_artifact(path)
+        click.echo(f"attack run {tracker.run_id}, nested under {run_id}")

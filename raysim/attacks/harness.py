@@ -13,7 +13,6 @@ from functools import partial
 
 import numpy as np
 import torch
-from torch import nn
 
 from raysim.algorithms._group_custom import gc_net
 from raysim.algorithms.fedgcr.method import REPR
@@ -25,7 +24,6 @@ from raysim.attacks.inverting import InvertingSettings, attack_loss, search
 from raysim.attacks.labels import label_counts, recovered_labels
 from raysim.attacks.local_epoch import local_steps, update_loss
 from raysim.attacks.observed import observed_gradient, observed_update
-from raysim.attacks.smashed import SmashedSettings, invert_smashed
 from raysim.base.errors import ConfigError
 from raysim.config import Config
 from raysim.core.messages import Broadcast, ClientUpdate, Tensors
@@ -138,50 +136,6 @@ def scored(captured: Captured, client: int, model, inputs, labels, loss: float, 
         loss,
         seconds,
     )
-
-
-HEAD_PRIORS = ("broadcast", "pretrained")  # the client head a smashed-data attacker assumes
-
-
-def refuse_unless_split_learning(config: Config) -> None:
-    """Refuse (one line) a method whose clients send no cut-layer features."""
-    if not get_method(config.method).split_learning:
-        raise ConfigError(
-            f"{config.method} is not split learning: its clients send no smashed features; attack fedv, fedvz or "
-            "festa, or attack an update with inverting or april"
-        )
-
-
-def reconstruct_smashed(
-    captured: Captured, client: int, step: int, prior: str, settings: SmashedSettings
-) -> Reconstruction:
-    """Smashed-data inversion of the features ``client`` sent at local step ``step`` (1-based) of the captured round,
-    through the ``prior`` head: the round's broadcast one or the backbone's pretrained one."""
-    steps = captured.smashed.get(client, [])
-    if not 1 <= step <= len(steps):
-        raise ConfigError(
-            f"client {client} sent smashed features at {len(steps)} local steps in round {captured.round}; pass "
-            f"--step between 1 and {len(steps)}"
-        )
-    if prior not in HEAD_PRIORS:
-        raise ConfigError(f"unknown --prior {prior!r}; choose one of {', '.join(HEAD_PRIORS)}")
-    config = captured.config
-    model, method = attacker_model(config, captured.shards.info.num_classes, None)
-    cut, stop = method.server_segment(len(model.vit.blocks))
-    model.offload(cut, stop, nn.Identity())  # the client's model: head and tail
-    if prior == "broadcast":
-        model.load_trainable(captured.broadcast.params)
-    for p in model.parameters():
-        p.requires_grad_(False)
-    model.train()  # as the client's head ran
-
-    def head(x):
-        return model.run_blocks(model.embed(x), 0, cut)[0]
-
-    size, mean, std = model.input_spec
-    observed = steps[step - 1]
-    inversion = invert_smashed(head, observed, (len(mean), size, size), scores.model_box(mean, std), settings)
-    return scored(captured, client, model, inversion.inputs, None, inversion.loss, inversion.seconds)
 
 
 FEATURE_MEAN = REPR  # the extra FedGCR, FedGC and FedGR clients send: h_tilde

@@ -1,12 +1,16 @@
-"""The attacks' recorded runs: a method's smoke run, tracked in a store of its own with its checkpoints beside it."""
+"""The attacks' recorded runs: a method's smoke run, tracked in a store of its own with its checkpoints beside it;
+a split-learning run with what its server received at each local step."""
 
 from __future__ import annotations
 
 import io
 
 import pytest
+import torch
 from rich.console import Console
 
+from raysim.algorithms._split import EncoderServer
+from raysim.algorithms.fedv.method import FedV
 from raysim.engine.driver import run
 from raysim.testing.smoke import smoke_config
 
@@ -25,3 +29,34 @@ def tracked_run(tmp_path_factory, empty_store):
         return uri, result.run_id
 
     return tracked
+
+
+@pytest.fixture(scope="module")
+def split_run(tracked_run):
+    """A tracked two-round FedV run on the sequential backend (heads and tails averaged after round 1), and what its
+    server received at each local step, by (round, client): the smashed features and the gradients the tails
+    returned."""
+    received: dict[tuple[int, int], list[torch.Tensor]] = {}
+    returned: dict[tuple[int, int], list[torch.Tensor]] = {}
+    forward, backward, configure = EncoderServer.forward, EncoderServer.backward, FedV.configure
+    current = [0]
+
+    def configured(self, round, state, client_ids):
+        current[0] = round
+        return configure(self, round, state, client_ids)
+
+    def spied_forward(self, key, h):
+        if key is not None:
+            received.setdefault((current[0], key[0]), []).append(h.clone())
+        return forward(self, key, h)
+
+    def spied_backward(self, key, grad_out, keep_for=None):
+        returned.setdefault((current[0], key[0]), []).append(grad_out.clone())
+        return backward(self, key, grad_out, keep_for)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(EncoderServer, "forward", spied_forward)
+        patch.setattr(EncoderServer, "backward", spied_backward)
+        patch.setattr(FedV, "configure", configured)
+        uri, run_id = tracked_run("fedv", {"federation": {"rounds": 2}})
+    return uri, run_id, received, returned

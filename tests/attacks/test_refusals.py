@@ -63,11 +63,20 @@ def test_an_unknown_run_and_a_run_without_its_final_state_are_one_line(tracking_
     assert len(unfinished.output.strip().splitlines()) == 1
 
 
-def test_a_smashed_data_attack_on_a_method_that_sends_no_features_is_one_line(tracking_uri):
+@pytest.mark.parametrize("command", ["smashed", "label-leakage"])
+def test_a_split_learning_attack_on_a_method_that_sends_no_features_is_one_line(tracking_uri, command):
     run_id = recorded_run(tracking_uri, "fedavg")
-    result = CliRunner().invoke(main, ["attack", "smashed", "--run", run_id, "--tracking-uri", tracking_uri])
+    result = CliRunner().invoke(main, ["attack", command, "--run", run_id, "--tracking-uri", tracking_uri])
     assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
     assert "fedavg is not split learning: its clients send no smashed features" in result.output
+
+
+def test_bad_split_learning_attack_options_are_one_line():
+    bad = CliRunner().invoke(main, ["attack", "label-leakage", "--run", "any", "--step", "0"])
+    assert bad.exit_code == 2 and bad.output.strip().splitlines() == ["raysim: error: --step must be at least 1"]
+    bad = CliRunner().invoke(main, ["attack", "smashed", "--run", "any", "--inversion", "network", "--epochs", "0"])
+    assert bad.exit_code == 2 and len(bad.output.strip().splitlines()) == 1
+    assert "--epochs and --public-rows must be at least 1" in bad.output
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,98 @@
+"""``raysim attack smashed`` and ``raysim attack label-leakage``: the attacks on what a split-learning server (FedV,
+FedVZ, FESTA) receives at its clients' local steps."""
+
+from __future__ import annotations
+
+import click
+
+from raysim.attacks.cli_options import CLIENTS, ROUND, RUN, TRACKING_URI, reconstruction_attack, replayed
+from raysim.base.errors import ConfigError
+
+STEP = click.option("--step", type=int, default=1, show_default=True, help="The client's local step to attack.")
+PRIOR = click.option(
+    "--prior",
+    type=click.Choice(["broadcast", "pretrained"]),
+    default="broadcast",
+    show_default=True,
+    help="The client head and tail the attacker assumes: the round's broadcast ones or the backbone's pretrained ones.",
+)
+
+
+@click.command(context_settings={"max_content_width": 100})
+@RUN
+@ROUND
+@CLIENTS
+@STEP
+@PRIOR
+@click.option(
+    "--inversion",
+    type=click.Choice(["search", "network"]),
+    default="search",
+    show_default=True,
+    help="Search the input through the head (white-box) or decode with a network trained on public rows (black-box).",
+)
+@click.option("--iterations", type=int, default=500, show_default=True, help="search: Adam's steps on the input.")
+@click.option("--tv", type=float, default=1e-4, show_default=True, help="search: weight of the total-variation prior.")
+@click.option("--lr", type=float, default=0.1, show_default=True, help="search: Adam's first step on the input.")
+@click.option("--epochs", type=int, default=30, show_default=True, help="network: epochs over the public rows.")
+@click.option(
+    "--public-rows", type=int, default=4096, show_default=True, help="network: the most public rows it trains on."
+)
+@TRACKING_URI
+def smashed(
+    run_id, round_number, clients, step, prior, inversion, iterations, tv, lr, epochs, public_rows, tracking_uri
+):
+    """Smashed-data inversion (He et al., ACSAC 2019) against split-learning clients (fedv, fedvz, festa): the input
+    whose features through the assumed client head are those the server received at one local step, searched for or
+    decoded by an inverse network trained on other clients' test rows as public data."""
+    from raysim.attacks.inverse_network import InverseSettings
+    from raysim.attacks.smashed import SmashedSettings
+    from raysim.attacks.split_learning import reconstruct_smashed, refuse_unless_split_learning
+
+    if iterations < 1 or tv < 0 or lr <= 0 or step < 1 or epochs < 1 or public_rows < 1:
+        raise ConfigError(
+            "--iterations, --step, --epochs and --public-rows must be at least 1, --tv at least 0 and --lr above 0"
+        )
+    params = {"step": step, "prior": prior, "inversion": inversion}
+    if inversion == "search":
+        settings = SmashedSettings(iterations, lr, tv)
+        params.update(iterations=iterations, tv=tv, lr=lr)
+    else:
+        settings = InverseSettings(public_rows=public_rows, epochs=epochs)
+        params.update(epochs=epochs, public_rows=public_rows)
+    attack_one = lambda captured, client: reconstruct_smashed(captured, client, step, prior, settings)
+    reconstruction_attack(
+        "smashed", run_id, round_number, clients, tracking_uri, attack_one, params, refuse_unless_split_learning
+    )
+
+
+@click.command("label-leakage", context_settings={"max_content_width": 100})
+@RUN
+@ROUND
+@CLIENTS
+@STEP
+@PRIOR
+@TRACKING_URI
+def label_leakage(run_id, round_number, clients, step, prior, tracking_uri):
+    """The labels of split-learning clients' rows (fedv, fedvz, festa) from the gradients their tails returned to the
+    server at one local step, through the assumed tail: the logits' gradients solved by least squares, each row's
+    label their one negative entry (iDLG's rule); the share recovered logged per client."""
+    from raysim.attacks.attack_run import attack_run
+    from raysim.attacks.split_learning import read_labels, refuse_unless_split_learning
+
+    if step < 1:
+        raise ConfigError("--step must be at least 1")
+    uri, chosen, captured = replayed(run_id, round_number, clients, tracking_uri, refuse_unless_split_learning)
+    readings = [read_labels(captured, client, step, prior) for client in chosen or [min(captured.updates)]]
+    for reading in readings:
+        hits = sum(a == b for a, b in zip(reading.labels, reading.true_labels))
+        click.echo(
+            f"client {reading.client}: {hits} of {len(reading.labels)} labels of step {step} recovered (fit residual "
+            f"{reading.residual:.1e}), {reading.seconds:.1f} s"
+        )
+    given = {"round": round_number, "clients": ",".join(str(r.client) for r in readings), "step": step, "prior": prior}
+    with attack_run(uri, run_id, "label-leakage", given) as tracker:
+        for reading in readings:
+            metrics = {"label_accuracy": reading.accuracy, "residual": reading.residual, "seconds": reading.seconds}
+            tracker.log_metrics(metrics, step=reading.client)
+        click.echo(f"attack run {tracker.run_id}, nested under {run_id}")

@@ -1,0 +1,155 @@
+"""The attacks on split learning put together (FedV, FedVZ, FESTA): what the server received and computed in a
+captured round in, scored results out.
+
+The attacker is the server. It holds the encoder and what passed the cut at each local step: the smashed features a
+client's head sent, the encoder's output it computed from them and the gradient in that output the client's tail
+returned. It does not hold a client's head and tail; it assumes them (``prior``): the round's broadcast ones, which a
+client starts from after an average, or the backbone's pretrained ones. A client's rows are read only afterwards, to
+score what the attack produced.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from raysim.attacks import scores
+from raysim.attacks.capture import Captured
+from raysim.attacks.harness import Reconstruction, attacker_model, scored
+from raysim.attacks.inverse_network import InverseSettings, invert_by_network
+from raysim.attacks.label_leakage import leaked_labels, logit_gradients
+from raysim.attacks.smashed import SmashedSettings, invert_smashed
+from raysim.base.errors import ConfigError
+from raysim.base.seeding import Purpose, derive_seed
+from raysim.config import Config
+from raysim.core.registry import get_method
+from raysim.core.training import batch_plan, model_inputs
+from raysim.data.shards import ClientData
+
+HEAD_PRIORS = ("broadcast", "pretrained")  # the client head and tail a split-learning attacker assumes
+
+
+def refuse_unless_split_learning(config: Config) -> None:
+    """Refuse (one line) a method whose clients send no cut-layer features."""
+    if not get_method(config.method).split_learning:
+        raise ConfigError(
+            f"{config.method} is not split learning: its clients send no smashed features; attack fedv, fedvz or "
+            "festa, or attack an update with inverting or april"
+        )
+
+
+def client_model(captured: Captured, prior: str):
+    """(the client's model as the attacker assumes it, its first and last server block): the run's model without
+    the server's blocks, holding the ``prior`` head and tail, frozen, in training mode as the client ran it."""
+    if prior not in HEAD_PRIORS:
+        raise ConfigError(f"unknown --prior {prior!r}; choose one of {', '.join(HEAD_PRIORS)}")
+    model, method = attacker_model(captured.config, captured.shards.info.num_classes, None)
+    cut, stop = method.server_segment(len(model.vit.blocks))
+    model.offload(cut, stop, nn.Identity())
+    if prior == "broadcast":
+        model.load_trainable(captured.broadcast.params)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model.train(), cut, stop
+
+
+def step_tensors(found: dict[int, list[torch.Tensor]], captured: Captured, client: int, step: int) -> torch.Tensor:
+    """What ``client`` passed at local step ``step`` (1-based), or a one-line error naming the steps it took."""
+    steps = found.get(client, [])
+    if not 1 <= step <= len(steps):
+        raise ConfigError(
+            f"client {client} sent smashed features at {len(steps)} local steps in round {captured.round}; pass "
+            f"--step between 1 and {len(steps)}"
+        )
+    return steps[step - 1]
+
+
+def reconstruct_smashed(
+    captured: Captured, client: int, step: int, prior: str, settings: SmashedSettings | InverseSettings
+) -> Reconstruction:
+    """Smashed-data inversion of the features ``client`` sent at local step ``step`` of the captured round, through
+    the ``prior`` head: by search (:class:`SmashedSettings`) or by an inverse network trained on the public pool
+    (:class:`InverseSettings`, :func:`public_pool`)."""
+    observed = step_tensors(captured.smashed, captured, client, step)
+    model, cut, _ = client_model(captured, prior)
+
+    def head(x):
+        return model.run_blocks(model.embed(x), 0, cut)[0]
+
+    size, mean, std = model.input_spec
+    box = scores.model_box(mean, std)
+    if isinstance(settings, InverseSettings):
+        public = public_pool(captured, client, model, settings.public_rows)
+        inversion = invert_by_network(head, observed, public, model.vit.patch_embed.patch_size[0], box, settings)
+    else:
+        inversion = invert_smashed(head, observed, (len(mean), size, size), box, settings)
+    return scored(captured, client, model, inversion.inputs, None, inversion.loss, inversion.seconds)
+
+
+def public_pool(captured: Captured, client: int, model, rows: int) -> torch.Tensor:
+    """The attacker's public data, in the model's input space: the test rows of every client but ``client``, in
+    client order, at most ``rows`` of them (rows of the same distribution the attacker is assumed to hold)."""
+    shards, pool, held = captured.shards, [], 0
+    for other in range(shards.num_clients):
+        if other != client and held < rows:
+            pool.append(shards.test(other))
+            held += len(pool[-1])
+    data = ClientData.concat(pool)
+    return model_inputs(model, data.images[:rows], torch.device("cpu"))
+
+
+@dataclass
+class LabelReading:
+    """The labels of one client's rows at one local step read off its returned gradient, beside the true ones
+    (in the batch's order), and the least-squares fit's largest relative residual over the rows."""
+
+    client: int
+    step: int
+    labels: list[int]
+    true_labels: list[int]
+    residual: float
+    seconds: float
+
+    @property
+    def accuracy(self) -> float:
+        return float(np.mean(np.equal(self.labels, self.true_labels)))
+
+
+def read_labels(captured: Captured, client: int, step: int, prior: str) -> LabelReading:
+    """The labels of the rows ``client`` trained on at local step ``step`` of the captured round, from the gradient
+    its tail returned there and the encoder output the server computed (:mod:`raysim.attacks.label_leakage`), through
+    the ``prior`` tail; scored against the rows of that step in the client's own batch order."""
+    returned = step_tensors(captured.returned, captured, client, step)
+    outputs = captured.encoder_outputs[client][step - 1]
+    start = time.perf_counter()
+    model, cut, stop = client_model(captured, prior)
+    model.double()
+    size, mean, _ = model.input_spec
+    with torch.no_grad():  # the prompt segments' sizes after the head: they do not depend on the input
+        _, sizes = model.run_blocks(model.embed(torch.zeros(1, len(mean), size, size, dtype=torch.float64)), 0, cut)
+
+    def tail(z):
+        return model.head_from(model.run_blocks((z, sizes), stop, len(model.vit.blocks)))
+
+    r, residual = logit_gradients(tail, outputs, returned)
+    labels = leaked_labels(r).tolist()
+    seconds = time.perf_counter() - start
+    truth = step_labels(captured, client, step)
+    if len(truth) != len(labels):
+        raise ConfigError(f"client {client}'s step {step} returned {len(labels)} rows, its plan {len(truth)}")
+    return LabelReading(client, step, labels, truth, float(residual.max()), seconds)
+
+
+def step_labels(captured: Captured, client: int, step: int) -> list[int]:
+    """The labels of the rows ``client`` trained on at local step ``step``, in its batch's order: the client's own
+    batch plan (:func:`~raysim.core.training.batch_plan`, from the run seed, the round and the client), read only
+    to score."""
+    config, data = captured.config, captured.shards.train(client)
+    order = torch.Generator().manual_seed(derive_seed(config.federation.seed, Purpose.CLIENT, captured.round, client))
+    plan = batch_plan(len(data), config.train.batch_size, config.train.local_epochs, order)
+    rows = [batch for epoch in plan for batch in epoch][step - 1]
+    return [int(y) for y in np.asarray(data.labels)[rows]]
