@@ -7,11 +7,12 @@ it needs no gradient of the head, only the head's outputs on public data, and on
 one forward.
 
 He et al. train a deconvolutional network; on a vision transformer's tokens the network here decodes each patch
-token on its own (:class:`PatchDecoder`: LayerNorm, Linear(D, hidden), GELU, Linear(hidden, C p^2), the patch's
-pixels, folded back into the image; the prefix and prompt tokens ahead of the patches are dropped). With the head the
-patch embedding alone (``head_blocks=0``) a token is an affine map of its patch, which this learns to invert; deeper
-heads mix the tokens, which it approximates from each token's residual stream. Trained by Adam on the mean squared
-error in the model's input space, over shuffled batches of the public features.
+token on its own (:class:`PatchDecoder`: a learned offset per position, LayerNorm, Linear(D, hidden), GELU,
+Linear(hidden, C p^2), the patch's pixels, folded back into the image; the prefix and prompt tokens ahead of the
+patches are dropped). With the head the patch embedding alone (``head_blocks=0``) a token is W x_p + b + pos_p, an
+affine map of its patch whose offset depends on the position, which the per-position offset lets one decoder undo;
+deeper heads mix the tokens, which it approximates from each token's residual stream. Trained by Adam on the mean
+squared error in the model's input space, over shuffled batches of the public features.
 """
 
 from __future__ import annotations
@@ -42,18 +43,21 @@ class InverseSettings:
 
 class PatchDecoder(nn.Module):
     """Tokens ``[B, T, D]`` to images ``[B, C, H, W]``: the last ``grid[0] * grid[1]`` tokens (the patches, in
-    row-major order) each decoded to its ``patch`` x ``patch`` pixels of ``channels`` channels."""
+    row-major order), each plus its position's learned offset, decoded to its ``patch`` x ``patch`` pixels of
+    ``channels`` channels."""
 
     def __init__(self, width: int, channels: int, patch: int, grid: tuple[int, int], hidden: int):
         super().__init__()
         self.channels, self.patch, self.grid = channels, patch, grid
+        self.position = nn.Parameter(torch.zeros(grid[0] * grid[1], width))
         self.net = nn.Sequential(
             nn.LayerNorm(width), nn.Linear(width, hidden), nn.GELU(), nn.Linear(hidden, channels * patch * patch)
         )
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         rows, columns = self.grid
-        return fold_patches(self.net(tokens[:, -rows * columns :]), self.channels, self.patch, self.grid)
+        patches = self.net(tokens[:, -rows * columns :] + self.position)
+        return fold_patches(patches, self.channels, self.patch, self.grid)
 
 
 def fold_patches(patches: torch.Tensor, channels: int, patch: int, grid: tuple[int, int]) -> torch.Tensor:

@@ -11,7 +11,12 @@ every client starts its round from the tails the server averaged) and z (it comp
 Mopuri, Bilen, "iDLG: Improved Deep Leakage from Gradients", 2020): p_b - onehot(y_b) is negative in the true class
 only. Label leakage from the returned gradients is split learning's known weakness (Li et al., "Label Leakage and
 Protection in Two-party Split Learning", ICLR 2022, who read binary labels off the gradients' norms and directions
-without the tail); FedV's and FedVZ's clients return the same gradients, whichever way the server then steps.
+without the tail); FedV's and FedVZ's clients return their gradients alike, whichever way the server then steps.
+
+The solve needs J_b of rank C: a class-token head reads D numbers, so it needs D >= C (192 against 62 classes on the
+offline default); where it does not hold the attack refuses rather than guess. The residual is about 0 when the
+assumed tail is the one the client stepped with (its first step after an average) and grows as the client's tail
+moves away from it over its local steps, while the negative entry usually stays where it was.
 """
 
 from __future__ import annotations
@@ -20,21 +25,34 @@ from collections.abc import Callable
 
 import torch
 
+from raysim.base.errors import ConfigError
+
 
 def logit_gradients(
     tail: Callable[[torch.Tensor], torch.Tensor], outputs: torch.Tensor, returned: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(r ``[B, C]``, each row's relative residual ``||J_b^T r_b - g_b|| / ||g_b||``): the gradients in the logits of
     ``tail`` (``[B, T, D]`` encoder outputs to ``[B, C]`` logits, rows independent) that best explain the
-    ``returned`` gradients ``g`` ``[B, T, D]`` at ``outputs`` z, by least squares per row."""
+    ``returned`` gradients ``g`` ``[B, T, D]`` at ``outputs`` z, by least squares per row over the tokens the logits
+    depend on (the class token alone for a class-token head). Raises :class:`ConfigError` where the Jacobian's rank
+    is below C (more classes than the tail's input has directions): r is then not determined by g."""
     z = outputs.detach().double().requires_grad_(True)
     logits = tail(z)
+    classes = logits.shape[1]
+    mix = torch.randn(classes, generator=torch.Generator().manual_seed(0), dtype=logits.dtype)
+    (probe,) = torch.autograd.grad(logits @ mix, z, torch.ones(len(z), dtype=z.dtype), retain_graph=True)
+    read = probe.abs().amax(dim=(0, 2)) > 0  # [T]: the tokens the logits depend on (through a generic mix of them)
     columns = [
-        torch.autograd.grad(logits[:, c].sum(), z, retain_graph=c + 1 < logits.shape[1])[0]
-        for c in range(logits.shape[1])
+        torch.autograd.grad(logits[:, c].sum(), z, retain_graph=c + 1 < classes)[0][:, read] for c in range(classes)
     ]
-    jacobians = torch.stack(columns, dim=-1).flatten(1, -2)  # [B, T D, C]: J_b^T
-    g = returned.detach().double().flatten(1).unsqueeze(-1)
+    jacobians = torch.stack(columns, dim=-1).flatten(1, -2)  # [B, T' D, C]: J_b^T
+    rank = int(torch.linalg.matrix_rank(jacobians[0]))
+    if rank < classes:
+        raise ConfigError(
+            f"the tail's {classes} logits depend on its input through a Jacobian of rank {rank}: the returned "
+            "gradient does not determine each row's logit gradient, and label leakage by least squares does not apply"
+        )
+    g = returned.detach().double()[:, read].flatten(1).unsqueeze(-1)
     r = torch.linalg.lstsq(jacobians, g).solution
     residual = (jacobians @ r - g).norm(dim=(1, 2)) / g.norm(dim=(1, 2)).clamp_min(torch.finfo(g.dtype).tiny)
     return r.squeeze(-1), residual

@@ -124,7 +124,7 @@ def read_labels(captured: Captured, client: int, step: int, prior: str) -> Label
     its tail returned there and the encoder output the server computed (:mod:`raysim.attacks.label_leakage`), through
     the ``prior`` tail; scored against the rows of that step in the client's own batch order."""
     returned = step_tensors(captured.returned, captured, client, step)
-    outputs = captured.encoder_outputs[client][step - 1]
+    outputs = step_tensors(captured.encoder_outputs, captured, client, step)
     start = time.perf_counter()
     model, cut, stop = client_model(captured, prior)
     model.double()
@@ -138,10 +138,7 @@ def read_labels(captured: Captured, client: int, step: int, prior: str) -> Label
     r, residual = logit_gradients(tail, outputs, returned)
     labels = leaked_labels(r).tolist()
     seconds = time.perf_counter() - start
-    truth = step_labels(captured, client, step)
-    if len(truth) != len(labels):
-        raise ConfigError(f"client {client}'s step {step} returned {len(labels)} rows, its plan {len(truth)}")
-    return LabelReading(client, step, labels, truth, float(residual.max()), seconds)
+    return LabelReading(client, step, labels, step_labels(captured, client, step), float(residual.max()), seconds)
 
 
 def step_labels(captured: Captured, client: int, step: int) -> list[int]:
@@ -150,6 +147,15 @@ def step_labels(captured: Captured, client: int, step: int) -> list[int]:
     to score."""
     config, data = captured.config, captured.shards.train(client)
     order = torch.Generator().manual_seed(derive_seed(config.federation.seed, Purpose.CLIENT, captured.round, client))
-    plan = batch_plan(len(data), config.train.batch_size, config.train.local_epochs, order)
-    rows = [batch for epoch in plan for batch in epoch][step - 1]
-    return [int(y) for y in np.asarray(data.labels)[rows]]
+    plan = [
+        rows
+        for epoch in batch_plan(len(data), config.train.batch_size, config.train.local_epochs, order)
+        for rows in epoch
+    ]
+    taken = captured.returned[client]
+    if len(plan) != len(taken) or len(plan[step - 1]) != len(taken[step - 1]):
+        raise ConfigError(
+            f"client {client}'s {len(taken)} steps in round {captured.round} are not its batch plan's {len(plan)}; "
+            "its rows cannot be scored"
+        )
+    return [int(y) for y in np.asarray(data.labels)[plan[step - 1]]]

@@ -34,9 +34,10 @@ def tracked_run(tmp_path_factory, empty_store):
 @pytest.fixture(scope="module")
 def split_run(tracked_run):
     """A tracked two-round FedV run on the sequential backend (heads and tails averaged after round 1), and what its
-    server received at each local step, by (round, client): the smashed features and the gradients the tails
-    returned."""
+    server received and computed at each local step, by (round, client): the smashed features, the encoder's outputs
+    and the gradients the tails returned."""
     received: dict[tuple[int, int], list[torch.Tensor]] = {}
+    computed: dict[tuple[int, int], list[torch.Tensor]] = {}
     returned: dict[tuple[int, int], list[torch.Tensor]] = {}
     forward, backward, configure = EncoderServer.forward, EncoderServer.backward, FedV.configure
     current = [0]
@@ -46,9 +47,11 @@ def split_run(tracked_run):
         return configure(self, round, state, client_ids)
 
     def spied_forward(self, key, h):
+        out = forward(self, key, h)
         if key is not None:
             received.setdefault((current[0], key[0]), []).append(h.clone())
-        return forward(self, key, h)
+            computed.setdefault((current[0], key[0]), []).append(out[0].clone())
+        return out
 
     def spied_backward(self, key, grad_out, keep_for=None):
         returned.setdefault((current[0], key[0]), []).append(grad_out.clone())
@@ -59,4 +62,4 @@ def split_run(tracked_run):
         patch.setattr(EncoderServer, "backward", spied_backward)
         patch.setattr(FedV, "configure", configured)
         uri, run_id = tracked_run("fedv", {"federation": {"rounds": 2}})
-    return uri, run_id, received, returned
+    return uri, run_id, received, (computed, returned)
