@@ -209,19 +209,15 @@ def main() -> None:
                         psnrs.setdefault((method, name), []).append(psnr)
                         passed.setdefault((method, name), []).append(psnr > TARGET_DB)
                     if split:  # the labels of every step, from the gradients the tail returned
-                        readings = [
-                            read_labels(captured, client, step, "broadcast")
-                            for step in range(1, len(captured.returned[client]) + 1)
-                        ]
-                        name, first = f"labels r{round_number}", readings[0]
-                        accuracy = statistics.mean(r.accuracy for r in readings)
+                        first, every = (read_labels(captured, client, steps, "broadcast") for steps in ([1], None))
+                        name = f"labels r{round_number}"
                         print(
                             f"{method:<7} {seed:>4}  {client:>6}  {name:<10} {first.labels[0]:>5} "
                             f"({first.true_labels[0]:>2})  {'':7}  {'':6}  {first.seconds:7.1f}  "
-                            f"{first.residual:.1e}; {accuracy:.0%} of the rows of its {len(readings)} steps",
+                            f"{first.residual:.1e}; {every.accuracy:.0%} of the rows of its {len(every.steps)} steps",
                             flush=True,
                         )
-                        labels.setdefault((method, name), []).append((first.accuracy, accuracy))
+                        labels.setdefault((method, name), []).append((first.accuracy, every.accuracy))
                     if args.lenet and not split:  # the rows and labels only: the gradient is LeNet's
                         psnr, ssim, seconds, loss = lenet_trial(captured, client, settings, seed)
                         print(

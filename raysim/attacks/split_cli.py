@@ -8,7 +8,6 @@ import click
 from raysim.attacks.cli_options import CLIENTS, ROUND, RUN, TRACKING_URI, reconstruction_attack, replayed
 from raysim.base.errors import ConfigError
 
-STEP = click.option("--step", type=int, default=1, show_default=True, help="The client's local step to attack.")
 PRIOR = click.option(
     "--prior",
     type=click.Choice(["broadcast", "pretrained"]),
@@ -22,7 +21,7 @@ PRIOR = click.option(
 @RUN
 @ROUND
 @CLIENTS
-@STEP
+@click.option("--step", type=int, default=1, show_default=True, help="The client's local step to invert.")
 @PRIOR
 @click.option(
     "--inversion",
@@ -70,27 +69,32 @@ def smashed(
 @RUN
 @ROUND
 @CLIENTS
-@STEP
+@click.option(
+    "--step", "step_text", default="1", show_default=True, help="The client's local step to attack, or all of them."
+)
 @PRIOR
 @TRACKING_URI
-def label_leakage(run_id, round_number, clients, step, prior, tracking_uri):
+def label_leakage(run_id, round_number, clients, step_text, prior, tracking_uri):
     """The labels of split-learning clients' rows (fedv, fedvz, festa) from the gradients their tails returned to the
-    server at one local step, through the assumed tail: the logits' gradients solved by least squares, each row's
-    label their one negative entry (iDLG's rule); the share recovered logged per client."""
+    server at a local step (or all of them), through the assumed tail: the logits' gradients solved by least squares,
+    each row's label their one negative entry (iDLG's rule); the share recovered logged per client."""
     from raysim.attacks.attack_run import attack_run
     from raysim.attacks.split_learning import read_labels, refuse_unless_split_learning
 
-    if step < 1:
-        raise ConfigError("--step must be at least 1")
+    steps = None if step_text == "all" else [int(step_text)] if step_text.isdigit() and int(step_text) > 0 else []
+    if steps == []:
+        raise ConfigError(f"--step {step_text!r} is neither a local step (1, 2, ...) nor all")
     uri, chosen, captured = replayed(run_id, round_number, clients, tracking_uri, refuse_unless_split_learning)
-    readings = [read_labels(captured, client, step, prior) for client in chosen or [min(captured.updates)]]
+    readings = [read_labels(captured, client, steps, prior) for client in chosen or [min(captured.updates)]]
     for reading in readings:
         hits = sum(a == b for a, b in zip(reading.labels, reading.true_labels))
+        where = f"step {reading.steps[0]}" if steps else f"its {len(reading.steps)} steps"
         click.echo(
-            f"client {reading.client}: {hits} of {len(reading.labels)} labels of step {step} recovered (fit residual "
+            f"client {reading.client}: {hits} of {len(reading.labels)} labels of {where} recovered (fit residual "
             f"{reading.residual:.1e}), {reading.seconds:.1f} s"
         )
-    given = {"round": round_number, "clients": ",".join(str(r.client) for r in readings), "step": step, "prior": prior}
+    clients_read = ",".join(str(r.client) for r in readings)
+    given = {"round": round_number, "clients": clients_read, "step": step_text, "prior": prior}
     with attack_run(uri, run_id, "label-leakage", given) as tracker:
         for reading in readings:
             metrics = {"label_accuracy": reading.accuracy, "residual": reading.residual, "seconds": reading.seconds}

@@ -104,11 +104,12 @@ def public_pool(captured: Captured, client: int, model, rows: int) -> torch.Tens
 
 @dataclass
 class LabelReading:
-    """The labels of one client's rows at one local step read off its returned gradient, beside the true ones
-    (in the batch's order), and the least-squares fit's largest relative residual over the rows."""
+    """The labels of one client's rows at some of its local steps (``steps``, 1-based) read off its returned
+    gradients, beside the true ones (step by step, each in the batch's order), and the least-squares fit's largest
+    relative residual over those rows."""
 
     client: int
-    step: int
+    steps: tuple[int, ...]
     labels: list[int]
     true_labels: list[int]
     residual: float
@@ -119,12 +120,21 @@ class LabelReading:
         return float(np.mean(np.equal(self.labels, self.true_labels)))
 
 
-def read_labels(captured: Captured, client: int, step: int, prior: str) -> LabelReading:
-    """The labels of the rows ``client`` trained on at local step ``step`` of the captured round, from the gradient
-    its tail returned there and the encoder output the server computed (:mod:`raysim.attacks.label_leakage`), through
-    the ``prior`` tail; scored against the rows of that step in the client's own batch order."""
-    returned = step_tensors(captured.returned, captured, client, step)
-    outputs = step_tensors(captured.encoder_outputs, captured, client, step)
+def read_labels(captured: Captured, client: int, steps: list[int] | None, prior: str) -> LabelReading:
+    """The labels of the rows ``client`` trained on at local ``steps`` (None: every step it took) of the captured
+    round, from the gradients its tail returned there and the encoder outputs the server computed
+    (:mod:`raysim.attacks.label_leakage`), through the ``prior`` tail; scored against the rows of each step in the
+    client's own batch order."""
+    steps = list(range(1, len(captured.returned.get(client, [])) + 1)) if steps is None else steps
+    if not steps:
+        raise ConfigError(f"client {client} took no local step in round {captured.round}: it returned no gradient")
+    passed = [
+        (
+            step_tensors(captured.encoder_outputs, captured, client, step),
+            step_tensors(captured.returned, captured, client, step),
+        )
+        for step in steps
+    ]
     start = time.perf_counter()
     model, cut, stop = client_model(captured, prior)
     model.double()
@@ -135,10 +145,14 @@ def read_labels(captured: Captured, client: int, step: int, prior: str) -> Label
     def tail(z):
         return model.head_from(model.run_blocks((z, sizes), stop, len(model.vit.blocks)))
 
-    r, residual = logit_gradients(tail, outputs, returned)
-    labels = leaked_labels(r).tolist()
+    labels, residual = [], 0.0
+    for outputs, returned in passed:
+        r, fit = logit_gradients(tail, outputs, returned)
+        labels += leaked_labels(r).tolist()
+        residual = max(residual, float(fit.max()))
     seconds = time.perf_counter() - start
-    return LabelReading(client, step, labels, step_labels(captured, client, step), float(residual.max()), seconds)
+    truth = [y for step in steps for y in step_labels(captured, client, step)]
+    return LabelReading(client, tuple(steps), labels, truth, residual, seconds)
 
 
 def step_labels(captured: Captured, client: int, step: int) -> list[int]:

@@ -4,6 +4,8 @@ server received (bit for bit), the rows of a recorded run and the command's run.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -78,12 +80,12 @@ def test_after_the_average_the_broadcast_tail_reads_every_label_off_the_first_st
     uri, run_id, _, _ = split_run
     config = recorded_config(uri, run_id)
     late, early = capture(config, 2), capture(config, 1)
-    found = [read_labels(late, client, 1, "broadcast") for client in sorted(late.updates)]
+    found = [read_labels(late, client, [1], "broadcast") for client in sorted(late.updates)]
     assert all(r.accuracy == 1.0 and r.residual < 1e-3 for r in found), [(r.accuracy, r.residual) for r in found]
-    guessed = [read_labels(early, client, 1, "broadcast") for client in sorted(early.updates)]
+    guessed = [read_labels(early, client, [1], "broadcast") for client in sorted(early.updates)]
     assert all(r.accuracy < 0.5 and r.residual > 0.1 for r in guessed), [(r.accuracy, r.residual) for r in guessed]
     with pytest.raises(ConfigError, match="pass --step between 1 and"):
-        read_labels(late, min(late.updates), 99, "broadcast")
+        read_labels(late, min(late.updates), [99], "broadcast")
 
 
 def test_the_broadcast_tail_reads_the_labels_of_later_steps_as_the_clients_tail_moves(split_run):
@@ -92,19 +94,24 @@ def test_the_broadcast_tail_reads_the_labels_of_later_steps_as_the_clients_tail_
     uri, run_id, _, _ = split_run
     late = capture(recorded_config(uri, run_id), 2)
     client = min(late.updates)
-    readings = [read_labels(late, client, step, "broadcast") for step in range(2, len(late.returned[client]) + 1)]
+    readings = [read_labels(late, client, [step], "broadcast") for step in range(2, len(late.returned[client]) + 1)]
     assert len(readings) >= 5 and min(r.residual for r in readings) > 1e-3
     assert sum(r.accuracy for r in readings) / len(readings) > 0.9, [r.accuracy for r in readings]
+    every = read_labels(late, client, None, "broadcast")
+    assert every.steps == tuple(range(1, len(readings) + 2))
+    assert every.labels == [
+        y for step in [1, *range(2, len(readings) + 2)] for y in read_labels(late, client, [step], "broadcast").labels
+    ]
 
 
 def test_a_label_leakage_attack_is_a_run_nested_under_the_attacked_one(split_run):
     uri, run_id, received, _ = split_run
     client = min(c for r, c in received if r == 2)
-    args = ["--run", run_id, "--tracking-uri", uri, "--round", "2", "--clients", str(client)]
+    args = ["--run", run_id, "--tracking-uri", uri, "--round", "2", "--clients", str(client), "--step", "all"]
     result = CliRunner().invoke(main, ["attack", "label-leakage", *args])
     assert result.exit_code == 0, result.output
-    assert f"client {client}: " in result.output and "labels of step 1 recovered" in result.output
+    assert re.search(rf"client {client}: \d+ of \d+ labels of its \d+ steps recovered", result.output), result.output
     run_id_out = result.output.strip().splitlines()[-1].split("attack run ")[1].split(",")[0]
     attack_run = MlflowClient(tracking_uri=uri).get_run(run_id_out)
     assert attack_run.data.tags["mlflow.parentRunId"] == run_id
-    assert attack_run.data.metrics["label_accuracy"] == 1.0 and attack_run.data.params["prior"] == "broadcast"
+    assert attack_run.data.metrics["label_accuracy"] > 0.9 and attack_run.data.params["step"] == "all"

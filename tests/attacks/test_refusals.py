@@ -73,7 +73,9 @@ def test_a_split_learning_attack_on_a_method_that_sends_no_features_is_one_line(
 
 def test_bad_split_learning_attack_options_are_one_line():
     bad = CliRunner().invoke(main, ["attack", "label-leakage", "--run", "any", "--step", "0"])
-    assert bad.exit_code == 2 and bad.output.strip().splitlines() == ["raysim: error: --step must be at least 1"]
+    assert bad.exit_code == 2 and bad.output.strip().splitlines() == [
+        "raysim: error: --step '0' is neither a local step (1, 2, ...) nor all"
+    ]
     bad = CliRunner().invoke(main, ["attack", "smashed", "--run", "any", "--inversion", "network", "--epochs", "0"])
     assert bad.exit_code == 2 and len(bad.output.strip().splitlines()) == 1
     assert "--epochs and --public-rows must be at least 1" in bad.output
