@@ -95,7 +95,9 @@ def public_pool(captured: Captured, client: int, model, rows: int) -> torch.Tens
     client order, at most ``rows`` of them (rows of the same distribution the attacker is assumed to hold)."""
     shards, pool, held = captured.shards, [], 0
     for other in range(shards.num_clients):
-        if other != client and held < rows:
+        if held >= rows:
+            break
+        if other != client:
             pool.append(shards.test(other))
             held += len(pool[-1])
     data = ClientData.concat(pool)
@@ -151,14 +153,13 @@ def read_labels(captured: Captured, client: int, steps: list[int] | None, prior:
         labels += leaked_labels(r).tolist()
         residual = max(residual, float(fit.max()))
     seconds = time.perf_counter() - start
-    truth = [y for step in steps for y in step_labels(captured, client, step)]
-    return LabelReading(client, tuple(steps), labels, truth, residual, seconds)
+    return LabelReading(client, tuple(steps), labels, step_labels(captured, client, steps), residual, seconds)
 
 
-def step_labels(captured: Captured, client: int, step: int) -> list[int]:
-    """The labels of the rows ``client`` trained on at local step ``step``, in its batch's order: the client's own
-    batch plan (:func:`~raysim.core.training.batch_plan`, from the run seed, the round and the client), read only
-    to score."""
+def step_labels(captured: Captured, client: int, steps: list[int]) -> list[int]:
+    """The labels of the rows ``client`` trained on at local ``steps``, step by step, each in its batch's order: the
+    client's own batch plan (:func:`~raysim.core.training.batch_plan`, from the run seed, the round and the client),
+    read only to score."""
     config, data = captured.config, captured.shards.train(client)
     order = torch.Generator().manual_seed(derive_seed(config.federation.seed, Purpose.CLIENT, captured.round, client))
     plan = [
@@ -167,9 +168,10 @@ def step_labels(captured: Captured, client: int, step: int) -> list[int]:
         for rows in epoch
     ]
     taken = captured.returned[client]
-    if len(plan) != len(taken) or len(plan[step - 1]) != len(taken[step - 1]):
+    if len(plan) != len(taken) or any(len(plan[step - 1]) != len(taken[step - 1]) for step in steps):
         raise ConfigError(
             f"client {client}'s {len(taken)} steps in round {captured.round} are not its batch plan's {len(plan)}; "
             "its rows cannot be scored"
         )
-    return [int(y) for y in np.asarray(data.labels)[plan[step - 1]]]
+    labels = np.asarray(data.labels)
+    return [int(y) for step in steps for y in labels[plan[step - 1]]]
