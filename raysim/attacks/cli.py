@@ -6,9 +6,9 @@
     raysim attack smashed --run RUN_ID --round 2 --clients 3,7 --inversion network
     raysim attack label-leakage --run RUN_ID --round 2 --clients 3,7
     raysim attack membership --run RUN_ID
-    raysim attack membership --run RUN_ID                           --model personal
-    raysim attack membership --run RUN_ID                           --shadows 4
-    raysim attack features --run RUN_ID --round 5                   --prototype
+    raysim attack membership --run RUN_ID --model personal
+    raysim attack membership --run RUN_ID --shadows 4
+    raysim attack features --run RUN_ID --round 5 --prototype
 
 Imports click and the config only (``raysim --help`` stays free of torch, Ray and MLflow); each command imports the
 attack it runs. Bad input is one line and exit code 2 (:class:`~raysim.base.errors.ConfigError`, which the CLI's

@@ -19,8 +19,6 @@ CLIENTS = click.option(
     metavar="IDS",
     help="Comma-separated clients whose updates to attack (default: the round's first client the server kept).",
 )
-
-
 TRACKING_URI = click.option(
     "--tracking-uri", help="The run's MLflow store (default sqlite:///./raysim-runs/mlflow.db)."
 )
