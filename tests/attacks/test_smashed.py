@@ -132,7 +132,7 @@ def test_the_inverse_network_through_the_broadcast_head_decodes_round_twos_rows(
     late, early = capture(config, 2), capture(config, 1)
     found = reconstruct_smashed(late, min(late.updates), 1, "broadcast", settings)
     guessed = reconstruct_smashed(early, min(early.updates), 1, "broadcast", settings)
-    assert min(found.psnr) > 18 and max(guessed.psnr) < 16.5, (found.psnr, guessed.psnr)  # 20.9 and 14.3 here
+    assert min(found.psnr) > 18 and max(guessed.psnr) < 16.5, (found.psnr, guessed.psnr)  # 21.0 and 14.4 here
 
 
 def test_the_public_pool_holds_other_clients_test_rows_only(split_run):
