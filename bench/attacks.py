@@ -18,7 +18,8 @@ returned (``raysim attack label-leakage``), through the round's broadcast tail.
 
 ``--lenet`` validates Inverting Gradients itself against the paper's kind of network, in place of the ViT's messages:
 the same rows and labels, the gradient of DLG's LeNet (Zhu et al., NeurIPS 2019; random initialisation, from the run
-seed and the client) at them, the same search.
+seed and the client) at them, the same search. ``--refine N`` follows each search with N L-BFGS iterations in
+float64 on the gradient match alone.
 
     python bench/attacks.py                                   # FedAvg and FedVPT, seed 0, 4 trials each
     python bench/attacks.py --methods fedavg --seeds 0,1,2 --trials 2 --iterations 1500
@@ -27,6 +28,7 @@ seed and the client) at them, the same search.
     python bench/attacks.py --methods fedv --seeds 0,1,2 --trials 4 --set federation.clients=651 \
         --set federation.participation=0.02     # 10 rows a client: the labels of 10 steps of a drifting tail
     python bench/attacks.py --methods fedavg --seeds 0,1,2 --trials 4 --lenet
+    python bench/attacks.py --methods fedavg --seeds 0,1,2 --trials 4 --lenet --refine 500
     python bench/attacks.py --methods fedavg --seeds 0,1,2 --trials 2 --set train.local_epochs=2   # two local steps
     python bench/attacks.py --methods fedavg --seeds 0,1,2 --skip-inverting --set privacy.mode=record \
         --set privacy.noise_multiplier=1.0 --set privacy.clip=1.0 --set privacy.delta=1e-5   # APRIL against DP-SGD
@@ -125,6 +127,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=4, help="Messages attacked per method and seed.")
     parser.add_argument("--iterations", type=int, default=1500)
     parser.add_argument("--tv", type=float, default=1e-2)
+    parser.add_argument("--refine", type=int, default=0, help="L-BFGS iterations in float64 after the search.")
     parser.add_argument("--out", default="bench-attacks", help="Folder for the pictures.")
     parser.add_argument("--lenet", action="store_true", help="Invert LeNet's gradient at the rows, not the ViT's.")
     parser.add_argument(
@@ -161,7 +164,7 @@ def main() -> None:
         extra.setdefault(section, {})[key] = value
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    settings = InvertingSettings(iterations=args.iterations, tv=args.tv)
+    settings = InvertingSettings(iterations=args.iterations, tv=args.tv, refine=args.refine)
     inversions = {"search": SmashedSettings(), "network": InverseSettings()}
     if set(args.inversion.split(",")) - set(inversions):
         parser.error(f"--inversion takes {' and '.join(inversions)}, comma-separated")

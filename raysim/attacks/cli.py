@@ -61,18 +61,21 @@ def refuse_unless_update_inversion(config) -> None:
 @click.option("--tv", type=float, default=1e-2, show_default=True, help="Weight of the total-variation prior.")
 @click.option("--lr", type=float, default=0.1, show_default=True, help="Adam's step on the input.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the initial noise.")
+@click.option(
+    "--refine", type=int, default=0, show_default=True, help="L-BFGS iterations in float64 after the search (0: none)."
+)
 @TRACKING_URI
-def inverting(run_id, round_number, clients, iterations, tv, lr, seed, tracking_uri):
+def inverting(run_id, round_number, clients, iterations, tv, lr, seed, refine, tracking_uri):
     """Inverting Gradients (Geiping et al., NeurIPS 2020) against clients' updates of SGD: labels recovered from the
     head's bias, inputs reconstructed (for several local steps, by training as the client did); PSNR and SSIM logged
     with the picture."""
     from raysim.attacks.harness import reconstruct
     from raysim.attacks.inverting import InvertingSettings
 
-    if iterations < 1 or tv < 0 or lr <= 0:
-        raise ConfigError("--iterations must be at least 1, --tv at least 0 and --lr above 0")
-    settings = InvertingSettings(iterations, lr, tv, seed)
-    params = {"iterations": iterations, "tv": tv, "lr": lr, "seed": seed}
+    if iterations < 1 or tv < 0 or lr <= 0 or refine < 0:
+        raise ConfigError("--iterations must be at least 1, --tv and --refine at least 0 and --lr above 0")
+    settings = InvertingSettings(iterations, lr, tv, seed, refine)
+    params = {"iterations": iterations, "tv": tv, "lr": lr, "seed": seed, "refine": refine}
     attack_one = lambda captured, client: reconstruct(captured, client, settings)
     reconstruction_attack(
         "inverting", run_id, round_number, clients, tracking_uri, attack_one, params, refuse_unless_update_inversion

@@ -97,7 +97,7 @@ def reconstruct(captured: Captured, client: int, settings: InvertingSettings) ->
     model, _ = attacker_model(config, captured.shards.info.num_classes, broadcast.params)
     attacked, labels, loss = update_objective(update, broadcast, config, model)
     box = scores.model_box(*model.input_spec[1:])
-    inversion = search(model, attacked, lambda x: loss(x, labels, settings.tv), len(labels), box, settings)
+    inversion = search(model, attacked, lambda x, tv: loss(x, labels, tv), len(labels), box, settings)
     return scored(captured, client, model, inversion.inputs, labels, inversion.loss, inversion.seconds)
 
 

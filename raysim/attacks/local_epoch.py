@@ -57,9 +57,9 @@ def local_steps(config: Config, update: ClientUpdate) -> LocalSteps:
 
 def simulated_update(model, start: Tensors, x: torch.Tensor, labels: torch.Tensor, steps: LocalSteps) -> Tensors:
     """w_T - w_0 of the tensors in ``start`` (w_0) after ``steps`` of torch's SGD on the cross-entropy of ``model``
-    over the rows ``x``, ``labels`` (each step the next ``batches[k]`` rows, every epoch from the first);
-    differentiable in ``x``."""
-    weights = {name: t.detach().clone().requires_grad_(True) for name, t in start.items()}
+    over the rows ``x``, ``labels`` (each step the next ``batches[k]`` rows, every epoch from the first), in ``x``'s
+    dtype; differentiable in ``x``."""
+    weights = {name: t.detach().to(x.dtype).clone().requires_grad_(True) for name, t in start.items()}
     names, buffers, first = list(weights), {}, 0
     for rows in steps.batches:
         batch = slice(first, first + rows)

@@ -122,3 +122,20 @@ def test_inverting_a_linear_classifier_finds_the_input():
     found = invert(fresh, true, torch.tensor([3]), box, InvertingSettings(iterations=400, lr=0.05, tv=0.0))
     assert torch.allclose(found.inputs, x, atol=0.02)
     assert found.loss < 1e-3
+
+
+def test_the_float64_refinement_finishes_a_search_cut_short_and_leaves_the_model_as_it_was():
+    model = Linear(classes=5)
+    x = torch.tensor([[[[0.9, 0.1], [0.4, 0.7]]]])
+    _, _, true = one_sgd_step(model, x, torch.tensor([3]), lr=0.1, decay=0.0)
+    box = (torch.zeros(1, 1, 1, 1), torch.ones(1, 1, 1, 1))
+    fresh = Linear(classes=5)
+    before = {name: p.detach().clone() for name, p in fresh.named_parameters()}
+    short = InvertingSettings(iterations=40, lr=0.05, tv=0.01)
+    searched = invert(fresh, true, torch.tensor([3]), box, short)
+    refined = invert(fresh, true, torch.tensor([3]), box, InvertingSettings(40, 0.05, 0.01, refine=50))
+    assert (searched.inputs - x).abs().max() > 1e-3  # Adam's 40 signed steps end short of the input
+    assert (refined.inputs - x).abs().max() < 1e-5  # L-BFGS on the cosine alone, in float64, ends on it
+    assert refined.loss < 1e-10 and refined.inputs.dtype == torch.float32
+    for name, p in fresh.named_parameters():
+        assert p.dtype == torch.float32 and torch.equal(p.detach(), before[name]), name

@@ -56,6 +56,18 @@ def test_the_simulated_update_is_torchs_sgd_with_momentum_and_weight_decay():
         assert torch.allclose(made[name], sent[name] - start[name], rtol=1e-10, atol=1e-12), name
 
 
+def test_the_simulated_update_takes_the_rows_dtype_for_the_float64_refinement():
+    model = Small(4)
+    x, labels = torch.randn(2, 1, 3, 3), torch.tensor([0, 3])
+    start = {name: p.detach().clone() for name, p in model.named_parameters()}
+    steps = LocalSteps(0.3, 0.9, 0.01, (1, 1))
+    single = simulated_update(model, start, x, labels, steps)
+    double = simulated_update(model.double(), start, x.double(), labels, steps)
+    for name in start:
+        assert double[name].dtype == torch.float64, name
+        assert torch.allclose(double[name].float(), single[name], atol=1e-6), name
+
+
 def test_the_attack_loss_is_zero_at_the_rows_in_the_clients_order_and_not_elsewhere():
     model = Small(4, torch.float64)
     x, labels = torch.randn(4, 1, 3, 3, dtype=torch.float64), torch.tensor([1, 2, 0, 1])
@@ -139,7 +151,7 @@ def test_a_recorded_clients_two_epochs_are_matched_at_its_rows_and_attacked_from
     assert float(loss.detach()) == pytest.approx(0.0, abs=1e-5)
     assert label_counts(observed, len(y)).tolist() == sorted(y.tolist())
 
-    args = ["--run", run_id, "--tracking-uri", uri, "--clients", str(client), "--iterations", "2"]
-    result = CliRunner().invoke(main, ["attack", "inverting", *args])
+    args = ["--run", run_id, "--tracking-uri", uri, "--clients", str(client), "--iterations", "2", "--refine", "2"]
+    result = CliRunner().invoke(main, ["attack", "inverting", *args])  # the refinement's float64 local training
     assert result.exit_code == 0, result.output
     assert f"client {client}: PSNR" in result.output and "attack run " in result.output
