@@ -92,7 +92,8 @@ def lenet(mean, std, classes: int, seed: int):
 
 
 def lenet_trial(captured, client: int, settings, seed: int):
-    """Inverting Gradients against LeNet's gradient at ``client``'s rows: (PSNR, SSIM, seconds, final loss)."""
+    """Inverting Gradients against LeNet's gradient at ``client``'s rows: (PSNR, SSIM, seconds, final loss, the row
+    and its reconstruction as pixels)."""
     import torch
     import torch.nn.functional as F
 
@@ -110,7 +111,8 @@ def lenet_trial(captured, client: int, settings, seed: int):
     gradient = dict(zip(names, torch.autograd.grad(F.cross_entropy(model(x), y), list(model.parameters()))))
     inversion = invert(model, gradient, y, scores.model_box(mean, std), settings)
     original, image = scores.to_pixels(x, mean, std)[0], scores.to_pixels(inversion.inputs, mean, std)[0]
-    return scores.psnr(original, image), scores.ssim(original, image), inversion.seconds, inversion.loss
+    psnr, ssim = scores.psnr(original, image), scores.ssim(original, image)
+    return psnr, ssim, inversion.seconds, inversion.loss, original, image
 
 
 def smashed(captured, client: int, settings):
@@ -144,6 +146,7 @@ def main() -> None:
     )
     args = parser.parse_args()
 
+    import numpy as np
     import torch
 
     from raysim.attacks.capture import capture
@@ -183,6 +186,7 @@ def main() -> None:
                 start = time.perf_counter()
                 captured = capture(config, round_number)
                 print(f"{method}: captured round {round_number} of seed {seed} in {time.perf_counter() - start:.0f} s")
+                lenet_rows: list[tuple] = []
                 for client in sorted(captured.updates)[: args.trials]:
                     if split:
                         attacks = [
@@ -222,7 +226,8 @@ def main() -> None:
                         )
                         labels.setdefault((method, name), []).append((first.accuracy, every.accuracy))
                     if args.lenet and not split:  # the rows and labels only: the gradient is LeNet's
-                        psnr, ssim, seconds, loss = lenet_trial(captured, client, settings, seed)
+                        psnr, ssim, seconds, loss, original, image = lenet_trial(captured, client, settings, seed)
+                        lenet_rows.append((original, image, f"{psnr:.1f} dB"))
                         print(
                             f"{method:<7} {seed:>4}  {client:>6}  {'lenet':<10} {'':10}  {psnr:7.2f}  {ssim:6.3f}  "
                             f"{seconds:7.1f}  {loss:.4f}",
@@ -230,6 +235,10 @@ def main() -> None:
                         )
                         psnrs.setdefault((method, "inverting, LeNet"), []).append(psnr)
                         passed.setdefault((method, "inverting, LeNet"), []).append(psnr > TARGET_DB)
+                if lenet_rows:  # the seed's rows above LeNet's reconstructions
+                    originals, images, captions = zip(*lenet_rows)
+                    picture = out / f"{method}-s{seed}-lenet-refine{args.refine}.png"
+                    reconstruction_grid(np.stack(originals), np.stack(images), list(captions), picture)
     for (method, name), values in psnrs.items():
         hits = sum(passed[(method, name)])
         print(
