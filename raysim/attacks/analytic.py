@@ -35,5 +35,12 @@ def embedding_inverse(gradient: Tensors, prefix_tokens: int, rows: int) -> torch
     delta = gradient[POSITIONS][0, prefix_tokens:]
     patches = torch.linalg.lstsq(delta.T.double(), weight.reshape(width, -1).double()).solution.float()
     side = round(len(patches) ** 0.5)
-    grid = patches.reshape(side, side, channels, patch, patch).permute(2, 0, 3, 1, 4)
-    return grid.reshape(1, channels, side * patch, side * patch)
+    return fold_patches(patches.unsqueeze(0), channels, patch, (side, side))
+
+
+def fold_patches(patches: torch.Tensor, channels: int, patch: int, grid: tuple[int, int]) -> torch.Tensor:
+    """Patches ``[B, N, C p p]`` (row-major over the grid, each flattened as a patch embedding's weight is,
+    channel first) to images ``[B, C, rows p, columns p]``."""
+    rows, columns = grid
+    shaped = patches.reshape(len(patches), rows, columns, channels, patch, patch)
+    return shaped.permute(0, 3, 1, 4, 2, 5).reshape(len(patches), channels, rows * patch, columns * patch)

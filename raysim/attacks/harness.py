@@ -159,6 +159,20 @@ class FeatureReading:
     nearest_images: np.ndarray
 
 
+def public_rows(captured: Captured, client: int, limit: int | None = None) -> ClientData:
+    """The attacker's public data: the test rows of every client but ``client``, in client order (rows of the
+    distribution the attacker is assumed to hold); with a ``limit``, the clients' rows up to the first client that
+    brings them to ``limit`` or more."""
+    shards, pool, held = captured.shards, [], 0
+    for other in range(shards.num_clients):
+        if limit is not None and held >= limit:
+            break
+        if other != client:
+            pool.append(shards.test(other))
+            held += len(pool[-1])
+    return ClientData.concat(pool)
+
+
 def read_feature_means(captured: Captured, clients: list[int], k: int) -> list[FeatureReading]:
     """What the h_tilde of each of ``clients`` in ``captured`` reveals against a public pool, the test rows of every
     other client, their features made as the client made its own (the frozen class token cached for the run, then
@@ -167,7 +181,7 @@ def read_feature_means(captured: Captured, clients: list[int], k: int) -> list[F
     customised = getattr(get_method(captured.config.method).cls, "customize", False)
     readings = []
     for client in clients:
-        pool = ClientData.concat([shards.test(c) for c in range(shards.num_clients) if c != client])
+        pool = public_rows(captured, client)
         if len(pool) < k:
             raise ConfigError(f"the public pool holds {len(pool)} rows, fewer than --k {k}; lower --k")
         tokens = torch.as_tensor(np.array(pool.features["cls"]), dtype=torch.float32)

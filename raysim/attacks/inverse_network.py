@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from raysim.attacks.analytic import fold_patches
 from raysim.attacks.inverting import Inversion
 from raysim.attacks.smashed import feature_distance
 
@@ -58,14 +59,6 @@ class PatchDecoder(nn.Module):
         rows, columns = self.grid
         patches = self.net(tokens[:, -rows * columns :] + self.position)
         return fold_patches(patches, self.channels, self.patch, self.grid)
-
-
-def fold_patches(patches: torch.Tensor, channels: int, patch: int, grid: tuple[int, int]) -> torch.Tensor:
-    """Patches ``[B, N, C p p]`` (row-major over the grid, each flattened as a patch embedding's weight is,
-    channel first) to images ``[B, C, rows p, columns p]``."""
-    rows, columns = grid
-    shaped = patches.reshape(len(patches), rows, columns, channels, patch, patch)
-    return shaped.permute(0, 3, 1, 4, 2, 5).reshape(len(patches), channels, rows * patch, columns * patch)
 
 
 def invert_by_network(

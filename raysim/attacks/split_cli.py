@@ -81,8 +81,11 @@ def label_leakage(run_id, round_number, clients, step_text, prior, tracking_uri)
     from raysim.attacks.attack_run import attack_run
     from raysim.attacks.split_learning import read_labels, refuse_unless_split_learning
 
-    steps = None if step_text == "all" else [int(step_text)] if step_text.isdigit() and int(step_text) > 0 else []
-    if steps == []:
+    if step_text == "all":
+        steps = None
+    elif step_text.isdigit() and int(step_text) > 0:
+        steps = [int(step_text)]
+    else:
         raise ConfigError(f"--step {step_text!r} is neither a local step (1, 2, ...) nor all")
     uri, chosen, captured = replayed(run_id, round_number, clients, tracking_uri, refuse_unless_split_learning)
     readings = [read_labels(captured, client, steps, prior) for client in chosen or [min(captured.updates)]]

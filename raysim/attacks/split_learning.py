@@ -19,7 +19,7 @@ from torch import nn
 
 from raysim.attacks import scores
 from raysim.attacks.capture import Captured
-from raysim.attacks.harness import Reconstruction, attacker_model, scored
+from raysim.attacks.harness import Reconstruction, attacker_model, public_rows, scored
 from raysim.attacks.inverse_network import InverseSettings, invert_by_network
 from raysim.attacks.label_leakage import leaked_labels, logit_gradients
 from raysim.attacks.smashed import SmashedSettings, invert_smashed
@@ -28,7 +28,6 @@ from raysim.base.seeding import Purpose, derive_seed
 from raysim.config import Config
 from raysim.core.registry import get_method
 from raysim.core.training import batch_plan, model_inputs
-from raysim.data.shards import ClientData
 
 HEAD_PRIORS = ("broadcast", "pretrained")  # the client head and tail a split-learning attacker assumes
 
@@ -91,17 +90,9 @@ def reconstruct_smashed(
 
 
 def public_pool(captured: Captured, client: int, model, rows: int) -> torch.Tensor:
-    """The attacker's public data, in the model's input space: the test rows of every client but ``client``, in
-    client order, at most ``rows`` of them (rows of the same distribution the attacker is assumed to hold)."""
-    shards, pool, held = captured.shards, [], 0
-    for other in range(shards.num_clients):
-        if held >= rows:
-            break
-        if other != client:
-            pool.append(shards.test(other))
-            held += len(pool[-1])
-    data = ClientData.concat(pool)
-    return model_inputs(model, data.images[:rows], torch.device("cpu"))
+    """The first ``rows`` of the attacker's public data (:func:`~raysim.attacks.harness.public_rows`) in the
+    model's input space."""
+    return model_inputs(model, public_rows(captured, client, rows).images[:rows], torch.device("cpu"))
 
 
 @dataclass

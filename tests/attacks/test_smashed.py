@@ -11,9 +11,10 @@ from click.testing import CliRunner
 from mlflow.tracking import MlflowClient
 
 from raysim.attacks import scores
+from raysim.attacks.analytic import fold_patches
 from raysim.attacks.capture import capture
 from raysim.attacks.harness import attacker_model
-from raysim.attacks.inverse_network import InverseSettings, fold_patches, invert_by_network
+from raysim.attacks.inverse_network import InverseSettings, invert_by_network
 from raysim.attacks.recorded import recorded_config
 from raysim.attacks.smashed import SmashedSettings, feature_distance, invert_smashed
 from raysim.attacks.split_learning import public_pool, reconstruct_smashed
