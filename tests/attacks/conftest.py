@@ -7,6 +7,7 @@ import io
 
 import pytest
 import torch
+from mlflow.tracking import MlflowClient
 from rich.console import Console
 
 from raysim.algorithms._split import EncoderServer
@@ -29,6 +30,20 @@ def tracked_run(tmp_path_factory, empty_store):
         return uri, result.run_id
 
     return tracked
+
+
+@pytest.fixture
+def nested_run():
+    """``nested_run(uri, parent, output)``: the attack's run a ``raysim attack`` command's last line names, checked
+    to be finished and nested under the attacked run ``parent``."""
+
+    def found(uri: str, parent: str, output: str):
+        run_id = output.strip().splitlines()[-1].split("attack run ")[1].split(",")[0]
+        run = MlflowClient(tracking_uri=uri).get_run(run_id)
+        assert run.data.tags["mlflow.parentRunId"] == parent and run.info.status == "FINISHED"
+        return run
+
+    return found
 
 
 @pytest.fixture(scope="module")

@@ -94,17 +94,15 @@ def test_the_prototype_search_brings_its_feature_to_the_mean(recorded):
     assert sorted(searched.type_means) == sorted(set(np.delete(types, client).tolist()))
 
 
-def test_the_attack_is_a_run_nested_under_the_attacked_one(recorded):
+def test_the_attack_is_a_run_nested_under_the_attacked_one(recorded, nested_run):
     uri, run_id = recorded
     arguments = ["--run", run_id, "--tracking-uri", uri, "--round", "2", "--k", "5", "--prototype", "--iterations", "3"]
     result = CliRunner().invoke(main, ["attack", "features", *arguments])
     assert result.exit_code == 0, result.output
     assert result.output.startswith("features, round 2,")
-    attack_id = result.output.strip().splitlines()[-1].split("attack run ")[1].split(",")[0]
-    attack_run = MlflowClient(tracking_uri=uri).get_run(attack_id)
-    assert attack_run.data.tags["mlflow.parentRunId"] == run_id
+    attack_run = nested_run(uri, run_id, result.output)
     metrics = attack_run.data.metrics
     assert 0.0 <= metrics["type_accuracy"] <= 1.0 and 0.0 <= metrics["label_base_rate_mean"] <= 1.0
     assert 0.0 <= metrics["prototype_type_accuracy"] <= 1.0 and "the prototype shows it for" in result.output
-    pictures = [a.path for a in MlflowClient(tracking_uri=uri).list_artifacts(attack_id)]
+    pictures = [a.path for a in MlflowClient(tracking_uri=uri).list_artifacts(attack_run.info.run_id)]
     assert any(p.startswith("prototype-client-") for p in pictures) and any(p.startswith("client-") for p in pictures)

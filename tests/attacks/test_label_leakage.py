@@ -10,7 +10,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 from click.testing import CliRunner
-from mlflow.tracking import MlflowClient
 
 from raysim.attacks.capture import capture
 from raysim.attacks.label_leakage import leaked_labels, logit_gradients
@@ -104,14 +103,12 @@ def test_the_broadcast_tail_reads_the_labels_of_later_steps_as_the_clients_tail_
     ]
 
 
-def test_a_label_leakage_attack_is_a_run_nested_under_the_attacked_one(split_run):
+def test_a_label_leakage_attack_is_a_run_nested_under_the_attacked_one(split_run, nested_run):
     uri, run_id, received, _ = split_run
     client = min(c for r, c in received if r == 2)
     args = ["--run", run_id, "--tracking-uri", uri, "--round", "2", "--clients", str(client), "--step", "all"]
     result = CliRunner().invoke(main, ["attack", "label-leakage", *args])
     assert result.exit_code == 0, result.output
     assert re.search(rf"client {client}: \d+ of \d+ labels of its \d+ steps recovered", result.output), result.output
-    run_id_out = result.output.strip().splitlines()[-1].split("attack run ")[1].split(",")[0]
-    attack_run = MlflowClient(tracking_uri=uri).get_run(run_id_out)
-    assert attack_run.data.tags["mlflow.parentRunId"] == run_id
+    attack_run = nested_run(uri, run_id, result.output)
     assert attack_run.data.metrics["label_accuracy"] > 0.9 and attack_run.data.params["step"] == "all"

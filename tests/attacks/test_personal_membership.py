@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 from click.testing import CliRunner
-from mlflow.tracking import MlflowClient
 
 from raysim.attacks.membership_attack import membership
 from raysim.attacks.recorded import client_states, final_state, recorded_config
@@ -35,14 +34,13 @@ def test_each_client_is_scored_under_its_own_model(recorded):
     assert personal.roc.auc != global_model.roc.auc  # Ditto's own models are not the global one
 
 
-def test_membership_of_the_personal_models_is_a_run_nested_under_the_attacked_one(recorded):
+def test_membership_of_the_personal_models_is_a_run_nested_under_the_attacked_one(recorded, nested_run):
     uri, run_id = recorded
     result = CliRunner().invoke(
         main, ["attack", "membership", "--run", run_id, "--tracking-uri", uri, "--model", "personal"]
     )
     assert result.exit_code == 0, result.output
     assert result.output.startswith("membership (personal model): loss threshold AUC")
-    attack_id = result.output.strip().splitlines()[-1].split("attack run ")[1].split(",")[0]
-    attack_run = MlflowClient(tracking_uri=uri).get_run(attack_id)
-    assert attack_run.data.tags["mlflow.parentRunId"] == run_id and attack_run.data.params["model"] == "personal"
+    attack_run = nested_run(uri, run_id, result.output)
+    assert attack_run.data.params["model"] == "personal"
     assert 0.0 <= attack_run.data.metrics["auc"] <= 1.0

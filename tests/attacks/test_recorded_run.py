@@ -66,16 +66,8 @@ def test_a_client_the_server_did_not_hear_from_is_one_line(recorded):
         capture(recorded_config(uri, run_id), 1, [absent])
 
 
-def nested_run(uri: str, parent: str, output: str):
-    """The attack's run the command's last line names, checked to be nested under ``parent``."""
-    run_id = output.strip().splitlines()[-1].split("attack run ")[1].split(",")[0]
-    run = MlflowClient(tracking_uri=uri).get_run(run_id)
-    assert run.data.tags["mlflow.parentRunId"] == parent and run.info.status == "FINISHED"
-    return run
-
-
 @pytest.mark.parametrize("attack", ["inverting", "april"])
-def test_a_reconstruction_is_a_run_nested_under_the_attacked_one(recorded, attack):
+def test_a_reconstruction_is_a_run_nested_under_the_attacked_one(recorded, attack, nested_run):
     uri, run_id, received = recorded
     client = min(received[0])
     args = ["--iterations", "2"] if attack == "inverting" else []
@@ -101,7 +93,7 @@ def test_the_participation_record_counts_the_rounds_each_update_was_used(recorde
     assert contributors(uri, run_id) == sorted(counts)
 
 
-def test_membership_inference_is_a_run_nested_under_the_attacked_one(recorded):
+def test_membership_inference_is_a_run_nested_under_the_attacked_one(recorded, nested_run):
     """By default its members are the training rows of the clients the server heard, and only those."""
     uri, run_id, received = recorded
     result = CliRunner().invoke(main, ["attack", "membership", "--run", run_id, "--tracking-uri", uri])
@@ -130,7 +122,7 @@ def test_a_shadow_run_never_trains_the_held_out_clients_and_repeats_itself(recor
     assert any(not torch.equal(t, other.params[n]) for n, t in first.params.items())
 
 
-def test_membership_with_shadows_adds_offline_lira_on_the_same_rows(recorded):
+def test_membership_with_shadows_adds_offline_lira_on_the_same_rows(recorded, nested_run):
     uri, run_id, received = recorded
     result = CliRunner().invoke(
         main, ["attack", "membership", "--run", run_id, "--tracking-uri", uri, "--shadows", "2"]

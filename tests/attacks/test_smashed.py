@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
-from mlflow.tracking import MlflowClient
 
 from raysim.attacks import scores
 from raysim.attacks.analytic import fold_patches
@@ -110,15 +109,13 @@ def test_after_the_average_the_broadcast_head_reveals_the_first_steps_rows(split
 
 
 @pytest.mark.parametrize(("inversion", "params"), [("search", {"iterations", "tv"}), ("network", {"epochs"})])
-def test_a_smashed_data_attack_is_a_run_nested_under_the_attacked_one(split_run, inversion, params):
+def test_a_smashed_data_attack_is_a_run_nested_under_the_attacked_one(split_run, inversion, params, nested_run):
     uri, run_id, received, _ = split_run
     client = min(c for r, c in received if r == 2)
     args = ["--round", "2", "--clients", str(client), "--inversion", inversion]
     result = CliRunner().invoke(main, ["attack", "smashed", "--run", run_id, "--tracking-uri", uri, *args])
     assert result.exit_code == 0, result.output
-    run_id_out = result.output.strip().splitlines()[-1].split("attack run ")[1].split(",")[0]
-    attack_run = MlflowClient(tracking_uri=uri).get_run(run_id_out)
-    assert attack_run.data.tags["mlflow.parentRunId"] == run_id
+    attack_run = nested_run(uri, run_id, result.output)
     assert attack_run.data.params["inversion"] == inversion and params <= set(attack_run.data.params)
     assert {"psnr", "ssim", "seconds"} <= set(attack_run.data.metrics)
     assert "labels_recovered" not in attack_run.data.metrics
