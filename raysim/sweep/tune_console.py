@@ -1,7 +1,7 @@
 """Ray Tune's console output and Ctrl-C as raysim's commands want them: without Tune's restore hint (each command
 says how it resumes), silent where a command draws its own progress (``raysim compare``, ``raysim tune``) and in
 its trials' processes, a Ctrl-C that stops the command instead of passing for the end of the fit, and no traceback
-from a trial's exit."""
+from a trial's exit or from a failed copy of Tune's state."""
 
 from __future__ import annotations
 
@@ -47,6 +47,24 @@ class _TunesSlowSteps(logging.Filter):
         return "may be a performance bottleneck" not in record.getMessage()
 
 
+class _TunesStateCopyFailures(logging.Filter):
+    """Tune's "Saving experiment state to storage at '...' failed with exception:" in one line: the exception's type
+    and first line in place of its traceback. Tune writes its state into a staging folder, each file through a
+    temporary one renamed into place, and copies the folder to the sweep's storage in a background thread; a save
+    that overlaps the last copy can rename away a temporary file the copy listed, and that copy fails with
+    ``FileNotFoundError`` (Tune's atomic save, looped beside its syncer's copies, reproduces it; the suite saw it at a
+    sweep's Ctrl-C on a busy machine). Every save starts a new copy of the whole folder, so the storage keeps the
+    state of the last copy that succeeded."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.getMessage().startswith("Saving experiment state to storage"):
+            error = record.exc_info[1]
+            detail = (str(error).strip().splitlines() or [""])[0]
+            record.msg, record.args = f"{record.getMessage()}{type(error).__name__}: {detail}", ()
+            record.exc_info = record.exc_text = None
+        return True
+
+
 # Tune's own output that raysim's commands replace: its newer engine prints the experiment's box and paths at any
 # verbosity, so the older one, which ``verbose=0`` silences; and its warning that checkpointing every round makes
 # it snapshot its state often (a sweep's trials checkpoint each evaluated round on purpose: ASHA and a restored
@@ -78,20 +96,24 @@ def stopped_at(stop: KeyboardInterrupt) -> float | None:
 def tune_silent():
     """Tune without its own console output (:data:`SILENT`) and its Ctrl-C lines, for a ``fit`` whose command draws
     its own progress and says how to resume (``raysim tune --resume``, the comparison's own command; Tune's
-    ``Tuner.restore`` is neither) and its timing of its own loop (:class:`_TunesSlowSteps`); Tune's other warnings
-    stay (a trial the cluster cannot host, a trial's error).
+    ``Tuner.restore`` is neither) and its timing of its own loop (:class:`_TunesSlowSteps`), and a failed copy of its
+    state in one line (:class:`_TunesStateCopyFailures`); Tune's other warnings stay (a trial the cluster cannot
+    host, a trial's error).
     The environment is restored after. Yields the filter of Tune's stop lines, which notes when Ctrl-C came."""
     before = {name: os.environ.get(name) for name in SILENT}
     os.environ.update(SILENT)
     tunes, stop_lines = logging.getLogger("ray.tune.tune"), _TunesStopLines()
     timings, slow_steps = logging.getLogger("ray.tune.utils.util"), _TunesSlowSteps()
+    state, copy_failures = logging.getLogger("ray.tune.execution.experiment_state"), _TunesStateCopyFailures()
     tunes.addFilter(stop_lines)
     timings.addFilter(slow_steps)
+    state.addFilter(copy_failures)
     try:
         yield stop_lines
     finally:
         tunes.removeFilter(stop_lines)
         timings.removeFilter(slow_steps)
+        state.removeFilter(copy_failures)
         for name, value in before.items():
             if value is None:
                 del os.environ[name]

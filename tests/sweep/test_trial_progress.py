@@ -1,10 +1,12 @@
 """What ``raysim compare`` and ``raysim tune`` show while their runs go, on real Tune runs of tiny trainables: a
 line per cell or trial started and ended (stopped early, failed: its error in one line), Tune's own tables and
 warnings silenced, and the environment as it was; Tune's "Tuner.restore" hint dropped after a Ctrl-C (a comparison
-resumes by running the same command, a sweep by ``raysim tune --resume``); a trial's exit without a traceback."""
+resumes by running the same command, a sweep by ``raysim tune --resume``); a trial's exit without a traceback, and a
+failed copy of Tune's state in one line."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import os
@@ -12,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from ray import tune
@@ -167,6 +170,44 @@ def test_tunes_timing_of_its_own_loop_is_dropped_and_its_other_warnings_kept():
     finally:
         timings.removeHandler(handler)
     assert [r.getMessage()[:24] for r in kept] == ["Some other warning of Tu", "The `on_step_begin` oper"]
+
+
+def test_a_failed_copy_of_tunes_state_is_one_line_with_its_error(ray_session, tmp_path):
+    """Tune's own checkpoint manager, forced to save (as at a Ctrl-C), copying its staging folder to a storage folder
+    that a file stands in place of: the copy fails, and Tune's error comes as one line naming the exception, where
+    outside :func:`tune_silent` it carries the traceback."""
+    import shutil
+
+    from ray.train._internal.storage import StorageContext
+    from ray.tune.execution.experiment_state import _ExperimentCheckpointManager
+
+    logger, kept = logging.getLogger("ray.tune.execution.experiment_state"), []
+    handler = logging.Handler()
+    handler.emit = kept.append
+    logger.addHandler(handler)
+    try:
+        for silent in (True, False):
+            storage = StorageContext(storage_path=str(tmp_path / str(silent)), experiment_dir_name="s")
+            shutil.rmtree(storage.experiment_fs_path)
+            Path(storage.experiment_fs_path).write_text("not a folder")
+            staging = Path(storage.experiment_driver_staging_path)
+
+            def save(staging=staging):
+                staging.mkdir(parents=True, exist_ok=True)
+                (staging / "experiment_state.json").write_text("{}")
+
+            manager = _ExperimentCheckpointManager(storage=storage, checkpoint_period=0)
+            with tune_silent() if silent else contextlib.nullcontext():
+                manager.sync_up_experiment_state(save_fn=save, force=True, wait=True)
+    finally:
+        logger.removeHandler(handler)
+    one_line, with_traceback = kept
+    assert one_line.exc_info is None and "\n" not in one_line.getMessage()
+    assert one_line.getMessage().startswith("Saving experiment state to storage at ")
+    assert (
+        one_line.getMessage().endswith("Not a directory") and "NotADirectoryError: [Errno 20]" in one_line.getMessage()
+    )
+    assert with_traceback.exc_info is not None and isinstance(with_traceback.exc_info[1], NotADirectoryError)
 
 
 def test_a_trials_exit_inside_a_weakref_callback_prints_no_traceback_and_other_faults_still_do():
