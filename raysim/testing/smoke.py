@@ -14,7 +14,7 @@ import ray
 
 from raysim.config import build_config
 from raysim.core.registry import get_method
-from raysim.engine.driver import make_simulation, stop
+from raysim.engine.driver import end_coordinator, make_simulation, start_coordinator, stop
 from raysim.engine.ray_session import PoolReservation
 from raysim.engine.setup import initial_state, prepare_shards, resolved
 from raysim.tracking.checkpoint import Checkpoint
@@ -63,16 +63,23 @@ def prepared(config, shards=None, reservation: PoolReservation | None = None) ->
 @contextmanager
 def open_simulation(config, shards=None) -> Iterator[tuple]:
     """(simulation, initial global state, shards) of a new run of ``config`` at round 0, untracked: in this process
-    for the sequential backend, a Coordinator with a reserved pool for Ray; stopped and released on exit."""
+    for the sequential backend, a Coordinator with a reserved pool for Ray, started as a run's driver starts them
+    (the coordinator's process imports the engine while the pool's first worker builds the model); stopped and
+    released on exit."""
     with PoolReservation(config) if config.resources.backend == "ray" else nullcontext() as reservation:
-        config, initial, shards = prepared(config, shards, reservation)
-        start = Checkpoint("untracked", 0, config.to_dict(), initial, {}, "")
-        pool = reservation.start(config, shards.info.num_classes) if reservation is not None else None
-        simulation = make_simulation(config, shards, start, pool)
+        coordinator = start_coordinator() if reservation is not None else None
+        simulation = None
         try:
+            config, initial, shards = prepared(config, shards, reservation)
+            start = Checkpoint("untracked", 0, config.to_dict(), initial, {}, "")
+            pool = reservation.start(config, shards.info.num_classes) if reservation is not None else None
+            simulation = make_simulation(config, shards, start, pool, coordinator=coordinator)
             yield simulation, initial, shards
         finally:
-            stop(simulation, graceful=True)
+            if simulation is not None:
+                stop(simulation, graceful=True)
+            else:  # the set-up failed: the coordinator has no run to shut down
+                end_coordinator(coordinator)
 
 
 def run_rounds(config, shards=None) -> tuple[object, list, object]:
