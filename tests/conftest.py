@@ -21,17 +21,22 @@ def pytest_addoption(parser):
     parser.addoption("--torch-threads", type=int, help=f"torch threads per client worker (${THREADS_ENV})")
 
 
-LONGEST_FIRST = (  # files whose tests take minutes (``pytest --durations=0``, summed per file), longest first
+LONGEST_FIRST = (  # files whose tests take over 40 s (``pytest --durations=0``, summed per file), longest first
     "tests/e2e/test_interrupt.py",
-    "tests/actors/test_failures.py",
-    "tests/tracking/test_resume.py",
-    "tests/e2e/test_compare.py",
-    "tests/algorithms/test_fedv.py",
-    "tests/e2e/test_cli.py",
     "tests/algorithms/test_methods.py",
+    "tests/e2e/test_compare.py",
+    "tests/engine/test_executors.py",
+    "tests/e2e/test_foreign_ray.py",
+    "tests/tracking/test_resume.py",
+    "tests/engine/test_row_features.py",
+    "tests/actors/test_failures.py",
+    "tests/e2e/test_cli.py",
+    "tests/engine/test_screening.py",
+    "tests/privacy/test_private_runs.py",
+    "tests/algorithms/test_fedv.py",
+    "tests/data/test_glyphs.py",
     "tests/engine/test_cohort.py",
     "tests/e2e/test_tune.py",
-    "tests/e2e/test_foreign_ray.py",
 )
 
 
