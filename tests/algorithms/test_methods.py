@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import math
 import re
 import time
@@ -11,7 +10,6 @@ import warnings
 import pytest
 import torch
 
-from raysim.core import protocol
 from raysim.core.protocol import ResolvesOptions, SendsExtras, SplitLearning
 from raysim.core.registry import METHODS, get_method
 from raysim.ops.aggregate import tensor_bytes
@@ -46,29 +44,19 @@ def quietly(capfd, run, lag_s: float = 0.0):
     return result
 
 
-def kinds_on_ray() -> dict[tuple[str, ...], list[str]]:
-    """The registered methods grouped by what a Ray pool moves for them: their family and the protocol hooks they
-    implement (extras sent, personal models, split learning's server, cached row features, options resolved on the
-    backbone, diagnostics), in registry order. Client states (MOON's last local model as Ditto's personal one) all
-    go through one store (``raysim.engine.client_states``)."""
-    hooks = [c for _, c in inspect.getmembers(protocol, inspect.isclass) if c.__module__ == protocol.__name__]
-    kinds: dict[tuple[str, ...], list[str]] = {}
-    for name in METHODS:
-        info = get_method(name)
-        kind = (info.family, *sorted(hook.__name__ for hook in hooks if issubclass(info.cls, hook)))
-        kinds.setdefault(kind, []).append(name)
-    return kinds
-
-
-ONE_OF_EACH_KIND = [names[0] for names in kinds_on_ray().values()]
-
-
 @pytest.mark.parametrize("method", list(METHODS))
-def test_every_method_trains_quietly_and_reports_the_shared_metrics(ray_session, capfd, method):
-    """Every registered method on its tiny setting (``smoke_config``), sequentially: it prints no line matching
-    warn|error, it moves the parameters, and the shared metrics and byte counts are as declared."""
+def test_every_method_trains_quietly_alike_on_both_backends_and_reports_the_shared_metrics(ray_session, capfd, method):
+    """Every registered method on its tiny setting (``smoke_config``): the sequential backend and a Ray pool give the
+    same numbers, neither prints a line matching warn|error (the Ray workers' included), and the shared metrics and
+    byte counts are as declared."""
     config = smoke_config(method)
     initial, reports, final = quietly(capfd, lambda: run_rounds(config))
+    _, on_ray, final_on_ray = quietly(capfd, lambda: run_rounds(smoke_config(method, ON_RAY)), LOG_LAG_S)
+    for here, there in zip(reports, on_ray, strict=True):
+        numbers = {k: v for k, v in here.metrics.items() if k not in TIMING_KEYS}
+        assert {k: v for k, v in there.metrics.items() if k not in TIMING_KEYS} == pytest.approx(numbers, abs=1e-6)
+    for name, tensor in final.params.items():
+        assert torch.allclose(final_on_ray.params[name], tensor, rtol=0, atol=1e-6), name
     assert set(final.params) == set(initial.params)
     assert any(not torch.equal(final.params[k], initial.params[k]) for k in initial.params)
     method_obj = get_method(method).cls(config)
@@ -102,19 +90,6 @@ def test_every_method_trains_quietly_and_reports_the_shared_metrics(ray_session,
         } <= set(m)
         assert 0.0 <= m["worst_local_acc"] <= m["local_acc"] <= 100.0
         assert set(m) <= reported_metrics(get_method(method))  # what `raysim tune --metric` accepts is complete
-
-
-@pytest.mark.parametrize("method", ONE_OF_EACH_KIND)
-def test_a_ray_pool_gives_the_sequential_numbers_quietly_for_one_method_of_each_kind(ray_session, capfd, method):
-    """One method of each kind (:func:`kinds_on_ray`: the others move the same messages and state through Ray) on a
-    Ray pool gives the sequential backend's numbers, and the Ray workers print no line matching warn|error."""
-    _, reports, final = run_rounds(smoke_config(method))
-    _, on_ray, final_on_ray = quietly(capfd, lambda: run_rounds(smoke_config(method, ON_RAY)), LOG_LAG_S)
-    for here, there in zip(reports, on_ray, strict=True):
-        numbers = {k: v for k, v in here.metrics.items() if k not in TIMING_KEYS}
-        assert {k: v for k, v in there.metrics.items() if k not in TIMING_KEYS} == pytest.approx(numbers, abs=1e-6)
-    for name, tensor in final.params.items():
-        assert torch.allclose(final_on_ray.params[name], tensor, rtol=0, atol=1e-6), name
 
 
 @pytest.mark.parametrize("method", list(METHODS))
