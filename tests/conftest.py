@@ -22,8 +22,8 @@ def pytest_addoption(parser):
 
 
 LONGEST_FIRST = (  # files whose tests take over 40 s (``pytest --durations=0``, summed per file), longest first
-    "tests/e2e/test_interrupt.py",
     "tests/algorithms/test_methods.py",
+    "tests/e2e/test_interrupt.py",
     "tests/e2e/test_compare.py",
     "tests/engine/test_executors.py",
     "tests/e2e/test_foreign_ray.py",
