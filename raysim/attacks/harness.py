@@ -22,7 +22,7 @@ from raysim.attacks.capture import Captured
 from raysim.attacks.feature_means import FeatureInference, most_common, read_off
 from raysim.attacks.inverting import InvertingSettings, attack_loss, search
 from raysim.attacks.labels import label_counts, recovered_labels
-from raysim.attacks.local_epoch import local_steps, update_loss
+from raysim.attacks.local_epoch import local_steps, rows_reached, update_loss
 from raysim.attacks.observed import observed_gradient, observed_update
 from raysim.base.errors import ConfigError
 from raysim.config import Config
@@ -81,13 +81,14 @@ def update_objective(update: ClientUpdate, broadcast: Broadcast, config: Config,
     :mod:`raysim.attacks.local_epoch`)."""
     if int(update.metrics.get("steps", 0)) == 1:
         gradient = observed_gradient(update, broadcast, config)
-        return gradient, recovered_labels(gradient, update.num_samples), partial(attack_loss, model, gradient)
+        rows = rows_reached(config, update)
+        return gradient, recovered_labels(gradient, rows), partial(attack_loss, model, gradient)
     observed, steps = observed_update(update, broadcast, config), local_steps(config, update)
 
     def loss(x: torch.Tensor, labels: torch.Tensor, tv: float) -> torch.Tensor:
         return update_loss(model, observed, broadcast.params, x, labels, steps, tv)
 
-    return observed, label_counts(observed, update.num_samples), loss
+    return observed, label_counts(observed, rows_reached(config, update)), loss
 
 
 def reconstruct(captured: Captured, client: int, settings: InvertingSettings) -> Reconstruction:
@@ -108,8 +109,9 @@ def reconstruct_analytic(captured: Captured, client: int) -> Reconstruction:
     start = time.perf_counter()
     gradient = observed_gradient(update, broadcast, config)
     model, _ = attacker_model(config, captured.shards.info.num_classes, broadcast.params)
-    labels = recovered_labels(gradient, update.num_samples)
-    inputs = embedding_inverse(gradient, model.vit.num_prefix_tokens, update.num_samples)
+    rows = rows_reached(config, update)
+    labels = recovered_labels(gradient, rows)
+    inputs = embedding_inverse(gradient, model.vit.num_prefix_tokens, rows)
     seconds = time.perf_counter() - start
     with unfused_attention(model):
         loss = float(attack_loss(model, gradient, inputs, labels, tv=0.0).detach())

@@ -55,6 +55,12 @@ def local_steps(config: Config, update: ClientUpdate) -> LocalSteps:
     return LocalSteps(train.lr, train.momentum, train.weight_decay, tuple(plan))
 
 
+def rows_reached(config: Config, update: ClientUpdate) -> int:
+    """How many of ``update``'s rows its local steps read: all of them, or, for a straggler cut before its first
+    epoch ended, those of the batches it took (its update holds nothing of the others)."""
+    return min(update.num_samples, sum(local_steps(config, update).batches))
+
+
 def simulated_update(model, start: Tensors, x: torch.Tensor, labels: torch.Tensor, steps: LocalSteps) -> Tensors:
     """w_T - w_0 of the tensors in ``start`` (w_0) after ``steps`` of torch's SGD on the cross-entropy of ``model``
     over the rows ``x``, ``labels`` (each step the next ``batches[k]`` rows, every epoch from the first), in ``x``'s

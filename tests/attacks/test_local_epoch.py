@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from raysim.attacks.labels import HEAD_BIAS, label_counts
-from raysim.attacks.local_epoch import LocalSteps, local_steps, simulated_update, update_loss
+from raysim.attacks.local_epoch import LocalSteps, local_steps, rows_reached, simulated_update, update_loss
 from raysim.attacks.observed import observed_update, refuse_unless_sgd_updates
 from raysim.base.errors import ConfigError
 from raysim.config import build_config
@@ -107,6 +107,13 @@ def test_the_steps_follow_the_batch_size_and_epochs_and_stop_where_the_client_di
     update = ClientUpdate(0, 10, {}, metrics={"steps": 6})
     assert local_steps(config, update) == LocalSteps(0.05, 0.9, 0.01, (4, 4, 2, 4, 4, 2))
     assert local_steps(config, ClientUpdate(0, 10, {}, metrics={"steps": 4})).batches == (4, 4, 2, 4)  # a straggler
+
+
+def test_a_straggler_cut_in_its_first_epoch_is_attacked_on_the_rows_its_batches_read():
+    config = sgd_config(batch_size=4, local_epochs=2)
+    reached = [rows_reached(config, ClientUpdate(0, 10, {}, metrics={"steps": steps})) for steps in (1, 2, 3, 6)]
+    assert reached == [4, 8, 10, 10]  # one step of a client of 10 rows: the gradient of 4
+    assert rows_reached(sgd_config(batch_size=16), ClientUpdate(0, 3, {}, metrics={"steps": 1})) == 3
 
 
 def test_refusals_are_one_line():
