@@ -36,7 +36,9 @@ def row_pixels(images: np.ndarray) -> np.ndarray:
 
 
 def psnr(original: np.ndarray, reconstruction: np.ndarray) -> float:
-    return float(peak_signal_noise_ratio(original, reconstruction, data_range=1.0))
+    """PSNR in dB for images in [0, 1]; infinite (without a warning) for an exact copy."""
+    with np.errstate(divide="ignore"):
+        return float(peak_signal_noise_ratio(original, reconstruction, data_range=1.0))
 
 
 def ssim(original: np.ndarray, reconstruction: np.ndarray) -> float:
@@ -45,7 +47,7 @@ def ssim(original: np.ndarray, reconstruction: np.ndarray) -> float:
 
 def matched(originals: np.ndarray, reconstructions: np.ndarray) -> list[tuple[int, int]]:
     """(original, reconstruction) index pairs, one to one, in the originals' order: the pairing of highest total
-    PSNR, which pairs min(len(originals), len(reconstructions)) of each."""
+    PSNR, which pairs min(len(originals), len(reconstructions)) of each (an exact copy, of infinite PSNR, first)."""
     table = np.array([[psnr(o, r) for r in reconstructions] for o in originals])
-    rows, columns = linear_sum_assignment(table, maximize=True)
+    rows, columns = linear_sum_assignment(np.nan_to_num(table, posinf=1e6), maximize=True)  # any finite PSNR < 1e3
     return sorted((int(o), int(r)) for o, r in zip(rows, columns))

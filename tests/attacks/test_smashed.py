@@ -4,6 +4,8 @@ server received in the run (bit for bit), and the command's run."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -81,6 +83,15 @@ def test_more_rows_than_reconstructions_pair_the_closest_rows():
     originals = np.stack([np.full((2, 2, 1), v) for v in (0.0, 0.5, 1.0)])
     reconstructions = np.stack([np.full((2, 2, 1), v) for v in (0.98, 0.01)])
     assert scores.matched(originals, reconstructions) == [(0, 1), (2, 0)]
+
+
+def test_exact_copies_of_infinite_psnr_are_paired_first():
+    originals = np.stack([np.full((2, 2, 1), v) for v in (0.0, 0.5, 1.0)])
+    reconstructions = np.stack([originals[2], originals[0], originals[1] + 0.1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no divide-by-zero warning for a user to read
+        assert scores.psnr(originals[2], reconstructions[0]) == float("inf")
+        assert scores.matched(originals, reconstructions) == [(0, 1), (1, 2), (2, 0)]
 
 
 def test_the_captured_features_are_what_the_server_received_bit_for_bit(split_run):
