@@ -36,6 +36,9 @@ def client_ids(text: str | None) -> list[int] | None:
         ) from None
     if any(i < 0 for i in ids):
         raise ConfigError(f"--clients {text!r} names a negative client id")
+    twice = sorted({i for i in ids if ids.count(i) > 1})
+    if twice:
+        raise ConfigError(f"--clients {text!r} names client {twice[0]} twice; name each client once")
     return ids
 
 

@@ -78,6 +78,9 @@ def membership(run_id, clients, target, shadows, tracking_uri):
     else:
         heard = contributors(uri, run_id)
         targets = attacked_half(config.federation.seed, heard) if shadows else heard
+    default = DEFAULT_MEMBERS["lira" if shadows else target]
+    if not targets:
+        raise ConfigError(f"the run has no clients to score by default ({default}: none); pass --clients 0,1,...")
     config, _, _, shards = initial_state(resolved(config), prepare_shards(config))
     unknown = [c for c in targets if not 0 <= c < shards.num_clients]
     if unknown:
@@ -85,7 +88,6 @@ def membership(run_id, clients, target, shadows, tracking_uri):
     found = {"loss threshold": membership(config, state.params, shards, targets, states)}
     if shadows:
         found["offline LiRA"] = lira(config, state.params, shards, targets, shadows, _shadow_progress(shadows))
-    default = DEFAULT_MEMBERS["lira" if shadows else target]
     params = {"clients": clients or default, "model": target, "shadows": shadows}
     with attack_run(uri, run_id, "membership", params) as tracker:
         loss, result = found["loss threshold"], found.get("offline LiRA")

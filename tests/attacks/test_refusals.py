@@ -36,6 +36,7 @@ def recorded_run(uri: str, method: str, *layers: dict) -> str:
         ("fedavg", [SGD, {"privacy": {"secure_aggregation": True}}], [], "sees only the cohort's sum"),
         ("sgpt", [SGD], [], "sgpt's clients read per-row features cached before the run"),
         ("fedavg", [SGD], ["--clients", "1,x"], "--clients '1,x' is not a comma-separated list"),
+        ("fedavg", [SGD], ["--clients", "3,1,3"], "--clients '3,1,3' names client 3 twice"),
         ("fedavg", [SGD], ["--round", "9"], "--round 9 is not a round of the run (1 to 2)"),
         ("fedavg", [SGD], ["--refine", "-1"], "--tv and --refine at least 0"),
         ("fedavg", [SGD, {"compression": {"downlink": "qsgd:8"}}], [], "under compression.downlink clients train"),
