@@ -37,9 +37,9 @@ class InvertingSettings:
     the ``seed`` of the initial noise, and the most L-BFGS iterations of the float64 refinement (``refine``, 0:
     none)."""
 
-    iterations: int = 2000
+    iterations: int = 1500
     lr: float = 0.1
-    tv: float = 1e-4
+    tv: float = 1e-2
     seed: int = 0
     refine: int = 0
 

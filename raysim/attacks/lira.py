@@ -5,8 +5,8 @@ A row's confidence is scaled to ``phi = log(p_y / (1 - p_y))``, where it is clos
 without the row (OUT). The attacker trains shadow models that never saw the attacked rows, fits each row's OUT
 Gaussian, and tests whether the attacked model's confidence is higher than the OUT models give that row: a row that
 is easy for every model is no longer taken for a member because its loss is low. The offline test is one-sided, the
-probability of a confidence as high as the observed one under OUT (the paper's Section IV-C; its released code scores
-the OUT log-density instead): ``Lambda = Phi((phi_target - mu_out) / sigma_out)``. Its ROC is that of the z-score,
+probability under OUT of a confidence below the observed one (the paper's Section IV-C; its released code scores the
+OUT log-density instead): ``Lambda = Phi((phi_target - mu_out) / sigma_out)``. Its ROC is that of the z-score,
 which is scored here (it does not round to 1 where the confidence is far out). With few shadows the paper fixes one
 variance for every row; so does this.
 """

@@ -63,8 +63,9 @@ def observed_gradient(update: ClientUpdate, broadcast: Broadcast, config: Config
 
 
 def observed_update(update: ClientUpdate, broadcast: Broadcast, config: Config) -> Tensors:
-    """w_T - w_0 of every tensor in ``update``: what its local training moved, from ``broadcast``'s tensors. Under
-    record-level DP only one step is modelled (its noised gradient is read exactly)."""
+    """w_T - w_0 of every tensor in ``update``: what its local training moved, from ``broadcast``'s tensors. Refused
+    (one line) under record-level DP, whose noised steps no simulated training reproduces: one step's gradient is
+    read exactly by :func:`observed_gradient` instead."""
     refuse_tiers(update)
     if config.privacy.mode == "record":
         raise ConfigError(

@@ -139,3 +139,13 @@ def test_the_float64_refinement_finishes_a_search_cut_short_and_leaves_the_model
     assert refined.loss < 1e-10 and refined.inputs.dtype == torch.float32
     for name, p in fresh.named_parameters():
         assert p.dtype == torch.float32 and torch.equal(p.detach(), before[name]), name
+
+
+def test_the_commands_defaults_are_the_attacks_defaults():
+    """``raysim attack inverting`` (whose module imports no torch) states the defaults ``InvertingSettings`` has."""
+    from raysim.attacks.cli import inverting
+
+    given = {option.name: option.default for option in inverting.params}
+    assert InvertingSettings(*(given[name] for name in ("iterations", "lr", "tv", "seed", "refine"))) == (
+        InvertingSettings()
+    )
