@@ -46,7 +46,7 @@ def logit_gradients(
         torch.autograd.grad(logits[:, c].sum(), z, retain_graph=c + 1 < classes)[0][:, read] for c in range(classes)
     ]
     jacobians = torch.stack(columns, dim=-1).flatten(1, -2)  # [B, T' D, C]: J_b^T
-    rank = int(torch.linalg.matrix_rank(jacobians[0]))
+    rank = int(torch.linalg.matrix_rank(jacobians).min())  # every row's solve needs rank C
     if rank < classes:
         raise ConfigError(
             f"the tail's {classes} logits depend on its input through a Jacobian of rank {rank}: the returned "

@@ -62,6 +62,19 @@ def test_more_classes_than_the_tails_input_has_directions_is_refused():
         logit_gradients(tail, z, torch.ones_like(z))
 
 
+def test_one_row_whose_jacobian_lacks_rank_is_refused_too():
+    """A ReLU before the head: the second row's inputs are all negative, so its logits do not depend on them (rank 0)
+    while the first row's Jacobian has full rank."""
+    head = torch.nn.Linear(8, 4, dtype=torch.float64)
+
+    def tail(z: torch.Tensor) -> torch.Tensor:
+        return head(torch.relu(z[:, 0]))
+
+    z = torch.stack([torch.ones(1, 8), -torch.ones(1, 8)]).double()
+    with pytest.raises(ConfigError, match="4 logits depend on its input through a Jacobian of rank 0"):
+        logit_gradients(tail, z, torch.ones_like(z))
+
+
 def test_the_captured_outputs_and_returned_gradients_are_the_servers_bit_for_bit(split_run):
     uri, run_id, _, (computed, returned) = split_run
     captured = capture(recorded_config(uri, run_id), 2)
