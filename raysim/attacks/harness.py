@@ -175,12 +175,19 @@ def public_rows(captured: Captured, client: int, limit: int | None = None) -> Cl
     return ClientData.concat(pool)
 
 
+def feature_net(config: Config, update: ClientUpdate) -> Tensors | None:
+    """The GC-Net weights ``update`` sent beside its h_tilde, through which the client made its features from the
+    frozen class token (FedGCR, FedGC); None where its features are the class token itself (FedGR)."""
+    if not getattr(get_method(config.method).cls, "customize", False):
+        return None
+    return {name: update.params[f"extra.{name}"] for name in GC_NET}
+
+
 def read_feature_means(captured: Captured, clients: list[int], k: int) -> list[FeatureReading]:
     """What the h_tilde of each of ``clients`` in ``captured`` reveals against a public pool, the test rows of every
     other client, their features made as the client made its own (the frozen class token cached for the run, then
     the GC-Net weights the client sent beside h_tilde); beside the other clients' most common type."""
     shards = captured.shards
-    customised = getattr(get_method(captured.config.method).cls, "customize", False)
     readings = []
     for client in clients:
         pool = public_rows(captured, client)
@@ -188,7 +195,8 @@ def read_feature_means(captured: Captured, clients: list[int], k: int) -> list[F
             raise ConfigError(f"the public pool holds {len(pool)} rows, fewer than --k {k}; lower --k")
         tokens = torch.as_tensor(np.array(pool.features["cls"]), dtype=torch.float32)
         update = captured.updates[client]
-        public = gc_net({n: update.params[f"extra.{n}"] for n in GC_NET}, tokens) if customised else tokens
+        weights = feature_net(captured.config, update)
+        public = gc_net(weights, tokens) if weights is not None else tokens
         types = shards.client_domain
         baseline = most_common(np.delete(types, client))
         h_tilde = update.extras[FEATURE_MEAN].float()

@@ -23,9 +23,8 @@ from raysim.algorithms._group_custom import class_token, gc_net
 from raysim.attacks import scores
 from raysim.attacks.capture import Captured
 from raysim.attacks.feature_means import most_common
-from raysim.attacks.harness import FEATURE_MEAN, GC_NET, attacker_model
+from raysim.attacks.harness import FEATURE_MEAN, attacker_model, feature_net
 from raysim.attacks.smashed import SmashedSettings, invert_smashed
-from raysim.core.registry import get_method
 from raysim.core.training import model_inputs
 
 CPU = torch.device("cpu")
@@ -73,12 +72,11 @@ def prototypes(captured: Captured, clients: list[int], settings: SmashedSettings
     size, mean, std = model.input_spec
     tests = [shards.test(c) for c in range(shards.num_clients)]
     pixels = [scores.to_pixels(model_inputs(model, rows.images, CPU), mean, std) for rows in tests]
-    customised = getattr(get_method(config.method).cls, "customize", False)
     types = shards.client_domain
     made = []
     for client in clients:
         update = captured.updates[client]
-        weights = {name: update.params[f"extra.{name}"] for name in GC_NET} if customised else None
+        weights = feature_net(config, update)
 
         def feature(x: torch.Tensor, weights=weights) -> torch.Tensor:
             token = class_token(model.vit, x)
