@@ -11,19 +11,28 @@
     raysim attack features --run RUN_ID --round 5 --prototype
 
 Imports click and the config only (``raysim --help`` stays free of torch, Ray and MLflow); each command imports the
-attack it runs. Bad input is one line and exit code 2 (:class:`~raysim.base.errors.ConfigError`, which the CLI's
-group prints).
+attack it runs. Bad input is one line and exit code 2 (:class:`~raysim.base.errors.ConfigError` or click's own
+error, which the CLI's group prints).
 """
 
 from __future__ import annotations
 
 import click
 
-from raysim.attacks.cli_options import CLIENTS, ROUND, RUN, TRACKING_URI, reconstruction_attack
+from raysim.attacks.cli_options import (
+    AT_LEAST_ONE,
+    AT_LEAST_ZERO,
+    CLIENTS,
+    NON_NEGATIVE,
+    POSITIVE,
+    ROUND,
+    RUN,
+    TRACKING_URI,
+    reconstruction_attack,
+)
 from raysim.attacks.features_cli import features
 from raysim.attacks.membership_cli import membership
 from raysim.attacks.split_cli import label_leakage, smashed
-from raysim.base.errors import ConfigError
 
 
 @click.group(context_settings={"max_content_width": 100})
@@ -57,12 +66,16 @@ def refuse_unless_update_inversion(config) -> None:
 @RUN
 @ROUND
 @CLIENTS
-@click.option("--iterations", type=int, default=1500, show_default=True, help="Adam's steps on the input.")
-@click.option("--tv", type=float, default=1e-2, show_default=True, help="Weight of the total-variation prior.")
-@click.option("--lr", type=float, default=0.1, show_default=True, help="Adam's step on the input.")
+@click.option("--iterations", type=AT_LEAST_ONE, default=1500, show_default=True, help="Adam's steps on the input.")
+@click.option("--tv", type=NON_NEGATIVE, default=1e-2, show_default=True, help="Weight of the total-variation prior.")
+@click.option("--lr", type=POSITIVE, default=0.1, show_default=True, help="Adam's step on the input.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the initial noise.")
 @click.option(
-    "--refine", type=int, default=0, show_default=True, help="L-BFGS iterations in float64 after the search (0: none)."
+    "--refine",
+    type=AT_LEAST_ZERO,
+    default=0,
+    show_default=True,
+    help="L-BFGS iterations in float64 after the search (0: none).",
 )
 @TRACKING_URI
 def inverting(run_id, round_number, clients, iterations, tv, lr, seed, refine, tracking_uri):
@@ -72,8 +85,6 @@ def inverting(run_id, round_number, clients, iterations, tv, lr, seed, refine, t
     from raysim.attacks.harness import reconstruct
     from raysim.attacks.inverting import InvertingSettings
 
-    if iterations < 1 or tv < 0 or lr <= 0 or refine < 0:
-        raise ConfigError("--iterations must be at least 1, --tv and --refine at least 0 and --lr above 0")
     settings = InvertingSettings(iterations, lr, tv, seed, refine)
     params = {"iterations": iterations, "tv": tv, "lr": lr, "seed": seed, "refine": refine}
     attack_one = lambda captured, client: reconstruct(captured, client, settings)

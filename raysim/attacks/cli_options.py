@@ -12,6 +12,11 @@ import click
 from raysim.base.errors import ConfigError
 from raysim.config import TrackingConfig
 
+AT_LEAST_ONE = click.IntRange(min=1)  # an option's value type: click refuses others in one line, with exit code 2
+AT_LEAST_ZERO = click.IntRange(min=0)
+NON_NEGATIVE = click.FloatRange(min=0)
+POSITIVE = click.FloatRange(min=0, min_open=True)
+
 ROUND = click.option("--round", "round_number", type=int, default=1, show_default=True, help="The attacked round.")
 RUN = click.option("--run", "run_id", required=True, metavar="RUN_ID", help="The attacked run's MLflow id.")
 CLIENTS = click.option(

@@ -9,8 +9,7 @@ from statistics import mean
 
 import click
 
-from raysim.attacks.cli_options import ROUND, RUN, TRACKING_URI, replayed
-from raysim.base.errors import ConfigError
+from raysim.attacks.cli_options import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, ROUND, RUN, TRACKING_URI, replayed
 
 
 @click.command(context_settings={"max_content_width": 100})
@@ -19,13 +18,17 @@ from raysim.base.errors import ConfigError
 @click.option(
     "--clients", metavar="IDS", help="Comma-separated clients to attack (default: every one the server heard from)."
 )
-@click.option("--k", type=int, default=10, show_default=True, help="How many nearest public rows are read.")
+@click.option("--k", type=AT_LEAST_ONE, default=10, show_default=True, help="How many nearest public rows are read.")
 @click.option(
     "--prototype", is_flag=True, help="Also reconstruct the image whose feature is each mean, and read its type."
 )
-@click.option("--iterations", type=int, default=500, show_default=True, help="The prototype search's Adam steps.")
-@click.option("--tv", type=float, default=1e-4, show_default=True, help="The prototype's total-variation weight.")
-@click.option("--lr", type=float, default=0.1, show_default=True, help="The prototype search's first step.")
+@click.option(
+    "--iterations", type=AT_LEAST_ONE, default=500, show_default=True, help="The prototype search's Adam steps."
+)
+@click.option(
+    "--tv", type=NON_NEGATIVE, default=1e-4, show_default=True, help="The prototype's total-variation weight."
+)
+@click.option("--lr", type=POSITIVE, default=0.1, show_default=True, help="The prototype search's first step.")
 @TRACKING_URI
 def features(run_id, round_number, clients, k, prototype, iterations, tv, lr, tracking_uri):
     """What FedGCR's feature means (h_tilde, FedGCR Eq. 4) reveal: each client's type and classes read off the k
@@ -35,10 +38,6 @@ def features(run_id, round_number, clients, k, prototype, iterations, tv, lr, tr
     from raysim.attacks.harness import read_feature_means, refuse_unless_feature_means
     from raysim.attacks.smashed import SmashedSettings
 
-    if k < 1:
-        raise ConfigError("--k must be at least 1")
-    if iterations < 1 or tv < 0 or lr <= 0:
-        raise ConfigError("--iterations must be at least 1, --tv at least 0 and --lr above 0")
     uri, chosen, captured = replayed(run_id, round_number, clients, tracking_uri, refuse_unless_feature_means)
     targets = chosen or sorted(captured.updates)
     readings = read_feature_means(captured, targets, k)

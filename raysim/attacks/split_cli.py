@@ -5,7 +5,17 @@ from __future__ import annotations
 
 import click
 
-from raysim.attacks.cli_options import CLIENTS, ROUND, RUN, TRACKING_URI, reconstruction_attack, replayed
+from raysim.attacks.cli_options import (
+    AT_LEAST_ONE,
+    CLIENTS,
+    NON_NEGATIVE,
+    POSITIVE,
+    ROUND,
+    RUN,
+    TRACKING_URI,
+    reconstruction_attack,
+    replayed,
+)
 from raysim.base.errors import ConfigError
 
 PRIOR = click.option(
@@ -21,7 +31,7 @@ PRIOR = click.option(
 @RUN
 @ROUND
 @CLIENTS
-@click.option("--step", type=int, default=1, show_default=True, help="The client's local step to invert.")
+@click.option("--step", type=AT_LEAST_ONE, default=1, show_default=True, help="The client's local step to invert.")
 @PRIOR
 @click.option(
     "--inversion",
@@ -30,12 +40,22 @@ PRIOR = click.option(
     show_default=True,
     help="Search the input through the head (white-box) or decode with a network trained on public rows (black-box).",
 )
-@click.option("--iterations", type=int, default=500, show_default=True, help="search: Adam's steps on the input.")
-@click.option("--tv", type=float, default=1e-4, show_default=True, help="search: weight of the total-variation prior.")
-@click.option("--lr", type=float, default=0.1, show_default=True, help="search: Adam's first step on the input.")
-@click.option("--epochs", type=int, default=30, show_default=True, help="network: epochs over the public rows.")
 @click.option(
-    "--public-rows", type=int, default=4096, show_default=True, help="network: the most public rows it trains on."
+    "--iterations", type=AT_LEAST_ONE, default=500, show_default=True, help="search: Adam's steps on the input."
+)
+@click.option(
+    "--tv", type=NON_NEGATIVE, default=1e-4, show_default=True, help="search: weight of the total-variation prior."
+)
+@click.option("--lr", type=POSITIVE, default=0.1, show_default=True, help="search: Adam's first step on the input.")
+@click.option(
+    "--epochs", type=AT_LEAST_ONE, default=30, show_default=True, help="network: epochs over the public rows."
+)
+@click.option(
+    "--public-rows",
+    type=AT_LEAST_ONE,
+    default=4096,
+    show_default=True,
+    help="network: the most public rows it trains on.",
 )
 @TRACKING_URI
 def smashed(
@@ -48,10 +68,6 @@ def smashed(
     from raysim.attacks.smashed import SmashedSettings
     from raysim.attacks.split_learning import reconstruct_smashed, refuse_unless_split_learning
 
-    if iterations < 1 or tv < 0 or lr <= 0 or step < 1 or epochs < 1 or public_rows < 1:
-        raise ConfigError(
-            "--iterations, --step, --epochs and --public-rows must be at least 1, --tv at least 0 and --lr above 0"
-        )
     params = {"step": step, "prior": prior, "inversion": inversion}
     if inversion == "search":
         settings = SmashedSettings(iterations, lr, tv)

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import pytest
+import torch
 from click.testing import CliRunner
+from safetensors.torch import save_file
 
 from raysim.cli import main
 from raysim.config import dump_yaml
 from raysim.testing.smoke import smoke_config
 from raysim.tracking.mlflow import Tracker
+from raysim.tracking.participation import save_participation
 
 SGD = {"train": {"optimizer": "sgd", "batch_size": 64}}
 
@@ -38,7 +41,6 @@ def recorded_run(uri: str, method: str, *layers: dict) -> str:
         ("fedavg", [SGD], ["--clients", "1,x"], "--clients '1,x' is not a comma-separated list"),
         ("fedavg", [SGD], ["--clients", "3,1,3"], "--clients '3,1,3' names client 3 twice"),
         ("fedavg", [SGD], ["--round", "9"], "--round 9 is not a round of the run (1 to 2)"),
-        ("fedavg", [SGD], ["--refine", "-1"], "--tv and --refine at least 0"),
         ("fedavg", [SGD, {"compression": {"downlink": "qsgd:8"}}], [], "under compression.downlink clients train"),
         (
             "fedavg",
@@ -78,9 +80,27 @@ def test_bad_split_learning_attack_options_are_one_line():
     assert bad.exit_code == 2 and bad.output.strip().splitlines() == [
         "raysim: error: --step '0' is neither a local step (1, 2, ...) nor all"
     ]
-    bad = CliRunner().invoke(main, ["attack", "smashed", "--run", "any", "--inversion", "network", "--epochs", "0"])
-    assert bad.exit_code == 2 and len(bad.output.strip().splitlines()) == 1
-    assert "--epochs and --public-rows must be at least 1" in bad.output
+
+
+@pytest.mark.parametrize(
+    ("command", "option", "value", "fragment"),
+    [
+        ("inverting", "--iterations", "0", "0 is not in the range x>=1"),
+        ("inverting", "--tv", "-0.1", "-0.1 is not in the range x>=0"),
+        ("inverting", "--lr", "0", "0.0 is not in the range x>0"),
+        ("inverting", "--refine", "-1", "-1 is not in the range x>=0"),
+        ("smashed", "--step", "0", "0 is not in the range x>=1"),
+        ("smashed", "--epochs", "0", "0 is not in the range x>=1"),
+        ("smashed", "--public-rows", "0", "0 is not in the range x>=1"),
+        ("features", "--k", "0", "0 is not in the range x>=1"),
+        ("features", "--lr", "-1", "-1.0 is not in the range x>0"),
+    ],
+)
+def test_out_of_range_attack_settings_are_one_line_before_any_replay(command, option, value, fragment):
+    bad = CliRunner().invoke(main, ["attack", command, "--run", "any", option, value])
+    assert bad.exit_code == 2 and bad.output.strip().splitlines() == [
+        f"raysim: error: Invalid value for '{option}': {fragment}. (see 'raysim attack {command} --help')"
+    ]
 
 
 @pytest.mark.parametrize(
@@ -104,3 +124,17 @@ def test_a_feature_mean_attack_on_a_method_that_sends_none_is_one_line(tracking_
     result = CliRunner().invoke(main, ["attack", "features", "--run", run_id, "--tracking-uri", tracking_uri])
     assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
     assert "fedvpt's clients send no feature mean; attack fedgcr, fedgc or fedgr" in result.output
+
+
+def test_membership_of_a_run_whose_server_used_no_update_asks_for_clients(tracking_uri, tmp_path):
+    tracker = Tracker(tracking_uri)
+    run_id = tracker.start("attacks", "recorded", {}, {})
+    tracker.log_text(dump_yaml(smoke_config("fedavg")), "config.yaml")
+    save_file({"params/w": torch.zeros(1)}, str(tmp_path / "global_state.safetensors"))
+    tracker.log_artifact(tmp_path / "global_state.safetensors")
+    tracker.log_artifact(save_participation({}, tmp_path))  # every client dropped out of every round
+    tracker.end()
+    result = CliRunner().invoke(main, ["attack", "membership", "--run", run_id, "--tracking-uri", tracking_uri])
+    assert result.exit_code == 2 and result.output.strip().splitlines() == [
+        "raysim: error: the run has no clients to score by default (heard: none); pass --clients 0,1,..."
+    ]
