@@ -70,7 +70,9 @@ def test_a_run_starts_its_own_ray_beside_a_users_cluster_and_joins_it_only_when_
             (line,) = own_lines(joined.stderr)
             assert "2 workers x (cpus_per_client=1.0, gpus_per_client=0.0) do not fit the Ray cluster's 1 CPU" in line
     finally:
-        os.killpg(head.pid, signal.SIGTERM)
+        # `ray start` alone: it drains its node through its GCS, then stops its processes (in 1 s); a SIGTERM to
+        # the whole group would stop the GCS too and leave it waiting 30 s for a drain that cannot answer
+        head.send_signal(signal.SIGTERM)
         try:
             head.wait(timeout=60)
         except subprocess.TimeoutExpired:
