@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from raysim.attacks.progress import steps
 from raysim.base.errors import ConfigError
 from raysim.config import Config
 from raysim.core.messages import Broadcast, ClientUpdate
@@ -140,9 +141,11 @@ def capture(config: Config, round: int, clients: list[int] | None = None) -> Cap
     shards = prepare_shards(config)
     config, initial, _, shards = initial_state(resolved(config), shards)
     view = ServerView(round, clients)
-    with replayed(config, shards, Checkpoint("attack", 0, config.to_dict(), initial, {}, ""), [view]) as simulation:
+    start = Checkpoint("attack", 0, config.to_dict(), initial, {}, "")
+    with replayed(config, shards, start, [view]) as simulation, steps("replaying the run: round", round) as step:
         for r in range(1, round + 1):
             simulation.run_round(r)
+            step()
     missing = sorted(set(clients or ()) - set(view.updates))
     if missing or not view.updates:
         sampled = ", ".join(str(c) for c in sorted(view.sampled)) or "none"

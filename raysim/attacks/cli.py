@@ -36,7 +36,8 @@ from raysim.attacks.split_cli import label_leakage, smashed
 
 
 @click.group(context_settings={"max_content_width": 100})
-def attack():
+@click.pass_context
+def attack(ctx):
     """Attack what the server of a recorded run received (docs/how-to/attacks.md).
 
     \b
@@ -49,7 +50,12 @@ def attack():
     raysim attack membership --run RUN_ID --shadows 4               ... and offline LiRA, with 4 shadow runs
     raysim attack features --run RUN_ID --round 5                   what FedGCR's feature means reveal
     raysim attack features --run RUN_ID --round 5 --prototype       ... and the image each one is the feature of
+
+    On a terminal, a bar on stderr shows the replay's rounds and each search's iterations.
     """
+    from raysim.attacks.progress import showing_progress
+
+    ctx.with_resource(showing_progress())
 
 
 def refuse_unless_update_inversion(config) -> None:

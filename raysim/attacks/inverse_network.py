@@ -26,6 +26,7 @@ from torch import nn
 
 from raysim.attacks.analytic import fold_patches
 from raysim.attacks.inverting import Inversion
+from raysim.attacks.progress import steps
 from raysim.attacks.smashed import feature_distance
 
 
@@ -82,11 +83,13 @@ def invert_by_network(
         torch.manual_seed(settings.seed)
         decoder = PatchDecoder(features.shape[-1], channels, patch, (height // patch, width // patch), settings.hidden)
     optimizer = torch.optim.Adam(decoder.parameters(), lr=settings.lr)
-    for _ in range(settings.epochs):
-        for rows in torch.randperm(len(public), generator=generator).split(settings.batch_size):
-            optimizer.zero_grad(set_to_none=True)
-            (decoder(features[rows]) - public[rows]).pow(2).mean().backward()
-            optimizer.step()
+    with steps("inverse network: epoch", settings.epochs) as step:
+        for _ in range(settings.epochs):
+            for rows in torch.randperm(len(public), generator=generator).split(settings.batch_size):
+                optimizer.zero_grad(set_to_none=True)
+                (decoder(features[rows]) - public[rows]).pow(2).mean().backward()
+                optimizer.step()
+            step()
     low, high = box
     with torch.no_grad():
         inputs = torch.maximum(torch.minimum(decoder(observed), high), low)

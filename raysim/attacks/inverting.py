@@ -27,6 +27,7 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 
+from raysim.attacks.progress import steps
 from raysim.core.messages import Tensors
 from raysim.engine.cohort import unfused_attention
 
@@ -109,15 +110,17 @@ def search(model, attacked: Tensors, loss_of, rows: int, box: tuple[torch.Tensor
     model.train()  # as the client trained
     loss = torch.tensor(float("nan"))
     with unfused_attention(model):  # the fused kernel has no second derivative
-        for _ in range(iterations):
-            optimizer.zero_grad(set_to_none=True)
-            loss = loss_of(x, tv=settings.tv)
-            (x.grad,) = torch.autograd.grad(loss, [x])
-            x.grad.sign_()
-            optimizer.step()
-            schedule.step()
-            with torch.no_grad():
-                x.copy_(torch.maximum(torch.minimum(x, high), low))
+        with steps("Inverting Gradients' search: iteration", iterations) as step:
+            for _ in range(iterations):
+                optimizer.zero_grad(set_to_none=True)
+                loss = loss_of(x, tv=settings.tv)
+                (x.grad,) = torch.autograd.grad(loss, [x])
+                x.grad.sign_()
+                optimizer.step()
+                schedule.step()
+                with torch.no_grad():
+                    x.copy_(torch.maximum(torch.minimum(x, high), low))
+                step()
         found = x.detach()
         if settings.refine:
             found, loss = refined(model, loss_of, found, box, settings.refine)
@@ -144,11 +147,13 @@ def refined(model, loss_of, x: torch.Tensor, box: tuple[torch.Tensor, torch.Tens
         optimizer.zero_grad(set_to_none=True)
         loss = loss_of(torch.maximum(torch.minimum(z, high), low), tv=0.0)
         (z.grad,) = torch.autograd.grad(loss, [z])
+        step()
         return loss
 
     model.double()
     try:
-        optimizer.step(closure)
+        with steps("L-BFGS in float64, until it converges: evaluation", None) as step:
+            optimizer.step(closure)
         found = torch.maximum(torch.minimum(z.detach(), high), low)
         loss = loss_of(found, tv=0.0)
     finally:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from raysim.attacks.inverting import Inversion, total_variation
+from raysim.attacks.progress import steps
 
 
 @dataclass(frozen=True)
@@ -53,12 +54,14 @@ def invert_smashed(
     optimizer = torch.optim.Adam([x], lr=settings.lr)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, settings.iterations)
     loss = torch.tensor(float("nan"))
-    for _ in range(settings.iterations):
-        optimizer.zero_grad(set_to_none=True)
-        loss = feature_distance(head(x), observed) + settings.tv * total_variation(x)
-        loss.backward()
-        optimizer.step()
-        schedule.step()
-        with torch.no_grad():
-            x.copy_(torch.maximum(torch.minimum(x, high), low))
+    with steps("feature search: iteration", settings.iterations) as step:
+        for _ in range(settings.iterations):
+            optimizer.zero_grad(set_to_none=True)
+            loss = feature_distance(head(x), observed) + settings.tv * total_variation(x)
+            loss.backward()
+            optimizer.step()
+            schedule.step()
+            with torch.no_grad():
+                x.copy_(torch.maximum(torch.minimum(x, high), low))
+            step()
     return Inversion(x.detach(), float(loss.detach()), time.perf_counter() - start)
