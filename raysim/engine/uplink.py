@@ -68,7 +68,11 @@ class Uplink:
 
     def send(self, round: int, broadcast: Broadcast, update: ClientUpdate, state: Tensors | None) -> ClientUpdate:
         """``update`` as the server decodes it, its params' encoded bytes in ``update.sent``; ``state`` is what the
-        client kept (its residual in it)."""
+        client kept (its residual in it). An update with a value that is not finite goes as it is, for screening to
+        reject (an encoding would drop or spread the NaN and keep it in the residual), and leaves no residual."""
+        if not all(torch.isfinite(t).all() for t in update.params.values() if t.is_floating_point()):
+            update.sent = tensor_bytes(update.params)
+            return update
         received = {**broadcast.params, **broadcast.instructions.get(update.client_id, {})}
         residual = residual_of(state) if self.feedback else {}
         generator = torch.Generator().manual_seed(derive_seed(self.seed, Purpose.COMPRESSION, round, update.client_id))
@@ -79,6 +83,11 @@ class Uplink:
                 continue
             base = received[name].to(tensor.dtype)
             rows = update.trained.get(name)
+            if rows is not None and not rows.any():  # a capacity tier that trained none of its rows: nothing sent
+                decoded[name] = base
+                if name in residual:
+                    kept[RESIDUAL + name] = residual[name]
+                continue
             delta = (tensor - base)[rows] if rows is not None else tensor - base
             vector = delta.reshape(-1).float()
             if name in residual:

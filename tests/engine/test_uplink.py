@@ -54,6 +54,30 @@ def test_a_tier_sends_only_the_rows_it_trained():
     assert sent.params["w"].tolist() == [[2.0, 2.0], [5.0, 5.0]] and sent.sent == 2 * 4 + 2 * 4
 
 
+@pytest.mark.parametrize("codec", ["randk:0.5", "topk:0.5", "qsgd:4"])
+def test_a_tier_that_trained_none_of_a_tensors_rows_sends_none_of_it_and_keeps_its_residual(codec):
+    uplink = Uplink(build_config("fedvpt", [{"compression": {"uplink": codec, "error_feedback": True}}]))
+    update = ClientUpdate(
+        0, 5, {"w": torch.full((2, 2), 5.0), "b": torch.tensor([3.0])}, trained={"w": torch.tensor([False, False])}
+    )
+    earlier = {RESIDUAL + "w": torch.tensor([0.5, 0.5, 0.5, 0.5])}
+    sent = uplink.send(1, Broadcast({"w": torch.full((2, 2), 5.0), "b": torch.tensor([1.0])}), update, earlier)
+    assert uplink.state_to_keep(0, None, earlier)[RESIDUAL + "w"].tolist() == [0.5, 0.5, 0.5, 0.5]
+    alone = uplink.send(1, Broadcast({"b": torch.tensor([1.0])}), ClientUpdate(0, 5, {"b": torch.tensor([3.0])}), None)
+    assert sent.params["w"].tolist() == [[5.0, 5.0], [5.0, 5.0]] and sent.sent == alone.sent > 0  # b's bytes only
+
+
+def test_an_update_that_is_not_finite_goes_unencoded_for_screening_to_reject_and_leaves_no_residual():
+    from raysim.engine.screening import screen
+
+    uplink = Uplink(build_config("fedvpt", [{"compression": {"uplink": "topk:0.5", "error_feedback": True}}]))
+    received = Broadcast({"w": torch.zeros(4)})
+    update = ClientUpdate(3, 1, {"w": torch.tensor([float("nan"), 3.0, -2.0, 0.1])})
+    sent = uplink.send(1, received, update, None)  # top-k would send (0, 3, -2, 0) and keep the NaN
+    assert math.isnan(sent.params["w"][0]) and sent.sent == 16
+    assert list(screen([sent], received.params)[1]) == [3] and uplink.state_to_keep(3, None, None) is None
+
+
 def quiet_run(config, **kwargs):
     return run(config, show_progress=False, console=Console(file=io.StringIO()), **kwargs)
 
