@@ -6,7 +6,8 @@ A selected client finishes at ``download + compute + upload`` seconds after the 
 arrive by the deadline (every update under ``wait``); a straggler (later than the deadline) is dropped, waited for,
 or cut to the work it gets through by the deadline (``partial``). The round closes when the ``m``-th kept update
 arrives; with fewer than ``m`` it closes at the deadline if one was missed (a straggler or a dropout the server
-cannot tell from one), else when the last kept update arrives. Nothing here reads wall time.
+cannot tell from one), or when the last kept update arrives if that is later (a straggler waited for), else when the
+last kept update arrives. Nothing here reads wall time.
 """
 
 from __future__ import annotations
@@ -62,8 +63,8 @@ def settle(
     kept, extra = order[:m], order[m:]
     if kept and len(kept) == m:
         duration = float(finish[kept[-1]])
-    elif deadline > 0 and (missing or not usable.all()):
-        duration = float(deadline)
+    elif deadline > 0 and (missing or not usable.all()):  # waits for the deadline, and for a straggler kept past it
+        duration = max(float(deadline), float(finish[kept].max()) if kept else 0.0)
     else:
         duration = float(finish[kept].max()) if kept else 0.0
     return Settlement(sorted(clients[i] for i in kept), sorted(clients[i] for i in extra), duration)

@@ -76,6 +76,11 @@ def test_a_dropout_makes_a_short_round_wait_for_the_deadline_if_there_is_one(dea
     assert (result.kept, result.duration) == ([1, 2], duration)
 
 
+def test_a_short_round_waits_for_a_straggler_it_keeps_past_the_deadline():
+    result = settle(CLIENTS, FINISH, np.ones(4, dtype=bool), m=5, deadline=10.0, missing=1)  # wait, one dropout
+    assert (result.kept, result.duration) == ([1, 2, 3, 4], 12.0)  # client 4's update lands at 12 s
+
+
 def test_a_round_nobody_reports_to():
     assert settle([], np.zeros(0), np.zeros(0, dtype=bool), m=2, deadline=5.0, missing=2).duration == 5.0
     assert settle([], np.zeros(0), np.zeros(0, dtype=bool), m=2, deadline=0.0).duration == 0.0
