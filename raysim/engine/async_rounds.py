@@ -238,8 +238,9 @@ class AsyncSchedule:
         parameters per server version) and its timings, and the dispatch count."""
         out: Tensors = {
             NEXT: torch.tensor(self.dispatched, dtype=torch.int64),
-            TABLE: torch.tensor(
-                [[d.number, d.client, d.version, int(d.fails)] for d in self.inflight], dtype=torch.int64
+            TABLE: torch.tensor(  # failing: only a dispatch planned to fail; one that failed in its upload trains
+                [[d.number, d.client, d.version, int(d.fails and d.update is None)] for d in self.inflight],
+                dtype=torch.int64,  # again on resume, and fails again when its device goes offline
             ).reshape(-1, 4),
             TIMES: torch.tensor(
                 [[d.start, d.earliest, d.offline, d.download] for d in self.inflight], dtype=torch.float64

@@ -138,6 +138,36 @@ def test_resume_with_clients_in_flight_and_compression_both_ways_is_exact(tracki
     assert sum(h["dropouts"] for h in full.history) > 0
 
 
+def test_resume_with_a_client_whose_upload_outlasts_its_device_is_exact(tracking_uri, tmp_path):
+    """Client 0's work ends at 1 s, but its upload would end after its device goes offline at 10 s: it fails then.
+    Clients 1 and 2 take 2 and 3 s a time; version 1 (one update a version) is client 1's at 2 s, and its checkpoint
+    holds client 0 failed in flight, which a resumed run must take at 10 s (version 8), as the uninterrupted one
+    does, not at 1 s, before the checkpoint."""
+    base = [FAST, {"federation": {"clients": 3, "participation": 1.0, "rounds": 8, "eval_every": 8}}]
+    sizes = prepare_shards(build_config("fedvpt", base)).train_sizes()
+    trace = tmp_path / "devices.csv"
+    trace.write_text(
+        f"client,speed,uplink,period_s,online\n0,{sizes[0]},1,1000,0-10\n1,{sizes[1] / 2},,,\n2,{sizes[2] / 3},,,\n"
+    )
+    config = build_config(
+        "fedvpt",
+        [
+            *base,
+            {"federation": {"mode": "async", "concurrency": 3, "buffer": 1}, "systems": {"trace": str(trace)}},
+            {"resources": {"backend": "sequential"}, "checkpoint": {"keep": 0, "dir": str(tmp_path / "ck")}},
+            {"tracking": {"tracking_uri": tracking_uri}},
+        ],
+    )
+    quiet = {"show_progress": False, "console": Console(file=io.StringIO())}
+    full = run(config, **quiet)
+    found = ckpt.load(tmp_path / "ck" / full.run_id / "round-000001")
+    assert found.state.server["async/inflight"][:, 1].tolist().count(0) == 1  # client 0 in flight
+    resumed = run(resume.resumed_config(found, "fedvpt", []), resume=found, **quiet)
+    assert [h["sim_time_s"] for h in full.history] == [2.0, 3.0, 4.0, 6.0, 6.0, 8.0, 9.0, 10.0]
+    assert [h["dropouts"] for h in full.history] == [0.0] * 7 + [1.0]
+    assert numbers(resumed.history) == numbers(full.history)
+
+
 @pytest.mark.parametrize(
     ("method", "sets", "says"),
     [
