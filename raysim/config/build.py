@@ -98,6 +98,18 @@ class Config:
                 f"privacy.min_survivors={p.min_survivors} is more than the {fed.clients_per_round} clients a round; "
                 f"lower it or raise --participation"
             )
+        if p.secure_aggregation and self.compression.uplink != "none":
+            raise ConfigError(
+                f"privacy.secure_aggregation masks every coordinate of every input, so the server cannot add "
+                f"compression.uplink={self.compression.uplink}'s encodings, whose coordinates or scales differ per "
+                "client; unset compression.uplink (compression.downlink may stay)"
+            )
+        if p.secure_aggregation and p.mode == "user" and fed.sampling == "poisson":
+            raise ConfigError(
+                "privacy.secure_aggregation loses a round whose survivors are fewer than privacy.min_survivors, and "
+                "under federation.sampling=poisson how many there are depends on whether a client takes part, which "
+                "user-level accounting does not count; use federation.sampling=fixed"
+            )
         if p.accountant == "pld" and (p.mode == "record" or (p.mode == "user" and fed.sampling == "fixed")):
             raise ConfigError(
                 "privacy.accountant=pld cannot account sampling without replacement (a fixed cohort, DP-SGD's "

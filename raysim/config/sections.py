@@ -471,7 +471,7 @@ def beside_store(tracking_uri: str) -> Path:
 
 @dataclass(frozen=True)
 class PrivacyConfig:
-    """Differential privacy and secure aggregation (docs/privacy.md): user-level DP as DP-FedAvg (McMahan et al.,
+    """Differential privacy and secure aggregation (docs/how-to/privacy.md): user-level DP as DP-FedAvg (McMahan et al.,
     ICLR 2018) with fixed or adaptive clipping (Andrew et al., NeurIPS 2021), record-level DP-SGD inside each client
     (Abadi et al., CCS 2016), accounted with Google's dp-accounting; secure aggregation's view of the cohort's sum
     (Bell et al., CCS 2020)."""
@@ -505,7 +505,8 @@ class PrivacyConfig:
     )
     clip_lr: float = setting(
         0.2,
-        "Adaptive clipping's geometric step eta: C <- C * exp(-eta (clipped share - quantile)).",
+        "Adaptive clipping's geometric step eta: C <- C * exp(-eta (unclipped share - quantile)), the unclipped "
+        "share being the noised fraction of the cohort whose update norm is at most C.",
         checks=(POSITIVE,),
     )
     count_noise: float | None = setting(

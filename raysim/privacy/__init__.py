@@ -1,4 +1,4 @@
-"""Privacy as a simulation axis (docs/privacy.md): which channels a method's clients send and whether each is
+"""Privacy as a simulation axis (docs/how-to/privacy.md): which channels a method's clients send and whether each is
 privatised (:mod:`~raysim.privacy.channels`), the Gaussian mechanism's tensor arithmetic
 (:mod:`~raysim.privacy.mechanisms`), exact accounting with Google's dp-accounting
 (:mod:`~raysim.privacy.accounting`), the noise a run uses (:mod:`~raysim.privacy.calibration`), what the server

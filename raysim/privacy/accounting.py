@@ -71,7 +71,8 @@ def user_event(z: float, cohort: int, population: int, rounds: int, sampling: st
 def record_event(z: float, batch: int, records: int, steps: int, sampling: str = "fixed") -> dp_accounting.DpEvent:
     """Record-level DP-SGD inside one client with ``records`` records, over ``steps`` local steps in all (steps per
     round x rounds), each noising the per-record clipped sum of a batch of ``batch`` drawn by ``sampling``. The run's
-    guarantee is that of the client with the fewest records."""
+    guarantee is the largest epsilon over its clients, which need not be the client with the fewest records (fewer
+    records can mean fewer steps): :func:`raysim.privacy.calibration.record_units`."""
     return _sampled_gaussian(z, batch, records, steps, sampling, ("batch", "records", "steps"))
 
 

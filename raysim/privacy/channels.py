@@ -1,6 +1,6 @@
 """What a method's clients send, channel by channel, and whether the run's privacy settings cover each: every
 tensor that leaves a client is privatised and accounted, or the run refuses to start with one line that names the
-method, the channel and what to do (docs/privacy.md).
+method, the channel and what to do (docs/how-to/privacy.md).
 
 Channels: the trained parameters (``params``, always data-dependent: user-level DP clips and noises them as one
 vector), each named extra (:attr:`~raysim.core.protocol.SendsExtras.extras_sent`; clipped with its own share of the
@@ -40,8 +40,9 @@ def outcomes(method: str, mode: str, secure_aggregation: bool = False) -> dict[s
     cls = info.cls
     extras = extras_of(cls)
     if cls.each_update and (mode == "user" or secure_aggregation):
+        cause = "privacy.mode=user" if mode == "user" else "privacy.secure_aggregation=true"
         line = (
-            f"{where}: {method} cannot run where the server sees only the cohort's sum: {cls.each_update}; use a "
+            f"{cause}: {method} cannot run where the server sees only the cohort's sum: {cls.each_update}; use a "
             "method whose server step averages the updates (e.g. fedavg, fedvpt, sgpt)"
         )
         return {channel: (REFUSED, line) for channel in ("params", *extras)}

@@ -44,3 +44,8 @@ def test_the_papers_methods_and_the_baselines_compared_under_dp_are_covered():
     assert outcomes("fedvpt", "record")["params"][0] == PRIVATISED
     assert outcomes("fedmix", "user")["data_mean"][0] == REFUSED
     assert outcomes("fedgcr", "none", secure_aggregation=True)["params"][0] == REFUSED
+    # refused for the secure sum, which the line names, not for record-level DP, which pfedhn runs alone
+    assert outcomes("pfedhn", "record")["params"][0] == PRIVATISED
+    assert outcomes("pfedhn", "record", secure_aggregation=True)["params"][1].startswith(
+        "privacy.secure_aggregation=true: pfedhn cannot run where the server sees only the cohort's sum"
+    )

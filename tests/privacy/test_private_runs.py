@@ -172,6 +172,14 @@ BAD = {
     "count noise": (f"{USER} privacy.clip=adaptive:0.5", "privacy.count_noise=0.25 must exceed z / 2 = 0.5"),
     "pld, fixed": (f"{USER} privacy.accountant=pld", "privacy.accountant=pld cannot account sampling without"),
     "clients' noise, no secure sum": (f"{USER} privacy.noise_by=clients", "privacy.noise_by=clients is user-level"),
+    "secure sum of sparse updates": (
+        "privacy.secure_aggregation=true compression.uplink=topk:0.1",
+        "cannot add compression.uplink=topk:0.1's encodings",
+    ),
+    "lost rounds under poisson": (
+        f"{USER} privacy.secure_aggregation=true federation.sampling=poisson",
+        "which user-level accounting does not count; use federation.sampling=fixed",
+    ),
 }
 
 
