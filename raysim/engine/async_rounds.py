@@ -63,6 +63,7 @@ class Dispatch:
     fails: bool
     broadcast: Broadcast
     state: Tensors | None  # what the client kept when it downloaded (its error-feedback residual in it)
+    model: Tensors | None = None  # the server's model at the download, under a compressed broadcast only
     handle: Any = None
     update: ClientUpdate | None = None
     finish: float | None = None
@@ -144,7 +145,7 @@ class AsyncSchedule:
                 continue
             sim.keep_state(update, arrival.state)
             staleness = round - 1 - arrival.version
-            buffered.append(Arrival(update, arrival.broadcast.params, staleness))
+            buffered.append(Arrival(update, arrival.broadcast.params, staleness, arrival.model))
         sim.sim_time = now
         stale = [a.staleness for a in buffered]
         metrics = {
@@ -176,6 +177,8 @@ class AsyncSchedule:
             if self.sim.downlink is not None:
                 broadcast = self.sim.downlink.broadcast(broadcast, [client])
             dispatch = self._planned(client, round - 1, now, float(left[client]), broadcast)
+            if self.sim.downlink is not None and self.buffer == 1:  # FedAsync mixes models (buffered_step)
+                dispatch.model = self.sim.state.params
             down += dispatch.download
             self._start(dispatch)
         return down
@@ -235,7 +238,8 @@ class AsyncSchedule:
 
     def saved(self) -> Tensors:
         """The schedule as tensors for a checkpoint: the clients in flight, what each downloaded (one copy of the
-        parameters per server version) and its timings, and the dispatch count."""
+        parameters per server version, and under FedAsync with a compressed broadcast the server's model then) and
+        its timings, and the dispatch count."""
         out: Tensors = {
             NEXT: torch.tensor(self.dispatched, dtype=torch.int64),
             TABLE: torch.tensor(  # failing: only a dispatch planned to fail; one that failed in its upload trains
@@ -248,6 +252,7 @@ class AsyncSchedule:
         }
         for d in self.inflight:
             out.update({f"{PREFIX}v{d.version}/params/{k}": t for k, t in d.broadcast.params.items()})
+            out.update({f"{PREFIX}v{d.version}/model/{k}": t for k, t in (d.model or {}).items()})
             out.update({f"{PREFIX}d{d.number}/extras/{k}": t for k, t in d.broadcast.extras.items()})
             instructions = d.broadcast.instructions.get(d.client, {})
             out.update({f"{PREFIX}d{d.number}/instructions/{k}": t for k, t in instructions.items()})
@@ -268,4 +273,7 @@ class AsyncSchedule:
                 {client: instructions} if instructions else {},
             )
             state, fails = self.sim.clients.get(client), bool(fails)
-            self._start(Dispatch(number, client, version, start, earliest, offline, download, fails, broadcast, state))
+            model = part(f"{PREFIX}v{version}/model/") or None
+            dispatch = Dispatch(number, client, version, start, earliest, offline, download, fails, broadcast, state)
+            dispatch.model = model
+            self._start(dispatch)

@@ -9,7 +9,9 @@ applied to the current model with a weight that decays with its staleness tau (s
   x + sum_i p_i Delta_i, a synchronous round's step on the same updates.
 - K = 1, FedAsync (Xie et al., "Asynchronous Federated Optimization", 2019, Algorithm 1): the arrived model x_i
   mixes into the current one, x <- (1 - a) x + a x_i with a = ``federation.async_alpha`` s(tau); the method's
-  aggregation of the one update gives x_i (and its server state).
+  aggregation of the one update gives x_i (and its server state). Under ``compression.downlink`` the client
+  trained from the public model x^_tau, not from x_tau: its model is taken as x_tau + (x_i - x^_tau), what it would
+  have trained from x_tau, so that the server's residual x_tau - x^_tau is not lost (:mod:`raysim.engine.downlink`).
 
 The method's own aggregation keeps what it does besides the mean (SGPT's selection counts, server momentum, a
 capacity tier's row masks), so every method whose server step is a weighted sum of updates runs asynchronously.
@@ -25,11 +27,13 @@ from raysim.ops.staleness import Staleness
 
 @dataclasses.dataclass(frozen=True)
 class Arrival:
-    """A buffered update, the parameters its client received, and its staleness tau."""
+    """A buffered update, the parameters its client received, and its staleness tau; ``model``: the server's model
+    when the client downloaded, where that differs from what it received (a compressed broadcast), else None."""
 
     update: ClientUpdate
     received: Tensors
     staleness: int
+    model: Tensors | None = None
 
 
 def moved(current: Tensors, update: ClientUpdate, received: Tensors, weight: float = 1.0) -> ClientUpdate:
@@ -48,7 +52,9 @@ def buffered_step(
 ) -> GlobalState:
     """The server version ``round`` from the buffer ``arrivals`` (see the module's docstring)."""
     if len(arrivals) == 1 and fed.buffer_size == 1:
-        mixed = method.aggregate(round, state, [arrivals[0].update])
+        (arrival,) = arrivals
+        update = arrival.update if arrival.model is None else moved(arrival.model, arrival.update, arrival.received)
+        mixed = method.aggregate(round, state, [update])
         rate = fed.async_alpha * staleness(arrivals[0].staleness)
     else:
         moved_updates = [moved(state.params, a.update, a.received, staleness(a.staleness)) for a in arrivals]

@@ -81,6 +81,16 @@ def test_fedasync_mixes_the_arrived_model_with_alpha_times_its_staleness_weight(
     assert step.params["w"].tolist() == pytest.approx([8.0])
 
 
+def test_fedasync_under_a_compressed_broadcast_mixes_the_model_the_client_would_have_trained_from_the_servers():
+    state = GlobalState({"w": torch.tensor([10.0])}, {"steps": torch.tensor(0)})
+    # downloaded at x = 8 as the public model 0 (the broadcasts lag); trained to 1: its delta is 1
+    arrival = Arrival(
+        ClientUpdate(0, 5, {"w": torch.tensor([1.0])}), {"w": torch.tensor([0.0])}, 1, {"w": torch.tensor([8.0])}
+    )
+    step = buffered_step(Mean(), 2, state, [arrival], fed(buffer=1, async_alpha=0.5), parse_staleness("constant"))
+    assert step.params["w"].tolist() == pytest.approx([9.5])  # 0.5 * 10 + 0.5 * (8 + 1); mixing x_i = 1 gave 5.5
+
+
 def test_a_fedbuff_schedule_on_a_fixed_clock(tmp_path):
     """Three clients whose local work takes 1, 4 and 2 virtual seconds, all in flight, two updates a version.
     t=1: client 0 arrives and trains again (from version 0) until t=2, where it precedes client 2 (ties by client
@@ -115,12 +125,14 @@ def test_ray_backend_matches_sequential_in_async_mode(ray_session):
             assert par[key] == pytest.approx(seq[key], abs=1e-6), key
 
 
-def test_resume_with_clients_in_flight_and_compression_both_ways_is_exact(tracking_uri, tmp_path):
+@pytest.mark.parametrize("buffer", [2, 1])  # FedBuff; FedAsync, whose checkpoint also keeps the model at download
+def test_resume_with_clients_in_flight_and_compression_both_ways_is_exact(tracking_uri, tmp_path, buffer):
     config = build_config(
         "fedvpt",
         [
             FAST,
             ASYNC,
+            {"federation": {"buffer": buffer, "rounds": 8 // buffer}},  # 8 updates either way
             {
                 "systems": {"dropout": 0.2},
                 "compression": {"uplink": "qsgd:4", "error_feedback": True, "downlink": "topk:0.3"},
