@@ -1,6 +1,7 @@
 """Asynchronous mode's schedule (``federation.mode=async``): ``federation.concurrency`` C clients train at any time,
 each from the model current when it downloaded; when one finishes on the virtual clock, its update joins the buffer
-and the next client, drawn from the run seed among those online and idle, downloads the current model. Every
+and the next client, drawn from the run seed among those online and idle, downloads the current model (a slot left
+free for want of one is taken when a client comes online). Every
 ``federation.buffer`` K accepted updates make a server version (:mod:`raysim.engine.buffered_step`), the unit
 ``--rounds`` counts (FedBuff: Nguyen et al., AISTATS 2022; FedAsync: Xie et al., 2019).
 
@@ -121,6 +122,11 @@ class AsyncSchedule:
                 now += wait
                 continue
             arrival = self._next_arrival()
+            if len(self.inflight) < self.concurrency:  # a free slot: a client coming online first takes it then
+                opens = now + self.profiles.next_online(now)
+                if opens < arrival.finish:
+                    now = opens
+                    continue
             self.inflight.remove(arrival)
             now = arrival.finish
             if arrival.fails:

@@ -112,6 +112,19 @@ def test_a_fedbuff_schedule_on_a_fixed_clock(tmp_path):
     assert all(r.metrics["updates_applied"] == 2.0 for r in reports)
 
 
+def test_a_slot_left_free_is_taken_when_a_client_comes_online(tmp_path):
+    """Two slots, two clients: client 0 is always online and trains for 100 s; client 1 comes online at 10 s and
+    trains for 5 s. One update a version: client 1's at 15 s, then its next at 20 s, not after client 0's at 100 s."""
+    base = [FAST, {"federation": {"clients": 2, "participation": 1.0, "rounds": 2, "eval_every": 2}}]
+    sizes = prepare_shards(build_config("fedvpt", base)).train_sizes()
+    trace = tmp_path / "devices.csv"
+    trace.write_text(f"client,speed,period_s,online\n0,{sizes[0] / 100},,\n1,{sizes[1] / 5},1000,10-1000\n")
+    async_mode = {"federation": {"mode": "async", "concurrency": 2, "buffer": 1}, "systems": {"trace": str(trace)}}
+    reports = run_rounds(build_config("fedvpt", [*base, async_mode, {"resources": {"backend": "sequential"}}]))[1]
+    assert [r.metrics["sim_time_s"] for r in reports] == [15.0, 20.0]
+    assert [r.sampled for r in reports] == [[1], [1]]
+
+
 def test_ray_backend_matches_sequential_in_async_mode(ray_session):
     def metrics(backend, **resources):
         config = build_config("fedvpt", [FAST, ASYNC, {"resources": {"backend": backend, **resources}}])
