@@ -7,9 +7,10 @@ after its tuned values, so tuning never undoes them.
 Seed s is the run seed ``base + s`` (``base``: ``--seed``, default 0): it draws the partition, the initialisation and
 the sampling together, and every method of seed s sees the same partition. With ``--tune-budget B`` each method
 first gets B trials of ``raysim tune`` over its own space (``tune_spaces/METHOD.yaml``), FIFO so that every trial
-runs all rounds, on the first seed only, at the comparison's own setting (its preset and flags win over the space's
-``fixed`` values), scored on validation rows (``data.holdout=validation``: a fifth of the training rows, the test
-rows unseen); its best sampled values then run on every seed. Without it every method runs at the preset.
+runs all rounds, on the first seed only, at the comparison's own setting (the one its cells run: the space's
+``fixed`` values are dropped), scored on validation rows (``data.holdout=validation``: a fifth of the training
+rows, the test rows unseen); its best sampled values then run on every seed. Without it every method runs at the
+preset.
 
 Every (method, seed) cell is a whole ``raysim run``, an MLflow run in the comparison's experiment nested under the
 comparison's own run, which ends with the report (:mod:`raysim.tracking.comparison`) as artifacts and its figures
@@ -265,7 +266,7 @@ def _scored_on(methods: tuple[str, ...], done: dict, scored: dict) -> dict[str, 
 
 def _arm_sweep(comparison: Comparison, label: str) -> sweeping.Sweep:
     """A new sweep of ``label``'s space (its run opened): FIFO, on the first seed and the validation rows, at the
-    comparison's setting (its preset and flags after the space's fixed values), logged to the experiment
+    comparison's setting (:func:`arm_space` drops the space's fixed values), logged to the experiment
     ``<comparison>-tuning``."""
     method, own = arm(label)
     layers = [*comparison.layers(label), own, {"tracking": {"experiment": f"{comparison.name}-tuning"}}]
@@ -287,8 +288,10 @@ def _write_json(path: Path, record: dict) -> None:
 
 def arm_space(comparison: Comparison, label: str) -> str:
     """The search space an arm tunes: its method's, less the keys the arm sets itself, each ``grid`` drawn as a
-    ``choice`` (a grid runs all its values per sample, which would give the arm more trials than the budget);
-    written beside the comparison where it differs from the method's file."""
+    ``choice`` (a grid runs all its values per sample, which would give the arm more trials than the budget), and
+    without its ``fixed:`` values (a space's own setting, e.g. fewer rounds or another data set: the arm tunes at
+    the comparison's setting, the one its cells run); written beside the comparison where it differs from the
+    method's file."""
     method, own = arm(label)
     source = default_space_file(method)
     data = yaml12.load(Path(source).read_text())
@@ -297,13 +300,13 @@ def arm_space(comparison: Comparison, label: str) -> str:
         for key, spec in data["space"].items()
         if key.split(".", 1)[1] not in own.get(key.split(".")[0], {})
     }
-    if kept == data["space"]:
+    if kept == data["space"] and not data.get("fixed"):
         return source
     if not kept:
         raise ConfigError(f"{label} sets every key of {Path(source).name} itself: nothing is left to tune")
     path = Path(comparison.folder) / "spaces" / f"{label}.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump({**data, "space": kept}, sort_keys=False))
+    path.write_text(yaml.safe_dump({"space": kept}, sort_keys=False))
     return str(path)
 
 
