@@ -234,12 +234,20 @@ def tune(method, space, num_samples, max_concurrent, metric, mode, scheduler, na
     from raysim.sweep import tune as sweeping  # imports Ray, Tune and MLflow: only when a sweep starts
 
     if resume is not None:
+        context = click.get_current_context()
+        planned = ("space", "num_samples", "max_concurrent", "metric", "mode", "scheduler", "name")
         given = [f"--{k.replace('_', '-')}" for k, v in flags.items() if v is not None] + (
             ["--preset"] if preset else []
         )
+        given += [
+            f"--{k.replace('_', '-')}"
+            for k in planned
+            if context.get_parameter_source(k) is click.core.ParameterSource.COMMANDLINE
+        ]
         if method or given or overrides:
             raise ConfigError(f"--resume finishes the sweep as it was planned; drop {(given or ['METHOD'])[0]}")
         found, folder = sweeping.load_sweep(resume)
+        sweeping.refuse_unsaved(found, folder)
         with sweeping.sole_sweep_runner(found, folder):
             sweeping.check_store_and_ray(found)
             click.echo(f"resuming sweep {found.name} in {folder}", err=True)

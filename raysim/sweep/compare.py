@@ -162,6 +162,12 @@ def plan(
                 f"{label}: {changed[0]} changes the clients' data, which every method of a seed shares; "
                 f"set it for all (--set {changed[0]}=...) or compare it in separate comparisons"
             )
+        if own.get("resources"):
+            key = f"resources.{next(iter(own['resources']))}"
+            raise ConfigError(
+                f"{label}: {key} changes what a cell reserves, and every cell runs in a placement group of one "
+                f"shape; set it for all (--set {key}=...) or compare it in separate comparisons"
+            )
     if seeds < 1:
         raise ConfigError(f"--seeds {seeds} must be at least 1 (3 or more for a confidence interval that means much)")
     if tune_budget < 0:
@@ -171,6 +177,8 @@ def plan(
             default_space_file(method)  # a one-line error naming the methods that have a space
     layers = [[preset_for_method(load_preset(preset), m)] if preset else [] for m, _ in named]
     probes = [build_config(m, [*before, *flags, own]) for (m, own), before in zip(named, layers)]
+    for probe in probes:
+        sweeping.refuse_server_resources(probe)
     base = probes[0].federation.seed
     name = probes[0].tracking.experiment if sweeping.flag_set(flags, "experiment") else default_name(methods, preset)
     uri = probes[0].tracking.resolved_uri

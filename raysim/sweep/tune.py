@@ -114,6 +114,17 @@ def bundles(config: Config) -> list[dict[str, float]]:
     return [{"CPU": 1.0}] + workers * max(1, res.workers)
 
 
+def refuse_server_resources(config: Config) -> None:
+    """A trial's (or cell's) placement group holds its driver and its workers (:func:`bundles`): split learning's
+    server, an actor of the trial, can reserve nothing outside them, so one given CPUs or GPUs would wait for ever."""
+    res = config.resources
+    if get_method(config.method).split_learning and (res.server_cpus or res.server_gpus):
+        raise ConfigError(
+            f"{config.method}'s server runs inside each trial's placement group, which holds only the trial's driver "
+            "and workers; leave resources.server_cpus and resources.server_gpus at 0 in a sweep or comparison"
+        )
+
+
 def plan_concurrency(config: Config, requested: int | None) -> int:
     """Trials at once: ``requested`` if the cluster can host that many placement groups, else an error; by
     default as many as fit (at least 1)."""
@@ -327,6 +338,17 @@ def save_sweep(sweep: Sweep) -> Path:
     return folder
 
 
+def refuse_unsaved(sweep: Sweep, folder: Path) -> None:
+    """A one-line error for a sweep stopped before Ray Tune first saved its state (there is nothing to resume); what
+    it left RUNNING in MLflow ends KILLED."""
+    if not tune.Tuner.can_restore(str(folder)):
+        abandon(str(folder))
+        raise ConfigError(
+            f"sweep {sweep.name} stopped before Ray Tune saved its state, so it cannot be resumed; remove {folder} "
+            "and start it again with its command, or start it with another --name"
+        )
+
+
 def load_sweep(target: str) -> tuple[Sweep, Path]:
     """The sweep in folder ``target`` (``<storage>/<name>``, as printed when it started)."""
     folder = Path(target)
@@ -437,6 +459,7 @@ def plan(
                 f"'fixed:' or with its flag (e.g. --workers, --cpus-per-client)"
             )
     probe = build_config(method, [*before, as_layer(space.fixed), *flag_layers])
+    refuse_server_resources(probe)
     name = name or f"{method}-{time.strftime('%Y%m%d-%H%M%S')}"
     check_store(probe.tracking.resolved_uri)
     storage = beside_store(probe.tracking.resolved_uri) / "tune"

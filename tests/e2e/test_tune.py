@@ -16,6 +16,7 @@ from mlflow.tracking import MlflowClient
 from raysim.cli import main
 from raysim.sweep import tune as sweeping
 from raysim.sweep.sole_runner import sole_runner
+from raysim.sweep.space import SearchSpace
 from raysim.testing.console import own_lines
 
 SPACE = (
@@ -144,7 +145,29 @@ BAD = [
     (["--space", "/nope/space.yaml"], "search space file /nope/space.yaml does not exist"),
     (["--resume", "/nope/sweep"], "--resume '/nope/sweep' is not a raysim sweep folder"),
     (["--resume", "/nope/sweep", "--rounds", "3"], "--resume finishes the sweep as it was planned; drop --rounds"),
+    (["--resume", "/nope/sweep", "--num-samples", "9"], "--resume finishes the sweep as it was planned; drop --num"),
 ]
+
+
+def test_a_sweep_stopped_before_tune_saved_its_state_is_refused_in_one_line(tracking_uri, tmp_path):
+    """Killed between writing sweep.json and Tune's first save: nothing to restore (Tune would raise on tuner.pkl)."""
+    sweep = sweeping.Sweep(
+        "fedvpt", "s", [], [{"tracking": {"tracking_uri": tracking_uri, "experiment": "s"}}], SearchSpace("x", {}, {}),
+        "global_acc", "max", 1, 1, "fifo", str(tmp_path / "tune"),
+    )  # fmt: skip
+    folder = sweeping.save_sweep(sweep)
+    result = CliRunner().invoke(main, ["tune", "--resume", str(folder)])
+    assert result.exit_code == 2 and own_lines(result.stderr) == [
+        f"raysim: error: sweep s stopped before Ray Tune saved its state, so it cannot be resumed; remove {folder} "
+        "and start it again with its command, or start it with another --name"
+    ]
+
+
+def test_a_split_learning_server_given_cpus_is_refused_in_a_sweep(tmp_path):
+    result = CliRunner().invoke(
+        main, ["tune", "fedv", "--set", "resources.server_cpus=1", "--tracking-uri", f"sqlite:///{tmp_path}/m.db"]
+    )
+    assert result.exit_code == 2 and "fedv's server runs inside each trial's placement group" in result.stderr
 
 
 @pytest.mark.parametrize("extra, fragment", BAD, ids=[b[1][:40] for b in BAD])
