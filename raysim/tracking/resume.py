@@ -42,9 +42,16 @@ def resumed_config(found: ckpt.Checkpoint, method: str | None, layers: list[Mapp
             f"checkpoint of run {found.run_id} is a {found.method} run, not {method}; "
             f"use 'raysim run {found.method} --resume ...'"
         )
+    saved_threads = found.config.get("resources", {}).get("threads", 0)
     for layer in layers:
         for section, values in layer.items():
             for key in values:
+                if (section, key) == ("resources", "threads") and values[key] != saved_threads and saved_threads:
+                    raise ConfigError(
+                        f"resources.threads cannot change when resuming: the run's clients sum with "
+                        f"{saved_threads} torch threads, and another count changes the float sums; drop "
+                        "resources.threads"
+                    )
                 if section not in CHANGEABLE_SECTIONS and (section, key) not in CHANGEABLE:
                     raise ConfigError(
                         f"{section}.{key} cannot change when resuming (the run continues its saved "

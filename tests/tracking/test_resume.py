@@ -134,6 +134,11 @@ def test_resume_refuses_changes_that_would_change_the_numbers(ray_session, track
         resume.resumed_config(found, None, [{"federation": {"rounds": 5}}, {"train": {"lr": 0.1}}])
     with pytest.raises(ConfigError, match="is a fedvpt run, not sgpt"):
         resume.resumed_config(found, "sgpt", [])
+    threads = found.config["resources"]["threads"]  # resolved when the run started
+    with pytest.raises(ConfigError, match=f"the run's clients sum with {threads} torch threads"):
+        resume.resumed_config(found, None, [{"federation": {"rounds": 5}}, {"resources": {"threads": threads + 1}}])
+    same = resume.resumed_config(found, None, [{"federation": {"rounds": 5}}, {"resources": {"threads": threads}}])
+    assert same.resources.threads == threads >= 1
     assert (
         resume.resumed_config(found, None, [{"federation": {"rounds": 5}}]).train.precision
         == found.config["train"]["precision"]
