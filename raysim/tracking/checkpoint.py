@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 FORMAT = 2
 TENSORS, MANIFEST, CLIENTS = "state.safetensors", "manifest.json", "clients"
 PREFIX = "round-"
+REPLACED = ".replaced"  # a round's checkpoint while a replayed round's replaces it
+_KEYS = {"run_id", "round", "config", "tracking_uri", "sha256", "order", "history", "client_acc", "records"}
+REQUIRED = {1: _KEYS, FORMAT: _KEYS | {"client_sha256"}}  # what a manifest of each format must hold
 
 
 @dataclass
@@ -107,8 +110,14 @@ def save(run_folder: str | Path, checkpoint: Checkpoint, keep: int, client_files
     for path in (partial / TENSORS, partial / MANIFEST):
         with open(path, "rb") as handle:
             os.fsync(handle.fileno())
-    shutil.rmtree(final, ignore_errors=True)  # a replayed round (rewind or recovery) replaces its checkpoint
-    os.replace(partial, final)
+    if final.exists():  # a replayed round (rewind or recovery) replaces its checkpoint: the old one moves aside whole
+        aside = final.with_name(final.name + REPLACED)  # (a rename), and stays a checkpoint until the new one is in
+        shutil.rmtree(aside, ignore_errors=True)
+        os.replace(final, aside)
+        os.replace(partial, final)
+        shutil.rmtree(aside, ignore_errors=True)
+    else:
+        os.replace(partial, final)
     if keep:
         for old in rounds_in(run_folder)[:-keep]:
             shutil.rmtree(old, ignore_errors=True)
@@ -155,9 +164,14 @@ def _remove_unreferenced(run_folder: Path) -> None:
 
 
 def rounds_in(run_folder: Path) -> list[Path]:
-    """The complete checkpoint folders under ``run_folder``, oldest first."""
-    found = [p for p in Path(run_folder).glob(f"{PREFIX}*") if p.is_dir() and p.name[len(PREFIX) :].isdigit()]
-    return sorted(found, key=lambda p: int(p.name[len(PREFIX) :]))
+    """The complete checkpoint folders under ``run_folder``, oldest first: a round's, or where a process stopped
+    while a replayed round replaced it (:func:`save`), the one it was replacing."""
+    found: dict[int, Path] = {}
+    for path in sorted(Path(run_folder).glob(f"{PREFIX}*")):  # round-N sorts before round-N.replaced
+        number = path.name[len(PREFIX) :].removesuffix(REPLACED)
+        if path.is_dir() and number.isdigit():
+            found.setdefault(int(number), path)
+    return [found[n] for n in sorted(found)]
 
 
 def load(target: str | Path, clients: bool = True, tensors: bool = True) -> Checkpoint:
@@ -183,6 +197,7 @@ def load(target: str | Path, clients: bool = True, tensors: bool = True) -> Chec
         not isinstance(manifest, dict)
         or manifest.get("format") not in (1, FORMAT)
         or not isinstance(manifest.get("config"), dict)
+        or not REQUIRED[manifest["format"]] <= set(manifest)
     ):
         raise ConfigError(
             f"{folder / MANIFEST} is not a raysim checkpoint manifest (format 1 or {FORMAT}); "

@@ -80,6 +80,30 @@ def test_retention_keeps_the_newest_and_a_partial_write_is_ignored(tmp_path):
     assert ckpt.load(tmp_path / "round-000006").round == 6  # a round folder loads that round
 
 
+def test_a_replayed_round_replaces_its_checkpoint_whole_even_when_the_process_stops_midway(tmp_path, monkeypatch):
+    ckpt.save(tmp_path, _checkpoint(1), keep=1)
+    replayed = _checkpoint(1)
+    replayed.history = [{"round": 1, "global_acc": 42.0}]
+    ckpt.save(tmp_path, replayed, keep=1)
+    assert [p.name for p in tmp_path.glob("round-*")] == ["round-000001"]
+    assert ckpt.load(tmp_path).history == [{"round": 1, "global_acc": 42.0}]
+    renames, real = [], ckpt.os.replace
+
+    def stops_before_the_new_one_is_in(source, target):  # the old one moved aside, then the process dies
+        renames.append(target)
+        if len(renames) == 2:
+            raise OSError("killed")
+        real(source, target)
+
+    monkeypatch.setattr(ckpt.os, "replace", stops_before_the_new_one_is_in)
+    with pytest.raises(OSError):
+        ckpt.save(tmp_path, _checkpoint(1), keep=1)
+    monkeypatch.undo()
+    assert ckpt.load(tmp_path).history == [{"round": 1, "global_acc": 42.0}]  # the one it was replacing, whole
+    ckpt.save(tmp_path, _checkpoint(2), keep=1)  # the next round's checkpoint prunes it
+    assert [p.name for p in tmp_path.glob("round-*")] == ["round-000002"]
+
+
 def test_damaged_or_foreign_folders_are_one_line_errors(tmp_path):
     with pytest.raises(ConfigError, match="holds no checkpoint"):
         ckpt.load(tmp_path)
@@ -88,6 +112,9 @@ def test_damaged_or_foreign_folders_are_one_line_errors(tmp_path):
     with pytest.raises(ConfigError, match="does not match the SHA-256"):
         ckpt.load(folder)
     (folder / ckpt.MANIFEST).write_text(json.dumps({"format": 99}))
+    with pytest.raises(ConfigError, match="is not a raysim checkpoint manifest"):
+        ckpt.load(folder)
+    (folder / ckpt.MANIFEST).write_text(json.dumps({"format": ckpt.FORMAT, "config": {}}))  # no sha256, order, ...
     with pytest.raises(ConfigError, match="is not a raysim checkpoint manifest"):
         ckpt.load(folder)
     (folder / ckpt.MANIFEST).write_text("{not json")
