@@ -60,7 +60,7 @@ from raysim.tracking.comparison import (
     comparison_metrics,
     write_arranged,
 )
-from raysim.tracking.mlflow import COMPARE, KIND, Tracker, check_store, end_running, every_run, store_client
+from raysim.tracking.mlflow import COMPARE, KIND, Tracker, check_store, end_running, every_run, literal, store_client
 
 HASH = "raysim.config_hash"
 TUNED_FILE = "tuned.json"
@@ -357,7 +357,7 @@ def finished_cells(comparison: Comparison, tuned: dict) -> set[tuple[str, int]]:
     experiment = client.get_experiment_by_name(comparison.name)
     if experiment is None:
         return set()
-    query = f"attributes.status = 'FINISHED' and tags.`{NAME}` = '{comparison.name}'"
+    query = f"attributes.status = 'FINISHED' and tags.`{NAME}` = {literal(comparison.name)}"
     done = set()
     for found in every_run(client, experiment.experiment_id, query):
         label, seed = found.data.tags.get(VARIANT, found.data.tags["method"]), int(found.data.tags["seed"])
@@ -378,7 +378,7 @@ def open_run(comparison: Comparison, scored: dict[str, str]) -> Tracker:
     tracker = Tracker(uri)
     experiment = tracker.client.get_experiment_by_name(comparison.name)
     if experiment is not None:
-        query = f"tags.`{KIND}` = '{COMPARE}' and tags.`{NAME}` = '{comparison.name}'"
+        query = f"tags.`{KIND}` = '{COMPARE}' and tags.`{NAME}` = {literal(comparison.name)}"
         for found in tracker.client.search_runs([experiment.experiment_id], filter_string=query):
             tracker.attach(found.info.run_id)
             return tracker

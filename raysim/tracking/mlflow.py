@@ -128,6 +128,12 @@ def check_run(uri: str, run_id: str) -> None:
         raise ConfigError(f"MLflow run {run_id} of the checkpoint is not in the store {uri}") from None
 
 
+def literal(value: str) -> str:
+    """``value`` as a string in an MLflow search filter: single-quoted, or double-quoted where it holds a single
+    quote (an experiment named ``bob's``)."""
+    return f'"{value}"' if "'" in value else f"'{value}'"
+
+
 def end_running(
     uri: str, experiment: str, tag: str, value: str, own_run: str | None = None, failed_since: float | None = None
 ) -> None:
@@ -138,10 +144,12 @@ def end_running(
     found = client.get_experiment_by_name(experiment)
     if found is None:
         return
-    queries = [f"attributes.status = 'RUNNING' and tags.`{tag}` = '{value}'"]
+    queries = [f"attributes.status = 'RUNNING' and tags.`{tag}` = {literal(value)}"]
     if failed_since is not None:
         since = int(failed_since * 1000)
-        queries.append(f"attributes.status = 'FAILED' and attributes.end_time >= {since} and tags.`{tag}` = '{value}'")
+        queries.append(
+            f"attributes.status = 'FAILED' and attributes.end_time >= {since} and tags.`{tag}` = {literal(value)}"
+        )
     for query in queries:
         for run in every_run(client, found.experiment_id, query):
             if run.info.run_id != own_run:

@@ -68,3 +68,12 @@ def test_every_run_follows_the_pages_of_a_search(tracking_uri):
     client.create_run(experiment, tags={"raysim.sweep": "t"})
     found = [run.info.run_id for run in every_run(client, experiment, "tags.`raysim.sweep` = 's'", page_size=2)]
     assert len(found) == 5 and set(found) == ids
+
+
+def test_a_name_with_a_quote_ends_its_own_runs(tracking_uri):
+    client = MlflowClient(tracking_uri)
+    experiment = client.create_experiment("bob's")
+    mine = client.create_run(experiment, tags={"raysim.compare": "bob's"}).info.run_id
+    other = client.create_run(experiment, tags={"raysim.compare": "bob"}).info.run_id
+    end_running(tracking_uri, "bob's", "raysim.compare", "bob's", failed_since=STOP_MS / 1000)
+    assert (client.get_run(mine).info.status, client.get_run(other).info.status) == ("KILLED", "RUNNING")
