@@ -15,7 +15,8 @@ preset.
 Every (method, seed) cell is a whole ``raysim run``, an MLflow run in the comparison's experiment nested under the
 comparison's own run, which ends with the report (:mod:`raysim.tracking.comparison`) as artifacts and its figures
 as metrics. The cells run as Ray Tune trials, as many at once as the cluster hosts. Running the same command again
-resumes: finished cells (same method, seed and config hash) and finished tunings are kept, a stopped tuning resumes
+resumes: finished cells (same method, seed and config hash) and finished tunings (same budget and setting:
+:func:`tuning_plan`; another is refused) are kept, a stopped tuning resumes
 from its trials' checkpoints, and the cells left run again from their start. One process at a time runs a
 comparison (a lock in its folder).
 """
@@ -66,6 +67,7 @@ HASH = "raysim.config_hash"
 TUNED_FILE = "tuned.json"
 TUNING_FILE = "tuning.json"  # method -> its sweep's folder while it is tuned: a stopped tuning resumes
 SCORED_FILE = "scored.json"  # method -> the rows its trials were scored on (data.holdout; absent: the test rows)
+PLANS_FILE = "plans.json"  # method -> the budget and setting it was tuned with (tuning_plan)
 SCORED_ON = {
     "validation": "validation rows (a fifth of the training rows; the test rows unseen)",
     "test": "the test rows",  # a method tuned in a comparison that wrote no scored.json
@@ -227,8 +229,17 @@ def tuned_values(comparison: Comparison) -> tuple[dict[str, dict[str, Any]], dic
     own = Path(comparison.folder)
     path, stopped_path, scored_path = own / TUNED_FILE, own / TUNING_FILE, own / SCORED_FILE
     done, stopped, scored = _read_json(path), _read_json(stopped_path), _read_json(scored_path)
+    plans_path = own / PLANS_FILE
+    plans = _read_json(plans_path)
     for label in comparison.methods:
+        plan = tuning_plan(comparison, label)
         if label in done:
+            if plans.get(label, plan) != plan:  # a comparison that kept no record of its plans: taken as it was
+                raise ConfigError(
+                    f"comparison {comparison.name} tuned {label} with {plans[label]['budget']} trials at the "
+                    f"setting it had then; rerun it as it was, give another --experiment, or remove {path} to tune "
+                    "every method anew"
+                )
             continue
         if label in stopped and tune.Tuner.can_restore(stopped[label]):
             sweep, folder = sweeping.load_sweep(stopped[label])
@@ -250,12 +261,21 @@ def tuned_values(comparison: Comparison) -> tuple[dict[str, dict[str, Any]], dic
                 f"stopped comparison {comparison.name} while tuning {label}; run the same command to resume (the "
                 f"methods tuned so far keep their values; {label}'s tuning resumes from its trials' checkpoints)"
             ) from None
-        done[label], scored[label] = best["params"], sweep.trial_config({}).data.holdout
+        done[label], scored[label], plans[label] = best["params"], sweep.trial_config({}).data.holdout, plan
         _write_json(path, done)
         _write_json(scored_path, scored)
+        _write_json(plans_path, plans)
         del stopped[label]
         _write_json(stopped_path, stopped)
     return done, _scored_on(comparison.methods, done, scored)
+
+
+def tuning_plan(comparison: Comparison, label: str) -> dict[str, Any]:
+    """What ``label``'s tuning depends on: the budget and a hash of the setting its trials run (preset, flags, the
+    tuning seed), recorded beside its values so that a rerun with another budget or setting is not given them."""
+    setting = {"layers": comparison.layers(label), "label": label, "seed": comparison.seeds[0]}
+    digest = hashlib.sha256(json.dumps(setting, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return {"budget": comparison.tune_budget, "setting": digest}
 
 
 def scoring(comparison: Comparison) -> dict[str, str]:

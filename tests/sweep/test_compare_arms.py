@@ -11,7 +11,17 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from raysim.base.errors import ConfigError
-from raysim.sweep.compare import Comparison, arm, arm_space, default_name, end_stopped_cells, folder_name, scoring
+from raysim.sweep.compare import (
+    Comparison,
+    arm,
+    arm_space,
+    default_name,
+    end_stopped_cells,
+    folder_name,
+    scoring,
+    tuned_values,
+    tuning_plan,
+)
 from raysim.sweep.space import default_space_file, load_space
 
 
@@ -102,6 +112,21 @@ def test_the_tuning_says_which_rows_scored_each_methods_trials(tmp_path):
     assert scoring(tuned) == {"sgpt": "validation", "fedavg": "validation"}
     untuned = Comparison("c", ("sgpt", "fedavg"), (3, 4), None, [], {}, 0, str(tmp_path))
     assert untuned.tuning({}) == "presets (no tuning)" and scoring(untuned) == {}
+
+
+def test_a_finished_tuning_is_reused_only_at_the_budget_and_setting_it_ran(tmp_path):
+    def comparison_with(budget: int, flags: list[dict]) -> Comparison:
+        return Comparison("c", ("sgpt", "fedavg"), (3, 4), None, flags, {}, budget, str(tmp_path))
+
+    before = comparison_with(4, [{"federation": {"rounds": 5}}])
+    values = {"sgpt": {"train.lr": 0.1}, "fedavg": {"train.lr": 0.01}}
+    (tmp_path / "tuned.json").write_text(json.dumps(values))
+    plans = {label: tuning_plan(before, label) for label in before.methods}
+    (tmp_path / "plans.json").write_text(json.dumps(plans))
+    assert tuned_values(before)[0] == values  # nothing is tuned again
+    for changed in (comparison_with(16, [{"federation": {"rounds": 5}}]), comparison_with(4, [])):
+        with pytest.raises(ConfigError, match="comparison c tuned sgpt with 4 trials at the setting it had then"):
+            tuned_values(changed)
 
 
 def test_cells_a_stopped_comparison_left_running_end_killed(tracking_uri):
