@@ -273,7 +273,10 @@ def tuned_values(comparison: Comparison) -> tuple[dict[str, dict[str, Any]], dic
 def tuning_plan(comparison: Comparison, label: str) -> dict[str, Any]:
     """What ``label``'s tuning depends on: the budget and a hash of the setting its trials run (preset, flags, the
     tuning seed), recorded beside its values so that a rerun with another budget or setting is not given them."""
-    setting = {"layers": comparison.layers(label), "label": label, "seed": comparison.seeds[0]}
+    layers = [
+        {k: v for k, v in layer.items() if k not in ("resources", "tracking")} for layer in comparison.layers(label)
+    ]
+    setting = {"layers": layers, "label": label, "seed": comparison.seeds[0]}  # the numbers', not where they run
     digest = hashlib.sha256(json.dumps(setting, sort_keys=True, default=str).encode()).hexdigest()[:16]
     return {"budget": comparison.tune_budget, "setting": digest}
 

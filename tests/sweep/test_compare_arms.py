@@ -124,6 +124,8 @@ def test_a_finished_tuning_is_reused_only_at_the_budget_and_setting_it_ran(tmp_p
     plans = {label: tuning_plan(before, label) for label in before.methods}
     (tmp_path / "plans.json").write_text(json.dumps(plans))
     assert tuned_values(before)[0] == values  # nothing is tuned again
+    elsewhere = comparison_with(4, [{"federation": {"rounds": 5}, "resources": {"workers": 2}}])
+    assert tuned_values(elsewhere)[0] == values  # other resources, the same numbers
     for changed in (comparison_with(16, [{"federation": {"rounds": 5}}]), comparison_with(4, [])):
         with pytest.raises(ConfigError, match="comparison c tuned sgpt with 4 trials at the setting it had then"):
             tuned_values(changed)
