@@ -210,6 +210,9 @@ def run(method, resume, preset, overrides, progress, **flags):
     from raysim.tracking import resume as resuming
 
     found = resuming.find(resume, flags["tracking_uri"])  # the store only helps find the run; it cannot change
+    tracked = [f"tracking.{key}" for layer in layers for key in layer.get("tracking", {}) if key != "tracking_uri"]
+    if tracked:
+        raise ConfigError(f"{tracked[0]} cannot change when resuming (the run keeps its experiment and name); drop it")
     layers = [{section: values for section, values in layer.items() if section != "tracking"} for layer in layers]
     run_simulation(resuming.resumed_config(found, method, layers), show_progress=progress, resume=found)
 
