@@ -280,6 +280,6 @@ class AsyncSchedule:
             )
             state, fails = self.sim.clients.get(client), bool(fails)
             model = part(f"{PREFIX}v{version}/model/") or None
-            dispatch = Dispatch(number, client, version, start, earliest, offline, download, fails, broadcast, state)
-            dispatch.model = model
-            self._start(dispatch)
+            self._start(
+                Dispatch(number, client, version, start, earliest, offline, download, fails, broadcast, state, model)
+            )

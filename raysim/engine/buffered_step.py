@@ -55,7 +55,7 @@ def buffered_step(
         (arrival,) = arrivals
         update = arrival.update if arrival.model is None else moved(arrival.model, arrival.update, arrival.received)
         mixed = method.aggregate(round, state, [update])
-        rate = fed.async_alpha * staleness(arrivals[0].staleness)
+        rate = fed.async_alpha * staleness(arrival.staleness)
     else:
         moved_updates = [moved(state.params, a.update, a.received, staleness(a.staleness)) for a in arrivals]
         mixed = method.aggregate(round, state, moved_updates)
