@@ -26,3 +26,11 @@ def test_shipped_presets_and_tune_spaces_keep_to_the_line_length():
         if len(line) > 120
     ]
     assert not long, f"lines over 120 characters: {long}"
+
+
+def test_test_files_have_unique_names():
+    """The tests folders are not packages: pytest imports each test file by its name, and a second file of the same
+    name in another folder stops the whole suite's collection (a run of one folder would not show it)."""
+    names = [path.name for path in ROOT.glob("tests/**/test_*.py")]
+    assert len(names) > 100
+    assert sorted({n for n in names if names.count(n) > 1}) == []
