@@ -110,14 +110,12 @@ def save(run_folder: str | Path, checkpoint: Checkpoint, keep: int, client_files
     for path in (partial / TENSORS, partial / MANIFEST):
         with open(path, "rb") as handle:
             os.fsync(handle.fileno())
+    aside = final.with_name(final.name + REPLACED)
     if final.exists():  # a replayed round (rewind or recovery) replaces its checkpoint: the old one moves aside whole
-        aside = final.with_name(final.name + REPLACED)  # (a rename), and stays a checkpoint until the new one is in
-        shutil.rmtree(aside, ignore_errors=True)
+        shutil.rmtree(aside, ignore_errors=True)  # (a rename), and stays a checkpoint until the new one is in
         os.replace(final, aside)
-        os.replace(partial, final)
-        shutil.rmtree(aside, ignore_errors=True)
-    else:
-        os.replace(partial, final)
+    os.replace(partial, final)
+    shutil.rmtree(aside, ignore_errors=True)
     if keep:
         for old in rounds_in(run_folder)[:-keep]:
             shutil.rmtree(old, ignore_errors=True)

@@ -42,16 +42,9 @@ def resumed_config(found: ckpt.Checkpoint, method: str | None, layers: list[Mapp
             f"checkpoint of run {found.run_id} is a {found.method} run, not {method}; "
             f"use 'raysim run {found.method} --resume ...'"
         )
-    saved_threads = found.config.get("resources", {}).get("threads", 0)
     for layer in layers:
         for section, values in layer.items():
             for key in values:
-                if (section, key) == ("resources", "threads") and values[key] != saved_threads and saved_threads:
-                    raise ConfigError(
-                        f"resources.threads cannot change when resuming: the run's clients sum with "
-                        f"{saved_threads} torch threads, and another count changes the float sums; drop "
-                        "resources.threads"
-                    )
                 if section not in CHANGEABLE_SECTIONS and (section, key) not in CHANGEABLE:
                     raise ConfigError(
                         f"{section}.{key} cannot change when resuming (the run continues its saved "
@@ -61,6 +54,12 @@ def resumed_config(found: ckpt.Checkpoint, method: str | None, layers: list[Mapp
     saved_precision = found.config.get("train", {}).get("precision", "fp32")
     pinned = {"tracking": {"tracking_uri": found.tracking_uri}, "train": {"precision": saved_precision}}
     config = build_config(found.method, [found.config, *layers, pinned])
+    saved_threads = found.config.get("resources", {}).get("threads", 0)
+    if saved_threads and config.resources.threads != saved_threads:
+        raise ConfigError(
+            f"resources.threads cannot change when resuming: the run's clients sum with {saved_threads} torch "
+            "threads, and another count changes the float sums; drop resources.threads"
+        )
     saved_rounds = found.config.get("federation", {}).get("rounds", config.federation.rounds)
     if config.privacy.target_epsilon is not None and config.federation.rounds != saved_rounds:
         raise ConfigError(
