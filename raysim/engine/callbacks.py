@@ -130,7 +130,7 @@ class Checkpointing(Callback):
             list(sim.records),
             contributions=None if sim.contributions is None else dict(sim.contributions),
         )
-        written = ckpt.save(self.run_folder, point, sim.config.checkpoint.keep, {} if cleared else self.client_files)
+        written = ckpt.save(self.run_folder, point, {} if cleared else self.client_files)
         self.client_files, self.written_round = point.client_files, sim.round
         return str(written)
 

@@ -151,9 +151,10 @@ def drive(
 ) -> Outcome:
     """Rounds ``start.round + 1 .. config.federation.rounds`` with the driver's ``callbacks``; the simulation writes
     checkpoints every ``checkpoint.every`` rounds, after the last and when a callback stops the run early, and after
-    the last round its results into ``results_folder``. ``coordinator``: the one :func:`start_coordinator` started
-    for the first simulation (a recovery starts anew)."""
-    rounds = config.federation.rounds
+    the last round its results into ``results_folder``; the driver keeps the ``checkpoint.keep`` newest of those
+    whose round's report it holds (:func:`~raysim.tracking.checkpoint.prune`), so a recovery finds its checkpoint.
+    ``coordinator``: the one :func:`start_coordinator` started for the first simulation (a recovery starts anew)."""
+    rounds, keep = config.federation.rounds, config.checkpoint.keep
     last_folder, last_round, failures, graceful = None, start.round, 0, False
 
     def simulate(point: ckpt.Checkpoint, coordinator=None):
@@ -180,6 +181,7 @@ def drive(
                     raise
                 log.warning("round %d: %s; restarting from the checkpoint of round %d", round, error, last_round)
                 stop(simulation, graceful=False)
+                ckpt.prune(run_folder, keep, confirmed=last_round)  # the lost round's, if it was written
                 simulation = simulate(ckpt.load(last_folder, tensors=False) if last_folder else start)
                 round = last_round + 1
                 continue
@@ -188,9 +190,12 @@ def drive(
             folder = report.checkpoint or (simulation.checkpoint() if stopped else None)
             if folder:
                 last_folder, last_round = folder, round
+                ckpt.prune(run_folder, keep, confirmed=round)
             round += 1
         results = ({}, []) if stopped else simulation.results(str(results_folder))
         graceful = not abandoned
+        if abandoned:
+            ckpt.prune(run_folder, keep, confirmed=last_round)
         if last_folder is None and start.round == 0:  # abandoned in the first round: no checkpoint to resume from
             signums = [getattr(callback, "signum", None) for callback in callbacks if callback.stopping]
             raise Terminated if signal.SIGTERM in signums else KeyboardInterrupt

@@ -65,8 +65,9 @@ def round_folder(run_folder: Path, round: int) -> Path:
     return Path(run_folder) / f"{PREFIX}{round:06d}"
 
 
-def save(run_folder: str | Path, checkpoint: Checkpoint, keep: int, client_files: dict[int, str] | None = None) -> Path:
-    """Write ``checkpoint`` under ``run_folder`` atomically, then keep only the ``keep`` newest (0: all).
+def save(run_folder: str | Path, checkpoint: Checkpoint, client_files: dict[int, str] | None = None) -> Path:
+    """Write ``checkpoint`` under ``run_folder`` atomically. Nothing older is removed here: the driver prunes
+    (:func:`prune`) once it holds the round's report, so the checkpoint it would recover from is never the one gone.
 
     ``checkpoint.client_states`` are the states changed since the checkpoint whose client map is ``client_files``
     (None: they are every client's state); they go to one new file, and ``checkpoint.client_files`` becomes the map
@@ -116,12 +117,24 @@ def save(run_folder: str | Path, checkpoint: Checkpoint, keep: int, client_files
         os.replace(final, aside)
     os.replace(partial, final)
     shutil.rmtree(aside, ignore_errors=True)
-    if keep:
-        for old in rounds_in(run_folder)[:-keep]:
-            shutil.rmtree(old, ignore_errors=True)
-    _remove_unreferenced(run_folder)
     checkpoint.client_files = files
     return final
+
+
+def prune(run_folder: str | Path, keep: int, confirmed: int) -> None:
+    """Keep the ``keep`` newest checkpoints (0: all) of rounds up to ``confirmed``, the last round whose report the
+    driver received. A newer one was written by a round whose report was lost (the coordinator died on its way back,
+    or a stop abandoned it): the run goes on, or resumes, from ``confirmed`` and writes that round again, so its
+    metrics are logged. Client-state files no kept checkpoint refers to go too."""
+    kept = []
+    for folder in rounds_in(Path(run_folder)):
+        if round_of(folder) > confirmed:
+            shutil.rmtree(folder, ignore_errors=True)
+        else:
+            kept.append(folder)
+    for old in kept[:-keep] if keep else ():
+        shutil.rmtree(old, ignore_errors=True)
+    _remove_unreferenced(Path(run_folder))
 
 
 def flattened(state: GlobalState) -> Tensors:
@@ -170,6 +183,11 @@ def rounds_in(run_folder: Path) -> list[Path]:
         if path.is_dir() and number.isdigit():
             found.setdefault(int(number), path)
     return [found[n] for n in sorted(found)]
+
+
+def round_of(folder: Path) -> int:
+    """The round of a checkpoint folder of :func:`rounds_in`."""
+    return int(folder.name[len(PREFIX) :].removesuffix(REPLACED))
 
 
 def load(target: str | Path, clients: bool = True, tensors: bool = True) -> Checkpoint:

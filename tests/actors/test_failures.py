@@ -86,15 +86,21 @@ def test_worker_killed_mid_round_is_replaced_and_the_round_rerun(clean, tracking
 
 
 def test_killed_coordinator_is_recovered_from_the_last_checkpoint(clean, tracking_uri, tmp_path):
-    killed = []
+    """Checkpoints every 2 rounds, one kept: round 3 is lost and replayed from round 2's. The driver prunes, once a
+    round's report is in its hands: when round 4's report arrives, round 2's checkpoint is still there, so a
+    coordinator dying after writing round 4's, before its report came back, would still find it."""
+    killed, seen = [], {}
 
-    def kill_after_round_3(round):  # checkpoints every 2 rounds: round 3 is lost and replayed
+    def kill_after_round_3(round):
+        seen[round] = sorted(path.name for path in (tmp_path / "ray").glob("*/round-*"))
         if round == 3 and not killed:
             killed.append(chaos.kill_actor("Coordinator"))
 
-    recovered = quiet(config_for(tracking_uri, tmp_path, every=2), kill_after_round_3)
+    recovered = quiet(config_for(tracking_uri, tmp_path, every=2, keep=1), kill_after_round_3)
     assert killed and killed[0] is not None
     assert metrics_of(recovered) == clean
+    assert seen[4] == ["round-000002", "round-000004"]
+    assert sorted(path.name for path in (tmp_path / "ray").glob("*/round-*")) == ["round-000004"]
 
 
 def test_killed_split_server_is_recovered_from_the_last_checkpoint(ray_session, tracking_uri, tmp_path):

@@ -36,7 +36,7 @@ def _checkpoint(round: int) -> ckpt.Checkpoint:
 
 def test_round_trip_keeps_every_tensor_dtype_and_order(tmp_path):
     saved = _checkpoint(4)
-    folder = ckpt.save(tmp_path / "run1", saved, keep=2)
+    folder = ckpt.save(tmp_path / "run1", saved)
     assert folder.name == "round-000004"
     loaded = ckpt.load(tmp_path / "run1")
     assert (loaded.run_id, loaded.round, loaded.method, loaded.config) == ("run1", 4, "fedvpt", saved.config)
@@ -53,7 +53,7 @@ def test_round_trip_keeps_every_tensor_dtype_and_order(tmp_path):
 def test_a_manifest_without_contributions_loads_as_not_counted(tmp_path):
     """A checkpoint that does not record which clients were heard loads with ``contributions`` None, so a run
     resumed from it logs no participation record rather than one missing the rounds before it."""
-    folder = ckpt.save(tmp_path / "run1", _checkpoint(2), keep=0)
+    folder = ckpt.save(tmp_path / "run1", _checkpoint(2))
     manifest = json.loads((folder / ckpt.MANIFEST).read_text())
     del manifest["contributions"]
     (folder / ckpt.MANIFEST).write_text(json.dumps(manifest))
@@ -64,27 +64,49 @@ def test_shared_storage_is_saved(tmp_path):
     """Views of one tensor (a method may return them) are cloned; safetensors refuses shared storage."""
     base = torch.arange(8.0)
     state = GlobalState(params={"a": base[:4], "b": base[4:]})
-    ckpt.save(tmp_path, ckpt.Checkpoint("r", 1, {"method": "fedavg"}, state, {}, "u"), keep=0)
+    ckpt.save(tmp_path, ckpt.Checkpoint("r", 1, {"method": "fedavg"}, state, {}, "u"))
     assert torch.equal(ckpt.load(tmp_path).state.params["b"], torch.tensor([4.0, 5, 6, 7]))
 
 
 def test_retention_keeps_the_newest_and_a_partial_write_is_ignored(tmp_path):
     for round in range(1, 6):
-        ckpt.save(tmp_path, _checkpoint(round), keep=2)
+        ckpt.save(tmp_path, _checkpoint(round))
+        ckpt.prune(tmp_path, keep=2, confirmed=round)
     assert [p.name for p in ckpt.rounds_in(tmp_path)] == ["round-000004", "round-000005"]
     (tmp_path / ".partial-round-000006-1").mkdir()  # a crash mid-write leaves only this
     assert ckpt.load(tmp_path).round == 5
     for round in range(6, 9):
-        ckpt.save(tmp_path, _checkpoint(round), keep=0)
+        ckpt.save(tmp_path, _checkpoint(round))
+        ckpt.prune(tmp_path, keep=0, confirmed=round)
     assert len(ckpt.rounds_in(tmp_path)) == 5
     assert ckpt.load(tmp_path / "round-000006").round == 6  # a round folder loads that round
 
 
+def test_the_checkpoint_a_recovery_needs_outlives_the_next_one_until_its_report_arrives(tmp_path):
+    """With ``keep=1`` the checkpoint of round 2 stays while round 3's is written but unreported (the coordinator may
+    die before the report reaches the driver, which then recovers from round 2); pruning for round 2 drops round 3's
+    (that round is replayed and logged), pruning for round 3 drops round 2's."""
+    first, second = _checkpoint(2), _checkpoint(3)
+    ckpt.save(tmp_path, first)
+    ckpt.prune(tmp_path, keep=1, confirmed=2)
+    second.client_states = {7: {"h_prev": torch.full((4,), 9.0)}}
+    ckpt.save(tmp_path, second, client_files=first.client_files)
+    assert [p.name for p in ckpt.rounds_in(tmp_path)] == ["round-000002", "round-000003"]
+    assert ckpt.load(tmp_path / "round-000002").round == 2
+    ckpt.prune(tmp_path, keep=1, confirmed=2)  # round 3's report never came: the driver goes back to round 2
+    assert [p.name for p in ckpt.rounds_in(tmp_path)] == ["round-000002"]
+    assert sorted(p.name for p in (tmp_path / ckpt.CLIENTS).iterdir()) == ["round-000002.safetensors"]
+    ckpt.save(tmp_path, second, client_files=first.client_files)  # round 3 replayed, and this time reported
+    ckpt.prune(tmp_path, keep=1, confirmed=3)
+    assert [p.name for p in ckpt.rounds_in(tmp_path)] == ["round-000003"]
+    assert torch.equal(ckpt.load(tmp_path).client_states[3]["z_prev"], torch.eye(2))  # round 2's file, still used
+
+
 def test_a_replayed_round_replaces_its_checkpoint_whole_even_when_the_process_stops_midway(tmp_path, monkeypatch):
-    ckpt.save(tmp_path, _checkpoint(1), keep=1)
+    ckpt.save(tmp_path, _checkpoint(1))
     replayed = _checkpoint(1)
     replayed.history = [{"round": 1, "global_acc": 42.0}]
-    ckpt.save(tmp_path, replayed, keep=1)
+    ckpt.save(tmp_path, replayed)
     assert [p.name for p in tmp_path.glob("round-*")] == ["round-000001"]
     assert ckpt.load(tmp_path).history == [{"round": 1, "global_acc": 42.0}]
     renames, real = [], ckpt.os.replace
@@ -97,17 +119,18 @@ def test_a_replayed_round_replaces_its_checkpoint_whole_even_when_the_process_st
 
     monkeypatch.setattr(ckpt.os, "replace", stops_before_the_new_one_is_in)
     with pytest.raises(OSError):
-        ckpt.save(tmp_path, _checkpoint(1), keep=1)
+        ckpt.save(tmp_path, _checkpoint(1))
     monkeypatch.undo()
     assert ckpt.load(tmp_path).history == [{"round": 1, "global_acc": 42.0}]  # the one it was replacing, whole
-    ckpt.save(tmp_path, _checkpoint(2), keep=1)  # the next round's checkpoint prunes it
+    ckpt.save(tmp_path, _checkpoint(2))  # the next round's checkpoint, once reported, prunes it
+    ckpt.prune(tmp_path, keep=1, confirmed=2)
     assert [p.name for p in tmp_path.glob("round-*")] == ["round-000002"]
 
 
 def test_damaged_or_foreign_folders_are_one_line_errors(tmp_path):
     with pytest.raises(ConfigError, match="holds no checkpoint"):
         ckpt.load(tmp_path)
-    folder = ckpt.save(tmp_path / "run", _checkpoint(2), keep=0)
+    folder = ckpt.save(tmp_path / "run", _checkpoint(2))
     (folder / ckpt.TENSORS).write_bytes((folder / ckpt.TENSORS).read_bytes()[:-1] + b"\x00")
     with pytest.raises(ConfigError, match="does not match the SHA-256"):
         ckpt.load(folder)
@@ -126,11 +149,11 @@ def test_client_states_are_written_only_when_they_changed(tmp_path):
     """Each checkpoint writes the states changed since the last one; its manifest maps every client to the file
     with its latest state, and files no kept checkpoint refers to are removed."""
     first = _checkpoint(1)
-    ckpt.save(tmp_path, first, keep=2)
+    ckpt.save(tmp_path, first)
     assert first.client_files == {3: "round-000001.safetensors", 7: "round-000001.safetensors"}
     second = _checkpoint(2)
     second.client_states = {7: {"h_prev": torch.full((4,), 9.0)}}  # only client 7 trained since
-    ckpt.save(tmp_path, second, keep=2, client_files=first.client_files)
+    ckpt.save(tmp_path, second, client_files=first.client_files)
     assert second.client_files == {3: "round-000001.safetensors", 7: "round-000002.safetensors"}
     loaded = ckpt.load(tmp_path)
     assert torch.equal(loaded.client_states[7]["h_prev"], torch.full((4,), 9.0))
@@ -138,19 +161,21 @@ def test_client_states_are_written_only_when_they_changed(tmp_path):
     assert ckpt.load(tmp_path, clients=False).client_states == {} and loaded.client_files == second.client_files
     third = _checkpoint(3)
     third.client_states = {3: {"h_prev": torch.ones(4), "z_prev": torch.zeros(2, 2)}}
-    ckpt.save(tmp_path, third, keep=1, client_files=second.client_files)
+    ckpt.save(tmp_path, third, client_files=second.client_files)
+    ckpt.prune(tmp_path, keep=1, confirmed=3)
     assert sorted(p.name for p in (tmp_path / ckpt.CLIENTS).iterdir()) == [
         "round-000002.safetensors",
         "round-000003.safetensors",
     ]
     cleared = _checkpoint(4)
     cleared.client_states = {}
-    ckpt.save(tmp_path, cleared, keep=1, client_files={})  # every client started over (FedV's fedround)
+    ckpt.save(tmp_path, cleared, client_files={})  # every client started over (FedV's fedround)
+    ckpt.prune(tmp_path, keep=1, confirmed=4)
     assert ckpt.load(tmp_path).client_states == {} and not list((tmp_path / ckpt.CLIENTS).iterdir())
 
 
 def test_a_damaged_client_file_is_a_one_line_error(tmp_path):
-    ckpt.save(tmp_path, _checkpoint(1), keep=0)
+    ckpt.save(tmp_path, _checkpoint(1))
     path = tmp_path / ckpt.CLIENTS / "round-000001.safetensors"
     path.write_bytes(path.read_bytes()[:-1] + b"\x00")
     with pytest.raises(ConfigError, match="round-000001.safetensors is missing or does not match the SHA-256"):
@@ -172,7 +197,7 @@ def _rewritten(path, content: bytes, manifest_path, key: str, name: str | None =
 def test_files_that_match_their_hash_but_not_their_manifest_are_one_line_errors(tmp_path, tensors):
     """A Ray run's driver reads only manifests (``tensors=False``): it still refuses, from the safetensors header,
     a state or client file that is not safetensors or lacks what the manifest names, before a run is reopened."""
-    folder = ckpt.save(tmp_path / "run", _checkpoint(2), keep=0)
+    folder = ckpt.save(tmp_path / "run", _checkpoint(2))
     state, manifest = folder / ckpt.TENSORS, folder / ckpt.MANIFEST
     good = state.read_bytes()
     _rewritten(state, b"not a tensor file", manifest, "sha256")
