@@ -16,7 +16,8 @@ class PROptions(PromptOptions):
 
     ratio: float = setting(
         0.8,
-        "Share of the prompt's D directions that updates may use: the null space keeps the D (1 - ratio) smallest.",
+        "Share of the prompt's D directions that updates may use: the null space drops the floor(D (1 - ratio)) "
+        "largest and keeps the rest.",
         checks=(in_range(0, 1, open_low=True),),
     )
     normalise: bool = setting(True, "Divide the projector by its Frobenius norm (the authors' code).")
