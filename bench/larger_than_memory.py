@@ -39,7 +39,7 @@ CLASSES, SIZE, CELL, GROUP = 10, 64, 8, 20_000
 
 def chunk_table(start: int, rows: int, seed: int):
     """Rows ``start:start + rows`` of the data set (the same rows whichever process writes them)."""
-    from raysim.data.sources import png_table
+    from raysim.data.parquet import png_table
 
     patterns = np.random.default_rng(seed).random((CLASSES, SIZE // CELL, SIZE // CELL, 3))
     rng = np.random.default_rng([seed, start])

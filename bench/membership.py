@@ -47,7 +47,7 @@ def memorising_layer(store: Path) -> dict:
     import pyarrow.parquet as pq
     from sklearn.datasets import load_digits
 
-    from raysim.data.sources import png_table
+    from raysim.data.parquet import png_table
 
     path = store / "digits600.parquet"
     if not path.exists():

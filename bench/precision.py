@@ -120,7 +120,8 @@ def low_contrast() -> Path:
     so every invocation decodes it once."""
     import pyarrow.parquet as pq
 
-    from raysim.data.sources import cache_dir, png_table
+    from raysim.data.parquet import png_table
+    from raysim.data.sources import cache_dir
 
     path = cache_dir() / "bench" / "low-contrast.parquet"
     if path.exists():

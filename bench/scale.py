@@ -51,7 +51,7 @@ def write_parquet(path: Path, rows: int, seed: int = 0) -> None:
     """``rows`` 32x32 RGB PNG images: a smooth class pattern under noise; 80% train, 20% test."""
     import pyarrow.parquet as pq
 
-    from raysim.data.sources import png_table
+    from raysim.data.parquet import png_table
 
     rng = np.random.default_rng(seed)
     patterns = rng.random((CLASSES, 4, 4, 3))

@@ -8,6 +8,7 @@ Errors are :class:`~raysim.base.errors.ConfigError` with one line naming the key
 
 from __future__ import annotations
 
+import math
 import typing
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields
@@ -52,11 +53,14 @@ POSITIVE: Check = positive()
 
 
 def validate(section) -> None:
-    """Run every field's choices and checks; the first failure raises a one-line ConfigError."""
+    """Run every field's choices and checks; the first failure raises a one-line ConfigError. No setting takes an
+    infinite or NaN number (``.inf`` in YAML, ``1e400`` on the command line)."""
     for spec in fields(section):
         value = getattr(section, spec.name)
         if value is None:
             continue
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{spec.name}={value} must be a finite number")
         choices = spec.metadata.get("choices", ())
         if choices and value not in choices:
             raise ConfigError(f"{spec.name}={value!r} is not one of {', '.join(map(str, choices))}")

@@ -6,6 +6,7 @@ and render data).
 
 from raysim.data import glyphs
 from raysim.data.glyphs import GLYPH_SOURCES
+from raysim.data.parquet import PARQUET_LAYOUT, read_parquet
 from raysim.data.real import FOLDER_DATASETS, REAL_SOURCES
 from raysim.data.sources import SOURCES, Source
 
@@ -14,3 +15,4 @@ IMBALANCE_ORDERED = glyphs.IMBALANCE_ORDERED | {spec.name for spec in FOLDER_DAT
 
 for _name, (_description, _read) in {**GLYPH_SOURCES, **REAL_SOURCES}.items():
     SOURCES.add(_name, Source(_name, _description, _read))
+SOURCES.add("parquet", Source("parquet", f"your own data: {PARQUET_LAYOUT} (data.data_dir)", read_parquet))

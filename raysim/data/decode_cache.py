@@ -2,10 +2,11 @@
 read any more.
 
 A decoded copy (``parquet-<key>.npy`` in the data cache) is keyed by its files' paths, sizes and modification
-times, so a rewritten or deleted parquet file is never read through its old copy, and that copy, as large as the
-decoded images, would stay on disk for good. Each copy therefore carries a note of its files
-(``parquet-<key>.json``) and its rows' digests (``parquet-<key>.digests``, :mod:`raysim.data.row_digests`);
-reading any parquet data set removes the copies whose files changed or are gone.
+times, and by the decoder (the source's decoding and the Pillow release), so a rewritten or deleted parquet file is
+never read through its old copy, and that copy, as large as the decoded images, would stay on disk for good. Each
+copy therefore carries a note of its files and decoder (``parquet-<key>.json``) and its rows' digests
+(``parquet-<key>.digests``, :mod:`raysim.data.row_digests`); reading any parquet data set removes the copies whose
+files changed or are gone, or that another decoder wrote.
 """
 
 from __future__ import annotations
@@ -38,29 +39,32 @@ def copy_path(folder: Path, files: Stamp, *version) -> Path:
     return folder / f"parquet-{key}.npy"
 
 
-def note(copy: Path, files: Stamp) -> None:
-    """Record which files ``copy`` was decoded from (before the copy takes its name, so no copy is without one)."""
+def note(copy: Path, files: Stamp, decoder: list) -> None:
+    """Record which files ``copy`` was decoded from, and by which ``decoder`` (before the copy takes its name, so no
+    copy is without one)."""
     partial = copy.with_name(f".{copy.stem}.{uuid.uuid4().hex}.json")
-    partial.write_text(json.dumps({"files": files}))
+    partial.write_text(json.dumps({"files": files, "decoder": decoder}))
     os.replace(partial, copy.with_suffix(".json"))
 
 
-def prune(folder: Path) -> None:
-    """Remove every decoded copy in ``folder`` whose files changed or are gone, with its note. Copies written before
+def prune(folder: Path, decoder: list) -> None:
+    """Remove every decoded copy in ``folder`` whose files changed or are gone, or that another ``decoder`` (the
+    source's decoding, the Pillow release) wrote, with its note: no run reads those again. Copies written before
     notes existed are left alone (nothing says what they came from)."""
     for recorded in folder.glob("parquet-*.json"):
         try:
-            files = json.loads(recorded.read_text())["files"]
+            written = json.loads(recorded.read_text())
+            files = written["files"]
             current = stamp([path for path, _, _ in files])
         except FileNotFoundError:
             current = None  # a file is gone (or the note was removed by another run's prune)
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        if current == files:
+        if current == files and written.get("decoder") == decoder:
             continue
         copy = recorded.with_suffix(".npy")
         size = copy.stat().st_size if copy.exists() else 0
         copy.unlink(missing_ok=True)
         copy.with_suffix(".digests").unlink(missing_ok=True)  # its rows' digests (raysim.data.row_digests)
         recorded.unlink(missing_ok=True)
-        log.info("removed %s (%.0f MB): its parquet files changed or are gone", copy, size / 1e6)
+        log.info("removed %s (%.0f MB): its parquet files changed or are gone, or its decoder did", copy, size / 1e6)

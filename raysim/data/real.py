@@ -18,8 +18,9 @@ from pathlib import Path
 import numpy as np
 
 from raysim.base.errors import ConfigError
+from raysim.data.image_values import fit_image
 from raysim.data.shards import DatasetInfo
-from raysim.data.sources import fit_image, fixed_test_split, ray_data, rows_table
+from raysim.data.sources import fixed_test_split, ray_data, rows_table
 
 CIFAR_URL = "https://www.cs.toronto.edu/~kriz/cifar.html"
 TINY_URL = "http://cs231n.stanford.edu/tiny-imagenet-200.zip"

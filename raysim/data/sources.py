@@ -11,12 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import io
-import itertools
 import logging
 import os
 import threading
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
@@ -28,8 +25,6 @@ import pyarrow as pa
 from raysim.base.errors import ConfigError
 from raysim.base.named import Registry
 from raysim.base.ray_start import ensure_ray
-from raysim.data import decode_cache, row_digests
-from raysim.data.npy_file import write_npy
 from raysim.data.shards import DatasetInfo
 
 SPLIT_SEED = 20240611
@@ -140,171 +135,12 @@ def _synthetic_prototypes() -> np.ndarray:
     return np.kron(low, np.ones((4, 4)))
 
 
-PARQUET_LAYOUT = (
-    "a parquet file or folder with columns 'image' (PNG/JPEG bytes or a uint8 array or fixed-shape tensor, all one "
-    "size), "
-    "'label' (int), optional 'domain' (int) and 'split' ('train'/'test')"
-)
-
-
-def png_table(images: np.ndarray, labels: np.ndarray, split: np.ndarray) -> pa.Table:
-    """Rows in :data:`PARQUET_LAYOUT`: uint8 ``images`` [n, H, W, 3] as PNG bytes, their ``labels`` and ``split``
-    ('train'/'test'), e.g. a generated set to write with ``pyarrow.parquet``."""
-    from PIL import Image
-
-    encoded = []
-    for image in images:
-        buffer = io.BytesIO()
-        Image.fromarray(image).save(buffer, format="PNG")
-        encoded.append(buffer.getvalue())
-    return pa.table({"image": encoded, "label": np.asarray(labels, np.int64), "split": split})
-
-
-def _read_parquet(cfg):
-    """Any parquet file or folder in the documented layout (``data.data_dir``), decoded once into a memory-mapped
-    cache (``parquet-<key>.npy`` in the data cache, keyed by the files, ``data.image_size`` and the Pillow that
-    decodes them) a batch at a time: a file larger than memory streams through, and the next run maps the cache.
-    Copies of files that changed or are gone are removed (:mod:`raysim.data.decode_cache`)."""
-    if not cfg.data_dir or not Path(cfg.data_dir).exists():
-        raise ConfigError(f"dataset 'parquet' needs data.data_dir: {PARQUET_LAYOUT}; got {cfg.data_dir!r}")
-    import pyarrow.dataset  # here, not at the top: it imports pandas, 0.2 s in every process that imports raysim.data
-
-    try:
-        dataset = pyarrow.dataset.dataset(cfg.data_dir, format="parquet")
-        columns = set(dataset.schema.names)
-    except Exception as error:
-        raise ConfigError(
-            f"could not read parquet at {cfg.data_dir} ({type(error).__name__}); expected {PARQUET_LAYOUT}"
-        ) from None
-    if not dataset.files:
-        raise ConfigError(
-            f"could not read parquet at {cfg.data_dir} (no parquet files there); expected {PARQUET_LAYOUT}"
-        )
-    if not {"image", "label"} <= columns:
-        raise ConfigError(f"parquet at {cfg.data_dir} has columns {sorted(columns)}; expected {PARQUET_LAYOUT}")
-    small = dataset.to_table(columns=[c for c in ("label", "domain", "split") if c in columns])
-    labels = _whole_numbers(small, "label", cfg.data_dir)
-    domains = _whole_numbers(small, "domain", cfg.data_dir) if "domain" in columns else np.zeros(len(labels), np.int64)
-    if "split" in columns:
-        is_test = np.asarray([str(v) == "test" for v in small["split"].to_pylist()])
-    else:
-        is_test = fixed_test_split(labels, domains)
-    images, digests = _decoded_images(dataset, len(labels), cfg)
-    info = DatasetInfo("parquet", int(labels.max()) + 1, int(domains.max()) + 1, tuple(images.shape[1:]))
-    arrays = {"image": images, "label": labels, "domain": domains, "is_test": is_test, "image_digest": digests}
-    return arrays, info
-
-
-def _whole_numbers(table: pa.Table, column: str, where: str) -> np.ndarray:
-    """``table[column]`` as int64, refused in one line (naming the first offending row and value) unless every value
-    is a whole number >= 0: a class or domain index, which a float such as 1.5 is not."""
-    values = table[column]
-    kind = values.type
-    if not (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind)):
-        raise ConfigError(f"parquet at {where}: column {column!r} holds {kind}, not whole numbers >= 0 (class indices)")
-    as_float = values.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False)
-    bad = np.flatnonzero(~np.isfinite(as_float) | (as_float < 0) | (np.floor(as_float) != as_float))
-    if len(bad):
-        raise ConfigError(
-            f"parquet at {where}: column {column!r} must hold whole numbers >= 0, but row {bad[0]} holds "
-            f"{values[int(bad[0])].as_py()!r}; write it as integer indices"
-        )
-    return as_float.astype(np.int64)
-
-
-def _decoded_images(dataset, rows: int, cfg) -> tuple[np.ndarray, np.ndarray]:
-    """Every row's image, decoded (and resized to ``data.image_size``), as a read-only map of the cache file, and
-    each row's digest (:mod:`raysim.data.row_digests`, kept beside the cache)."""
-    import PIL
-
-    files = decode_cache.stamp(dataset.files)
-    path = decode_cache.copy_path(cache_dir(), files, cfg.image_size, PIL.__version__)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    decode_cache.prune(path.parent)
-    if path.exists():
-        images = np.load(path, mmap_mode="r")
-        return images, row_digests.kept_row_digests(path, images)
-    partial = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
-    decoded = (_decode_column(batch.column(0), cfg.image_size) for batch in _image_batches(dataset))
-    batches = (images for images in decoded if len(images))
-    first = next(batches, None)
-    if first is None:
-        raise ConfigError(f"dataset parquet at {cfg.data_dir} has no rows")
-    shape = first[0].shape
-    digests = []
-
-    def checked():
-        for images in itertools.chain([first], batches):
-            for image in images:
-                if image.shape != shape:
-                    raise ConfigError(
-                        f"parquet images at {cfg.data_dir} differ in size ({'x'.join(map(str, shape[:2]))}, "
-                        f"{'x'.join(map(str, image.shape[:2]))}); pass --set data.image_size=N to resize them to N x N"
-                    )
-            stacked = np.stack(images)
-            digests.append(row_digests.row_digests(stacked))
-            yield stacked
-
-    try:
-        write_npy(partial, np.uint8, (rows, *shape), checked())
-        kept = row_digests.save_row_digests(path, digests)
-        decode_cache.note(path, files)
-        os.replace(partial, path)
-    finally:
-        partial.unlink(missing_ok=True)
-    return np.load(path, mmap_mode="r"), kept
-
-
-READ_BUFFER_BYTES = 4 * 2**20  # what the parquet reader holds of a column chunk at a time
-
-
-def _image_batches(dataset, rows: int = 4096):
-    """The ``image`` column in batches of ``rows``, in the dataset's row order, its pages read through a buffer of
-    ``READ_BUFFER_BYTES``, so that the memory does not grow with the file or its row groups (reading a whole row group,
-    or a column chunk with Arrow's default unbuffered reads, holds all of it meanwhile: docs/performance.md)."""
-    import pyarrow.parquet
-
-    for path in dataset.files:
-        with dataset.filesystem.open_input_file(path) as source:
-            parquet = pyarrow.parquet.ParquetFile(source, buffer_size=READ_BUFFER_BYTES, pre_buffer=False)
-            yield from parquet.iter_batches(batch_size=rows, columns=["image"])
-
-
-def _decode_column(column, size: int | None) -> list[np.ndarray] | np.ndarray:
-    """A batch of the ``image`` column as uint8 arrays: a fixed-shape tensor column (Arrow's canonical
-    ``arrow.fixed_shape_tensor``) in one step, PNG/JPEG bytes or nested lists image by image."""
-    if isinstance(column.type, pa.FixedShapeTensorType) and not size:
-        return column.to_numpy_ndarray().astype(np.uint8, copy=False)
-    return [_decode_image(value, size) for value in column.to_pylist()]
-
-
-def fit_image(image, size: int) -> np.ndarray:
-    """An RGB [size, size, 3] uint8 array of a PIL image, resized bilinearly when its size differs."""
-    from PIL import Image
-
-    image = image.convert("RGB")
-    if image.size != (size, size):
-        image = image.resize((size, size), Image.BILINEAR)
-    return np.asarray(image, dtype=np.uint8)
-
-
-def _decode_image(value, size: int | None = None) -> np.ndarray:
-    """PNG/JPEG bytes or an array -> uint8 array; RGB and ``size`` x ``size`` when a size is given."""
-    from PIL import Image
-
-    image = Image.open(io.BytesIO(value)) if isinstance(value, (bytes, bytearray)) else None
-    if size is None:
-        return np.asarray(image) if image is not None else np.asarray(value, dtype=np.uint8)
-    return fit_image(image if image is not None else Image.fromarray(np.asarray(value, dtype=np.uint8)), size)
-
-
-SOURCES: Registry[Source] = Registry("dataset", load="raysim.data")  # the package adds the glyph and real sources
+SOURCES: Registry[Source] = Registry("dataset", load="raysim.data")  # the package adds the others (parquet, ...)
 for _source in (
     Source("digits", "scikit-learn's real handwritten digits, 8x8, 10 classes, 1,797 images", _read_digits),
     Source(
         "synthetic", "deterministic 16x16 toy images, 10 classes in 5 coarse pairs x 3 colour domains", _read_synthetic
     ),
-    Source("parquet", "your own data: " + PARQUET_LAYOUT + " (data.data_dir)", _read_parquet),
 ):
     SOURCES.add(_source.name, _source)
 

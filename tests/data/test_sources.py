@@ -161,7 +161,7 @@ def test_parquet_of_mixed_sizes_needs_image_size_and_then_resizes(ray_session, t
     )
     with pytest.raises(ConfigError) as info:
         load_dataset(DataConfig(dataset="parquet", data_dir=str(tmp_path)))
-    assert "differ in size" in str(info.value) and "data.image_size" in str(info.value)
+    assert "row 2's image is 6x6x3, row 0's 4x4x3" in str(info.value) and "data.image_size" in str(info.value)
     _, arrays = load_dataset(DataConfig(dataset="parquet", data_dir=str(tmp_path), image_size=8))
     assert arrays["image"].shape == (5, 8, 8, 3)
     assert (arrays["image"][0] == 36).all() and (arrays["image"][4] == 54).all()

@@ -273,7 +273,7 @@ def _float_labels(tmp_path) -> str:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from raysim.data.sources import png_table
+    from raysim.data.parquet import png_table
 
     images = np.zeros((8, 8, 8, 3), np.uint8)
     table = png_table(images, np.arange(8) % 2, np.array(["train"] * 6 + ["test"] * 2))

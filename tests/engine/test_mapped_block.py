@@ -8,7 +8,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from raysim.config import build_config
-from raysim.data.sources import cache_dir, png_table
+from raysim.data.parquet import png_table
+from raysim.data.sources import cache_dir
 from raysim.engine import setup
 from raysim.engine.client import ClientRuntime
 from raysim.ops.metrics import TIMING_KEYS

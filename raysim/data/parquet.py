@@ -1,0 +1,193 @@
+"""The ``parquet`` source: your own data set, a parquet file or a folder of them (``data.data_dir``), in
+:data:`PARQUET_LAYOUT`, its images decoded once into a memory-mapped cache a batch at a time, so that a data set larger
+than memory streams through. Every mistake in the files is one line that names the column and the row.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import os
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from raysim.base.errors import ConfigError
+from raysim.data import decode_cache, row_digests
+from raysim.data.image_values import decoded, fit_image, tensor_rows, tensor_shape
+from raysim.data.npy_file import write_npy
+from raysim.data.shards import DatasetInfo
+from raysim.data.sources import cache_dir, fixed_test_split
+
+PARQUET_LAYOUT = (
+    "a parquet file or folder with columns 'image' (PNG/JPEG bytes or a uint8 array or fixed-shape tensor, all one "
+    "size), 'label' (int), optional 'domain' (int) and 'split' ('train'/'test', a column or split=train/split=test "
+    "subfolders)"
+)
+DECODER = 2  # raised whenever the images decoded from the same files change: older copies are then never read
+READ_BUFFER_BYTES = 4 * 2**20  # what the parquet reader holds of a column chunk at a time
+
+
+def png_table(images: np.ndarray, labels: np.ndarray, split: np.ndarray) -> pa.Table:
+    """Rows in :data:`PARQUET_LAYOUT`: uint8 ``images`` [n, H, W, 3] as PNG bytes, their ``labels`` and ``split``
+    ('train'/'test'), e.g. a generated set to write with ``pyarrow.parquet``."""
+    from PIL import Image
+
+    encoded = []
+    for image in images:
+        buffer = io.BytesIO()
+        Image.fromarray(image).save(buffer, format="PNG")
+        encoded.append(buffer.getvalue())
+    return pa.table({"image": encoded, "label": np.asarray(labels, np.int64), "split": split})
+
+
+def read_parquet(cfg):
+    """Any parquet file or folder in the documented layout (``data.data_dir``; hive subfolders such as
+    ``split=test/`` are columns), decoded once into a memory-mapped cache (``parquet-<key>.npy`` in the data cache,
+    keyed by the files, ``data.image_size`` and the decoder) a batch at a time: a file larger than memory streams
+    through, and the next run maps the cache. Copies of files that changed or are gone, and copies of an older
+    decoder, are removed (:mod:`raysim.data.decode_cache`)."""
+    where = f"parquet at {cfg.data_dir}"
+    if not cfg.data_dir or not Path(cfg.data_dir).exists():
+        raise ConfigError(f"dataset 'parquet' needs data.data_dir: {PARQUET_LAYOUT}; got {cfg.data_dir!r}")
+    import pyarrow.dataset  # here, not at the top: it imports pandas, 0.2 s in every process that imports raysim.data
+
+    try:
+        dataset = pyarrow.dataset.dataset(cfg.data_dir, format="parquet", partitioning="hive")
+        columns = set(dataset.schema.names)
+    except Exception as error:
+        raise ConfigError(f"could not read {where} ({type(error).__name__}); expected {PARQUET_LAYOUT}") from None
+    if not dataset.files:
+        raise ConfigError(f"could not read {where} (no parquet files there); expected {PARQUET_LAYOUT}")
+    if not {"image", "label"} <= columns:
+        raise ConfigError(f"{where} has columns {sorted(columns)}; expected {PARQUET_LAYOUT}")
+    small = dataset.to_table(columns=[c for c in ("label", "domain", "split") if c in columns])
+    labels = _whole_numbers(small, "label", where)
+    if not len(labels):
+        raise ConfigError(f"dataset {where} has no rows")
+    domains = _whole_numbers(small, "domain", where) if "domain" in columns else np.zeros(len(labels), np.int64)
+    is_test = _test_rows(small, where) if "split" in columns else fixed_test_split(labels, domains)
+    _check_domains(domains, is_test, where)
+    images, digests = _decoded_images(dataset, len(labels), cfg, where)
+    info = DatasetInfo("parquet", int(labels.max()) + 1, int(domains.max()) + 1, tuple(images.shape[1:]))
+    arrays = {"image": images, "label": labels, "domain": domains, "is_test": is_test, "image_digest": digests}
+    return arrays, info
+
+
+def _whole_numbers(table: pa.Table, column: str, where: str) -> np.ndarray:
+    """``table[column]`` as int64, refused in one line (naming the first offending row and value) unless every value
+    is a whole number >= 0: a class or domain index, which a float such as 1.5 is not."""
+    values = table[column]
+    kind = values.type
+    if not (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind)):
+        raise ConfigError(f"{where}: column {column!r} holds {kind}, not whole numbers >= 0 (class indices)")
+    as_float = values.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False)
+    bad = np.flatnonzero(~np.isfinite(as_float) | (as_float < 0) | (np.floor(as_float) != as_float))
+    if len(bad):
+        raise ConfigError(
+            f"{where}: column {column!r} must hold whole numbers >= 0, but row {bad[0]} holds "
+            f"{values[int(bad[0])].as_py()!r}; write it as integer indices"
+        )
+    return as_float.astype(np.int64)
+
+
+def _test_rows(table: pa.Table, where: str) -> np.ndarray:
+    """Whether each row is a test row, from the ``split`` column: every value 'train' or 'test', both present."""
+    values = table["split"].to_pylist()
+    bad = next((row for row, value in enumerate(values) if value not in ("train", "test")), None)
+    if bad is not None:
+        raise ConfigError(
+            f"{where}: column 'split' must hold 'train' or 'test', but row {bad} holds {values[bad]!r}; write one "
+            "of the two in every row, or drop the column for a fixed 20% test split"
+        )
+    is_test = np.array([value == "test" for value in values])
+    if is_test.all() or not is_test.any():
+        missing = "train" if is_test.all() else "test"
+        raise ConfigError(
+            f"{where}: no row's split is {missing!r}; clients need rows to train on and rows to be tested on "
+            "(mark about a fifth of the rows 'test', or drop the column for a fixed 20% test split)"
+        )
+    return is_test
+
+
+def _check_domains(domains: np.ndarray, is_test: np.ndarray, where: str) -> None:
+    """Every domain from 0 to the largest id has training rows (``--partition domains`` gives each its clients)."""
+    empty = np.flatnonzero(np.bincount(domains[~is_test], minlength=int(domains.max()) + 1) == 0)
+    if len(empty):
+        raise ConfigError(
+            f"{where}: column 'domain' has no training row of domain {empty[0]} (domains are numbered 0 to "
+            f"{domains.max()}); number the domains that have rows 0, 1, 2, ... without gaps"
+        )
+
+
+def _decoded_images(dataset, rows: int, cfg, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """Every row's image, decoded (and resized to ``data.image_size``), as a read-only map of the cache file, and
+    each row's digest (:mod:`raysim.data.row_digests`, kept beside the cache)."""
+    import PIL
+
+    files, decoder = decode_cache.stamp(dataset.files), [DECODER, PIL.__version__]
+    path = decode_cache.copy_path(cache_dir(), files, cfg.image_size, *decoder)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    decode_cache.prune(path.parent, decoder)
+    if path.exists():
+        images = np.load(path, mmap_mode="r")
+        return images, row_digests.kept_row_digests(path, images)
+    partial = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
+    batches = (images for images in _decoded_batches(dataset, cfg.image_size, where) if len(images))
+    first = next(batches)  # the labels' rows are the images' rows: there is one
+    shape = first[0].shape
+    digests = []
+
+    def checked():
+        row = 0
+        for images in itertools.chain([first], batches):
+            for image in images:
+                if image.shape != shape:
+                    raise ConfigError(
+                        f"{where}: row {row}'s image is {'x'.join(map(str, image.shape))}, row 0's "
+                        f"{'x'.join(map(str, shape))}; pass --set data.image_size=N to make every image RGB N x N"
+                    )
+                row += 1
+            stacked = np.stack(images)
+            digests.append(row_digests.row_digests(stacked))
+            yield stacked
+
+    try:
+        write_npy(partial, np.uint8, (rows, *shape), checked())
+        kept = row_digests.save_row_digests(path, digests)
+        decode_cache.note(path, files, decoder)
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
+    return np.load(path, mmap_mode="r"), kept
+
+
+def _decoded_batches(dataset, size: int | None, where: str):
+    """The ``image`` column a batch at a time as uint8 images (:mod:`raysim.data.image_values`), RGB ``size`` x
+    ``size`` when a size is given."""
+    from PIL import Image
+
+    shape = tensor_shape(dataset.schema.field("image"), where)
+    row = 0
+    for batch in _image_batches(dataset):
+        column = batch.column(0)
+        if shape is not None:
+            images = tensor_rows(column, shape, row, where)
+        else:
+            images = [decoded(value, row + i, where) for i, value in enumerate(column.to_pylist())]
+        row += len(column)
+        yield [fit_image(Image.fromarray(image), size) for image in images] if size else images
+
+
+def _image_batches(dataset, rows: int = 4096):
+    """The ``image`` column in batches of ``rows``, in the dataset's row order, its pages read through a buffer of
+    ``READ_BUFFER_BYTES``, so that the memory does not grow with the file or its row groups (reading a whole row group,
+    or a column chunk with Arrow's default unbuffered reads, holds all of it meanwhile: docs/performance.md)."""
+    import pyarrow.parquet
+
+    for path in dataset.files:
+        with dataset.filesystem.open_input_file(path) as source:
+            parquet = pyarrow.parquet.ParquetFile(source, buffer_size=READ_BUFFER_BYTES, pre_buffer=False)
+            yield from parquet.iter_batches(batch_size=rows, columns=["image"])
