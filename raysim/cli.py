@@ -352,7 +352,7 @@ def report(experiment, tracking_uri, out):
 @click.option("--tracking-uri", help="MLflow store (default sqlite:///./raysim-runs/mlflow.db, as raysim run).")
 @click.option("--experiment", default="raysim", show_default=True, help="The experiment whose runs the URL opens.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Where the UI listens (127.0.0.1: this machine).")
-@click.option("--port", type=int, default=5000, show_default=True, help="The UI's port.")
+@click.option("--port", type=click.IntRange(1, 65535), default=5000, show_default=True, help="The UI's port.")
 def ui(tracking_uri, experiment, host, port):
     """Start MLflow's UI on the run store and print the URL of the runs table.
 

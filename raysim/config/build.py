@@ -183,11 +183,11 @@ def presets() -> dict[str, str]:
 def load_preset(name_or_path: str) -> dict[str, Any]:
     """A preset by name (``raysim ls presets``) or a YAML file path, as a nested dict."""
     path = Path(name_or_path)
-    if path.suffix in (".yaml", ".yml") or path.exists():
+    if path.suffix in (".yaml", ".yml") or path.is_file():
         if not path.is_file():
             raise ConfigError(f"preset file {name_or_path} does not exist")
         text = path.read_text()
-    elif name_or_path in presets():
+    elif name_or_path in presets():  # a folder of that name here does not hide it
         text = resources.files("raysim.config.presets").joinpath(f"{name_or_path}.yaml").read_text()
     else:
         raise unknown_name("preset", name_or_path, presets())
@@ -273,6 +273,8 @@ def _coerce(cls, key: str, value: Any, where: str) -> Any:
         if typ is str and value is not None and not isinstance(value, (dict, list)):
             return str(value)
         if typ is tuple and isinstance(value, (list, tuple)):
+            if any(isinstance(item, bool) or not isinstance(item, int) for item in value):
+                raise ConfigError(f"{where}={value!r} must be a list of whole numbers, e.g. [0, 1, 2]")
             return tuple(value)
     names = "/".join(getattr(t, "__name__", str(t)) for t in allowed)
     raise ConfigError(f"{where}={value!r} has the wrong type; expected {names}")

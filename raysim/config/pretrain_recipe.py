@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import shlex
 from dataclasses import dataclass, field, fields
 
@@ -41,8 +42,27 @@ class PretrainRecipe:
     )
 
     def __post_init__(self):
-        if self.per_class < 2 or self.epochs < 1 or self.batch_size < 1 or self.threads < 1:
-            raise ConfigError("pretrain: per_class >= 2, epochs >= 1, batch_size >= 1 and threads >= 1 are required")
+        for name, holds, requirement in (
+            ("per_class", self.per_class >= 2, "must be at least 2"),
+            ("epochs", self.epochs >= 1, "must be at least 1"),
+            ("batch_size", self.batch_size >= 1, "must be at least 1"),
+            ("threads", self.threads >= 1, "must be at least 1"),
+            ("seed", self.seed >= 0, "must be >= 0"),
+            ("lr", math.isfinite(self.lr) and self.lr > 0, "must be a finite number > 0"),
+            (
+                "weight_decay",
+                math.isfinite(self.weight_decay) and self.weight_decay >= 0,
+                "must be a finite number >= 0",
+            ),
+            (
+                "warmup_epochs",
+                math.isfinite(self.warmup_epochs) and self.warmup_epochs >= 0,
+                "must be a finite number >= 0",
+            ),
+            ("label_smoothing", 0 <= self.label_smoothing < 1, "must be in [0, 1)"),
+        ):
+            if not holds:
+                raise ConfigError(f"pretrain: --{name.replace('_', '-')}={getattr(self, name)} {requirement}")
         if self.precision not in PRECISIONS:
             raise ConfigError(f"pretrain: unknown precision {self.precision!r}; use one of {', '.join(PRECISIONS)}")
 

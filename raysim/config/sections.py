@@ -68,7 +68,7 @@ class FederationConfig:
         "Share of clients held out: they never train, evaluated with the global model (unseen_acc).",
         checks=((lambda v: 0 <= v < 1, "must be in [0, 1)"),),
     )
-    seed: int = setting(0, "The run seed; every random draw derives from it.", flag="--seed")
+    seed: int = setting(0, "The run seed; every random draw derives from it.", flag="--seed", checks=(NON_NEGATIVE,))
     eval_clients: int = setting(
         10_000,
         "Clients evaluated on evaluated rounds: all of them up to this many, else a fixed sample of this many, drawn "
@@ -232,7 +232,11 @@ class TrainConfig:
     batch_size: int = setting(16, "Local batch size.", checks=(at_least(1),))
     optimizer: str = setting("adamw", "The client optimiser.", choices=("sgd", "adamw"))
     lr: float = setting(3e-3, "The client learning rate.", checks=(POSITIVE,))
-    momentum: float = setting(0.9, "SGD momentum.", checks=((lambda v: 0 <= v < 1, "must be in [0, 1)"),))
+    momentum: float = setting(
+        0.9,
+        "SGD momentum (train.optimizer=sgd; AdamW keeps torch's betas).",
+        checks=((lambda v: 0 <= v < 1, "must be in [0, 1)"),),
+    )
     weight_decay: float = setting(1e-5, "Weight decay of the client optimiser.", checks=(NON_NEGATIVE,))
     cohort: str = setting(
         "auto",
@@ -282,7 +286,9 @@ class DataConfig:
     dataset: str = setting("glyphs62", "Data source (raysim ls datasets).", flag="--dataset")
     partition: str = setting("dirichlet", "How data is split over clients (raysim ls partitions).", flag="--partition")
     data_dir: str | None = setting(None, "Folder or file for datasets read from disk.", flag="--data-dir")
-    image_size: int | None = setting(None, "Resize images to N x N (null: the source's size).", checks=(at_least(4),))
+    image_size: int | None = setting(
+        None, "Resize every image to RGB N x N (null: the source's size).", checks=(at_least(4),)
+    )
     s: int = setting(2, "Pathological: classes per client.", checks=(at_least(1),))
     class_sets: str = setting(
         "random",
@@ -430,10 +436,15 @@ class TrackingConfig:
     tracking_uri: str | None = setting(
         None, "MLflow store (default sqlite:///./raysim-runs/mlflow.db).", flag="--tracking-uri"
     )
-    experiment: str = setting("raysim", "MLflow experiment name.", flag="--experiment")
+    experiment: str = setting(
+        "raysim", "MLflow experiment name.", flag="--experiment", checks=((str.strip, "must not be empty"),)
+    )
     run_name: str | None = setting(
         None, "MLflow run name (default: method, data, clients, seed and a config hash).", flag="--run-name"
     )
+
+    def __post_init__(self):
+        validate(self)
 
     @property
     def resolved_uri(self) -> str:

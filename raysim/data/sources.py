@@ -10,6 +10,7 @@ so the test set never depends on the run seed.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import logging
 import os
@@ -220,4 +221,17 @@ def load_dataset(cfg) -> tuple[DatasetInfo, dict[str, np.ndarray]]:
         _stop_ray_data()
     if len(arrays["label"]) == 0:
         raise ConfigError(f"dataset {cfg.dataset} has no rows")
+    if cfg.image_size and arrays["image"].shape[1:3] != (cfg.image_size, cfg.image_size):
+        arrays, info = _resized(arrays, info, cfg.image_size)
     return info, validation_rows(arrays) if cfg.holdout == "validation" else arrays
+
+
+def _resized(arrays: dict[str, np.ndarray], info: DatasetInfo, size: int) -> tuple[dict, DatasetInfo]:
+    """``data.image_size`` for a source that makes its images at its own size (the generated and bundled sets): each
+    image RGB ``size`` x ``size``, as the parquet and folder sources resize theirs while they decode."""
+    from PIL import Image
+
+    from raysim.data.image_values import fit_image
+
+    images = np.stack([fit_image(Image.fromarray(image), size) for image in arrays["image"]])
+    return {**arrays, "image": images}, dataclasses.replace(info, image_shape=images.shape[1:])

@@ -1,3 +1,5 @@
+from importlib import resources
+
 import pytest
 import yaml
 
@@ -65,6 +67,8 @@ def test_on_off_yes_no_are_words_and_only_true_false_are_booleans():
         ([{"data": {"alpha": float("inf")}}], "data.alpha=inf must be a finite number"),
         ([{"data": {"dif": parse_override("data.dif=1e400")[2]}}], "data.dif=inf must be a finite number"),
         ([{"train": {"lr": float("nan")}}], "train.lr=nan must be a finite number"),
+        ([{"federation": {"seed": -1}}], "federation.seed=-1 must be >= 0"),
+        ([{"tracking": {"experiment": " "}}], "tracking.experiment=  must not be empty"),
         ([{"data": {"dataset": "cifar1000"}}], "valid datasets: cifar10, cifar100, digit-five, digits,"),
         ([{"data": {"partition": "nope"}}], "valid partitions: dirichlet, domains, iid, pachinko, pathological"),
         ([{"federation": {"clients": 3}, "resources": {"workers": 4}}], "workers=4 is more than the 3 clients"),
@@ -106,7 +110,7 @@ def test_presets_are_listed_loaded_and_valid():
             build_config(method, [preset_for_method(load_preset(name), method)])
 
 
-def test_preset_file_and_errors(tmp_path):
+def test_preset_file_and_errors(tmp_path, monkeypatch):
     good = tmp_path / "mine.yaml"
     good.write_text("federation: {rounds: 2}\n")
     assert build_config("fedvpt", [load_preset(str(good))]).federation.rounds == 2
@@ -116,6 +120,15 @@ def test_preset_file_and_errors(tmp_path):
     bad.write_text("federation: [1, 2\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_preset(str(bad))
+    (tmp_path / "quick").mkdir()  # a folder named like a preset does not hide the preset
+    monkeypatch.chdir(tmp_path)
+    assert load_preset("quick") == load_preset(str(resources.files("raysim.config.presets") / "quick.yaml"))
+
+
+def test_block_lists_hold_whole_numbers():
+    with pytest.raises(ConfigError, match=r"sgpt.shared_blocks=\[True\] must be a list of whole numbers"):
+        build_config("sgpt", [{"sgpt": {"shared_blocks": [True]}}])
+    assert build_config("sgpt", [{"sgpt": {"shared_blocks": [0, 1]}}]).options.shared_blocks == (0, 1)
 
 
 def test_resolved_config_round_trips_through_yaml():

@@ -18,6 +18,7 @@ import pytest
 from raysim.base.errors import ConfigError
 from raysim.config import DataConfig
 from raysim.data import row_digests
+from raysim.data.image_values import fit_image
 from raysim.data.partition import PartitionParams, partition
 from raysim.data.shards import build_shards
 from raysim.data.sources import fixed_test_split, load_dataset
@@ -283,3 +284,14 @@ def test_a_parquet_of_one_large_row_group_decodes_in_bounded_memory(tmp_path):
     peak, decoded, first, last = map(int, done.stdout.split())
     assert (decoded, first, last) == (rows, int(images[0].sum()), int(images[-1].sum()))
     assert peak < path.stat().st_size + 400 * 2**20, f"peak RSS {peak / 2**20:.0f} MB"
+
+
+def test_image_size_resizes_a_generated_source():
+    """``data.image_size`` resizes every source: the generated and bundled sets after they are made."""
+    from PIL import Image
+
+    _, native = load_dataset(DataConfig(dataset="synthetic"))
+    info, resized = load_dataset(DataConfig(dataset="synthetic", image_size=8))
+    assert info.image_shape == (8, 8, 3) and resized["image"].shape == (1500, 8, 8, 3)
+    assert np.array_equal(resized["image"][7], fit_image(Image.fromarray(native["image"][7]), 8))
+    assert np.array_equal(resized["label"], native["label"])

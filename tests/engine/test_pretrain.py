@@ -72,3 +72,21 @@ def test_recorded_command_sets_every_recipe_field():
 def test_unknown_precision_is_refused():
     with pytest.raises(ConfigError, match="unknown precision 'fp16'; use one of fp32, bf16"):
         PretrainRecipe(precision="fp16")
+
+
+@pytest.mark.parametrize(
+    "field, value, requirement",
+    [
+        ("lr", -1.0, "--lr=-1.0 must be a finite number > 0"),
+        ("lr", float("nan"), "--lr=nan must be a finite number > 0"),
+        ("weight_decay", float("inf"), "--weight-decay=inf must be a finite number >= 0"),
+        ("warmup_epochs", -5.0, "--warmup-epochs=-5.0 must be a finite number >= 0"),
+        ("label_smoothing", 1.0, "--label-smoothing=1.0 must be in [0, 1)"),
+        ("seed", -1, "--seed=-1 must be >= 0"),
+        ("per_class", 1, "--per-class=1 must be at least 2"),
+    ],
+)
+def test_a_bad_recipe_value_is_refused_naming_it(field, value, requirement):
+    with pytest.raises(ConfigError) as info:
+        PretrainRecipe(**{field: value})
+    assert str(info.value) == f"pretrain: {requirement}"
