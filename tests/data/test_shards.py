@@ -1,5 +1,7 @@
 import gc
+import os
 import pickle
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -99,3 +101,37 @@ def test_a_block_that_already_is_a_mapped_file_is_read_in_place(tmp_path):
         assert resident_kb(cache.filename) == 0
     assert np.array_equal(np.concatenate(list(in_place.image_chunks(64))), gathered.images)
     assert partition_digest(in_place) == partition_digest(gathered)
+
+
+def test_a_block_left_by_a_killed_process_goes_and_a_failed_write_leaves_none(tmp_path, monkeypatch):
+    """Blocks are named by their process and machine: the next store built here removes one whose process is gone
+    (a SIGKILLed run could not), and leaves a live process's and another machine's; a write that fails midway
+    removes its own partial block."""
+    import socket
+    import subprocess
+
+    from raysim.data import shards as shards_module
+
+    folder = tmp_path / "shards"
+    folder.mkdir()
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a pid no process holds now
+    host = socket.gethostname()
+    orphan = folder / f"shards-{gone.pid}-{'0' * 32}-{host}.npy"
+    live = folder / f"shards-{os.getpid()}-{'1' * 32}-{host}.npy"
+    elsewhere = folder / f"shards-{gone.pid}-{'2' * 32}-another-machine.npy"
+    for path in (orphan, live, elsewhere):
+        path.write_bytes(b"a block")
+    store, _, _ = dirichlet_shards(folder)
+    kept = sorted(p.name for p in folder.iterdir())
+    assert kept == sorted([live.name, elsewhere.name, Path(store.images.filename).name])
+
+    def full_disk(path, dtype, shape, chunks):
+        next(iter(chunks))
+        path.write_bytes(b"part of a block")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(shards_module, "write_npy", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        dirichlet_shards(folder)
+    assert sorted(p.name for p in folder.iterdir()) == kept
