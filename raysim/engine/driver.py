@@ -342,6 +342,15 @@ def checked(config: Config, resume: ckpt.Checkpoint | None = None) -> Config:
             f"checkpoint.dir {checkpoints} is not writable (cannot create files in {blocked}); pass --set "
             "checkpoint.dir=SOME/WRITABLE/DIR"
         )
+    res = config.resources
+    if res.backend == "sequential" and res.gpus_per_client:
+        import torch  # the sequential backend trains in this process, which imports torch anyway
+
+        if not torch.cuda.is_available():
+            raise ConfigError(
+                f"resources.gpus_per_client={res.gpus_per_client:g} asks for a GPU, but torch sees none in this "
+                "process (the sequential backend trains here); drop --gpus-per-client, or install a CUDA build of torch"
+            )
     return resolved(config)
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import ray
+import torch
 from safetensors.torch import save_file
 
 from raysim.base.errors import BadUpdateError
@@ -77,6 +78,10 @@ class Simulation:
             server: split learning's server, already started (:func:`~raysim.engine.executors.start_server`; the
                 coordinator's, from the run's set-up); None starts one here when the method is split.
         """
+        # the server's own math (aggregation, a hypernetwork's step, diagnostics) sums with the clients' thread count
+        # on both backends: a Ray coordinator (num_cpus=0) starts with one thread, the sequential driver with the
+        # clients' (set by its in-process runtime), and another count changes the float sums
+        torch.set_num_threads(config.resources.torch_threads)
         self.config = config
         self.method = get_method(config.method).cls(config)
         shards_ref = shards[0] if isinstance(shards, list) else None

@@ -262,6 +262,15 @@ BAD_INPUTS = [
     # resources Ray would refuse
     (["run", "fedvpt", "--cpus-per-client", "0"], "cpus_per_client=0 with gpus_per_client=0 reserves nothing"),
     (["run", "fedvpt", "--gpus-per-client", "0.00001"], "gpus_per_client=1e-05 is finer than Ray's unit of 0.0001"),
+    pytest.param(
+        ["run", "fedvpt", "--backend", "sequential", "--gpus-per-client", "1"],
+        "resources.gpus_per_client=1 asks for a GPU, but torch sees none in this process",
+        marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU to give"),
+    ),
+    # numbers no setting takes
+    (["run", "fedvpt", "--seed", "-1"], "federation.seed=-1 must be >= 0"),
+    (["run", "fedvpt", "--set", "data.alpha=.inf"], "data.alpha=inf must be a finite number"),
+    (["run", "fedvpt", "--experiment", ""], "tracking.experiment= must not be empty"),
     (["run", "--resume", "/nope/run"], "--resume '/nope/run' is neither a checkpoint folder nor a run"),
     (["run", "--resume", "EMPTY"], "holds no checkpoint (no round-*/manifest.json)"),
     (["run"], "Missing argument 'METHOD'"),
@@ -300,7 +309,9 @@ def _materialise(arg: str, tmp_path) -> str:
     return arg
 
 
-@pytest.mark.parametrize("args, fragment", BAD_INPUTS, ids=[" ".join(a) for a, _ in BAD_INPUTS])
+@pytest.mark.parametrize(
+    "args, fragment", BAD_INPUTS, ids=[" ".join(getattr(case, "values", case)[0]) for case in BAD_INPUTS]
+)
 def test_bad_input_is_one_line_exit_2_and_leaves_no_run(ray_session, tmp_path, args, fragment):
     tracking_uri = f"sqlite:///{tmp_path / 'mlflow.db'}"  # no store yet: the command must not create one
     args = [_mismatched_weights(tmp_path) if a == "MISMATCHED" else _materialise(a, tmp_path) for a in args]

@@ -14,7 +14,7 @@ from raysim.config import build_config
 from raysim.engine.executors import RayExecutor, balance
 from raysim.engine.ray_session import PoolReservation
 from raysim.engine.setup import prepare_shards
-from raysim.testing.smoke import FAST, open_simulation, prepared, run_rounds, smoke_layers
+from raysim.testing.smoke import FAST, TINY, open_simulation, prepared, run_rounds, smoke_layers
 
 
 def config_for(backend, workers=0, **resources):
@@ -173,3 +173,18 @@ def test_clients_are_dealt_to_workers_by_rows_not_by_count():
     assert sorted(c for chunk in balance(list(range(9)), [5, 1, 4, 2, 3, 3, 2, 4, 1], 3) for c in chunk) == list(
         range(9)
     )
+
+
+def test_the_servers_math_sums_with_the_clients_threads_on_both_backends(ray_session):
+    """pFedHN's server steps a hypernetwork: at two threads a client, a Ray coordinator (a process Ray starts with one
+    thread) gives the sequential driver's numbers, to the last bit."""
+    layers = [TINY, *smoke_layers("pfedhn"), {"federation": {"clients": 10, "rounds": 2, "participation": 0.5}}]
+    runs = {}
+    for backend, workers in (("sequential", 0), ("ray", 1)):
+        resources = {"backend": backend, "workers": workers, "cpus_per_client": 2}
+        _, reports, final = run_rounds(build_config("pfedhn", [*layers, {"resources": resources}]))
+        runs[backend] = ([{k: r.metrics[k] for k in ACCURACY if k in r.metrics} for r in reports], final)
+    (sequential, on_sequential), (on_ray, final) = runs["sequential"], runs["ray"]
+    assert on_ray == sequential
+    for ours, theirs in ((final.params, on_sequential.params), (final.server, on_sequential.server)):
+        assert all(torch.equal(ours[k], theirs[k]) for k in theirs if isinstance(theirs[k], torch.Tensor))
