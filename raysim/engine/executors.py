@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import ray
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from raysim.actors.proxy import ActorProxy
 from raysim.core.messages import Broadcast, ClientUpdate, Tensors
@@ -130,7 +131,8 @@ class RayExecutor:
 def start_server(config, num_classes: int, pool: Pool | None):
     """Split learning's server, its blocks built (:class:`~raysim.algorithms._split.ServerSegment`: the model code
     stays out of this process) but not yet loaded: in this process for the sequential backend, else a Ray actor
-    serving every worker at once (``resources.server_cpus``/``server_gpus``) behind a proxy."""
+    serving every worker at once (``resources.server_cpus``/``server_gpus``, in the pool's reservation) behind a
+    proxy."""
     from raysim.algorithms._split import ServerSegment
 
     segment = ServerSegment(config, num_classes)
@@ -139,8 +141,13 @@ def start_server(config, num_classes: int, pool: Pool | None):
         server = server_class(segment)
     else:
         res = config.resources
+        placed = (
+            {"scheduling_strategy": PlacementGroupSchedulingStrategy(pool.placement_group, pool.server_bundle)}
+            if pool.server_bundle is not None
+            else {}
+        )
         actor = ray.remote(server_class).options(
-            num_cpus=res.server_cpus, num_gpus=res.server_gpus, max_concurrency=pool.workers + 2
+            num_cpus=res.server_cpus, num_gpus=res.server_gpus, max_concurrency=pool.workers + 2, **placed
         )
         server = ActorProxy(actor.remote(segment, None, res.torch_threads), "the split-learning server")
     server.build()

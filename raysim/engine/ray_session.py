@@ -16,18 +16,21 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from raysim.actors.client_worker import ClientWorker
 from raysim.base.errors import ConfigError
+from raysim.core.registry import get_method
 
 
 @dataclass(frozen=True)
 class Pool:
     """The Ray worker pool: its size, its reservation (worker i takes bundle ``first_bundle + i`` of
-    ``placement_group``: a run's own group, or a Tune trial's, whose bundle 0 is the trial itself) and its
-    ``ClientWorker`` actors once started (:func:`start_workers`)."""
+    ``placement_group``: a run's own group, or a Tune trial's, whose bundle 0 is the trial itself; split learning's
+    server, when it takes resources, bundle ``server_bundle`` of a run's own) and its ``ClientWorker`` actors once
+    started (:func:`start_workers`)."""
 
     workers: int
     placement_group: object
     first_bundle: int = 0
     actors: tuple = ()
+    server_bundle: int | None = None
 
 
 SETTLE_S = 20.0  # how long a reservation the cluster could hold waits for resources other work holds
@@ -39,15 +42,26 @@ def pool_size(config) -> int:
     res = config.resources
     if res.workers or ray.util.get_current_placement_group() is not None:
         return max(1, res.workers)
-    available = ray.available_resources()
+    available = dict(ray.available_resources())
+    for key, value in (server_bundle(config) or {}).items():  # what split learning's server takes is not theirs
+        available[key] = available.get(key, 0.0) - value
     fits = [
-        int(available.get("CPU", 0.0) // res.cpus_per_client)
+        how_many(available.get("CPU", 0.0), res.cpus_per_client)
         if res.cpus_per_client
         else int(max(available.get("CPU", 0.0), 1))
     ]
     if res.gpus_per_client:
-        fits.append(int(available.get("GPU", 0.0) // res.gpus_per_client))
+        fits.append(how_many(available.get("GPU", 0.0), res.gpus_per_client))
     return max(1, min(config.federation.clients_per_round, *fits))
+
+
+RAY_UNIT = 10_000  # Ray counts a resource in 1/10,000ths
+
+
+def how_many(available: float, each: float) -> int:
+    """How many reservations of ``each`` fit in ``available``, counted in Ray's units as Ray counts them (in floats,
+    2.0 // 0.4 is 4: one worker short)."""
+    return round(available * RAY_UNIT) // round(each * RAY_UNIT)
 
 
 def worker_bundle(resources) -> dict[str, float]:
@@ -56,6 +70,14 @@ def worker_bundle(resources) -> dict[str, float]:
     if resources.gpus_per_client:
         bundle["GPU"] = resources.gpus_per_client
     return bundle
+
+
+def server_bundle(config) -> dict[str, float] | None:
+    """Split learning's server's reservation (``resources.server_cpus``/``server_gpus``), reserved with the workers';
+    None when it takes none (it then runs beside them, as the coordinator does)."""
+    res = config.resources
+    bundle = {key: value for key, value in (("CPU", res.server_cpus), ("GPU", res.server_gpus)) if value}
+    return bundle if bundle and get_method(config.method).split_learning else None
 
 
 def start_workers(config, num_classes: int, pool: Pool) -> Pool:
@@ -122,12 +144,12 @@ class PoolReservation:
             return self._pool
         if self._released:
             raise RuntimeError("the run's worker pool was released (Ctrl-C) before it was reserved")
-        res, workers = self._config.resources, pool_size(self._config)
+        res, workers, server = self._config.resources, pool_size(self._config), server_bundle(self._config)
         current = ray.util.get_current_placement_group()
         pool, owned = (
             (Pool(workers, current, first_bundle=1), False)
             if current is not None
-            else (Pool(workers, reserve_workers(res, workers)), True)
+            else (Pool(workers, reserve_workers(res, workers, server), server_bundle=workers if server else None), True)
         )
         with self._lock:
             if not self._released:
@@ -160,37 +182,48 @@ class PoolReservation:
         self.release()
 
 
-def reserve_workers(resources, workers: int, settle_s: float = SETTLE_S) -> PlacementGroup:
-    """A placement group of ``workers`` worker bundles, spread over the nodes. Refused at once when the whole
-    cluster could not hold it (:func:`require_fit`); when it could, it waits up to ``settle_s`` for what other work
-    (the data loading) holds to be freed, then is refused."""
-    require_fit(resources, workers)
-    group = placement_group([worker_bundle(resources) for _ in range(workers)], strategy="SPREAD")
+def reserve_workers(
+    resources, workers: int, server: dict[str, float] | None = None, settle_s: float = SETTLE_S
+) -> PlacementGroup:
+    """A placement group of ``workers`` worker bundles and, last, split learning's ``server`` bundle if it takes
+    resources, spread over the nodes. Refused at once when the whole cluster could not hold it (:func:`require_fit`);
+    when it could, it waits up to ``settle_s`` for what other work (the data loading) holds to be freed, then is
+    refused."""
+    require_fit(resources, workers, server)
+    bundles = [worker_bundle(resources) for _ in range(workers)] + ([server] if server else [])
+    group = placement_group(bundles, strategy="SPREAD")
     deadline = time.monotonic() + settle_s
     while not _ready(group, min(1.0, max(0.0, deadline - time.monotonic()))):
         if time.monotonic() > deadline:
             remove_placement_group(group)
             raise ConfigError(
-                f"{misfit(resources, workers)} while other work holds them (free now: {ray.available_resources()});"
-                f" {remedy(workers)}"
+                f"{misfit(resources, workers, server)} while other work holds them (free now: "
+                f"{ray.available_resources()}); {remedy(workers)}"
             )
     return group
 
 
-def require_fit(resources, workers: int) -> None:
-    """Refuse at once ``workers`` workers that the whole Ray cluster could not hold, however long one waited."""
+def require_fit(resources, workers: int, server: dict[str, float] | None = None) -> None:
+    """Refuse at once ``workers`` workers (and split learning's ``server``) that the whole Ray cluster could not
+    hold, however long one waited."""
     need, total = worker_bundle(resources), ray.cluster_resources()
-    if any(workers * value > total.get(key, 0.0) + 1e-9 for key, value in need.items()):
-        raise ConfigError(f"{misfit(resources, workers)}; {remedy(workers)}")
+    for key in {*need, *(server or {})}:
+        if workers * need.get(key, 0.0) + (server or {}).get(key, 0.0) > total.get(key, 0.0) + 1e-9:
+            raise ConfigError(f"{misfit(resources, workers, server)}; {remedy(workers)}")
 
 
-def misfit(resources, workers: int) -> str:
-    """What does not fit: the workers' reservation against the whole cluster's."""
+def misfit(resources, workers: int, server: dict[str, float] | None = None) -> str:
+    """What does not fit: the workers' (and the server's) reservation against the whole cluster's."""
     total = ray.cluster_resources()
     each = f"{workers} workers x" if workers != 1 else "1 worker x"
+    beside = (
+        f" and split learning's server (server_cpus={resources.server_cpus}, server_gpus={resources.server_gpus})"
+        if server
+        else ""
+    )
     return (
-        f"{each} (cpus_per_client={resources.cpus_per_client}, gpus_per_client={resources.gpus_per_client}) "
-        f"{'do' if workers != 1 else 'does'} not fit the Ray cluster's {total.get('CPU', 0):g} CPU, "
+        f"{each} (cpus_per_client={resources.cpus_per_client}, gpus_per_client={resources.gpus_per_client}){beside} "
+        f"{'do' if workers != 1 or server else 'does'} not fit the Ray cluster's {total.get('CPU', 0):g} CPU, "
         f"{total.get('GPU', 0):g} GPU"
     )
 

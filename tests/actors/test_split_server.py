@@ -88,3 +88,29 @@ def test_the_set_up_builds_the_server_before_the_run_exists_and_the_run_uses_it(
             simulation.run_round(1)
         finally:
             end_coordinator(coordinator)
+
+
+def test_the_servers_resources_are_reserved_with_the_workers(ray_session, tmp_path):
+    """``resources.server_cpus`` is a bundle of the pool's placement group: a pool sized without ``--workers`` leaves
+    the server its CPU (the server used to wait forever for a CPU the workers held), and a pool and server the cluster
+    cannot hold are refused in one line before anything runs."""
+    store = {"tracking": {"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"}}
+    sized = {"federation": {"participation": 1.0}, "resources": {"backend": "ray", "cpus_per_client": 0.5}}
+    config = resolved(build_config("fedv", [TINY, store, sized, {"resources": {"server_cpus": 1.0}}]))
+    with PoolReservation(config) as reservation:
+        pool = reservation.start(config, 10)
+        assert (pool.workers, pool.server_bundle) == (2, 2)  # 2 CPUs: the server's 1, and 2 workers of 0.5
+        server = start_server(config, 10, pool)
+        assert ray.get(
+            server.handle.__ray_call__.remote(lambda actor: ray.get_runtime_context().get_placement_group_id())
+        )
+    too_many = resolved(
+        build_config(
+            "fedv",
+            [TINY, store, {"resources": {"backend": "ray", "workers": 2, "cpus_per_client": 1.0, "server_cpus": 1.0}}],
+        )
+    )
+    with pytest.raises(
+        ConfigError, match=r"2 workers x .* and split learning's server \(server_cpus=1.0, server_gpus=0.0\) do not fit"
+    ):
+        PoolReservation(too_many).start(too_many, 10)

@@ -12,7 +12,7 @@ import torch
 from raysim.base.errors import ConfigError
 from raysim.config import build_config
 from raysim.engine.executors import RayExecutor, balance
-from raysim.engine.ray_session import PoolReservation
+from raysim.engine.ray_session import PoolReservation, how_many
 from raysim.engine.setup import prepare_shards
 from raysim.testing.smoke import FAST, TINY, open_simulation, prepared, run_rounds, smoke_layers
 
@@ -188,3 +188,12 @@ def test_the_servers_math_sums_with_the_clients_threads_on_both_backends(ray_ses
     assert on_ray == sequential
     for ours, theirs in ((final.params, on_sequential.params), (final.server, on_sequential.server)):
         assert all(torch.equal(ours[k], theirs[k]) for k in theirs if isinstance(theirs[k], torch.Tensor))
+
+
+@pytest.mark.parametrize(
+    "available, each, fits",
+    [(2.0, 0.4, 5), (1.0, 0.2, 5), (1.0, 0.1, 10), (2.0, 0.1, 20), (2.0, 0.3, 6), (1.5, 0.5, 3), (2.0, 3.0, 0)],
+)
+def test_a_pool_fills_the_cluster_with_as_many_workers_as_ray_can_place(available, each, fits):
+    """Counted in Ray's units: in floats 2.0 // 0.4 is 4, one worker fewer than fit."""
+    assert how_many(available, each) == fits
