@@ -62,3 +62,14 @@ def sample_clients(run_seed: int, round: int, candidates: list[int], m: int, poi
         return [c for c, u in zip(candidates, draws.random(len(candidates))) if u < m / len(candidates)]
     chosen = draws.choice(len(candidates), size=m, replace=False)
     return sorted(candidates[i] for i in chosen)
+
+
+def evaluated_clients(fed, seen: list[int], unseen: list[int]) -> tuple[list[int], list[int]]:
+    """The (seen, unseen) clients evaluated on evaluated rounds: all, or for a population over
+    ``federation.eval_clients`` a fixed sample of that many drawn once from the run seed, seen and held-out clients
+    alike (the global model's accuracy is then that of the sample's test rows)."""
+    if not fed.evaluates_a_sample:
+        return seen, unseen
+    everyone = seen + unseen
+    chosen = set(rng(fed.seed, Purpose.EVAL).choice(everyone, size=fed.eval_clients, replace=False).tolist())
+    return [c for c in seen if c in chosen], [c for c in unseen if c in chosen]

@@ -93,7 +93,16 @@ def prepare_shards(config: Config) -> ShardStore:
     )
     on_disk = arrays["image"].nbytes > ON_DISK_BYTES and _one_machine()
     folder = cache_dir() / "shards" if on_disk else None
-    return build_shards(info, arrays, part, unseen, folder)
+    shards = build_shards(info, arrays, part, unseen, folder)
+    evaluated, _ = seeding.evaluated_clients(fed, shards.seen_clients(), list(shards.unseen))
+    if not shards.test_sizes()[evaluated].any():  # the run's accuracies would be means over no row
+        raise ConfigError(
+            f"federation.eval_clients={fed.eval_clients}'s sample holds no training client with test rows, so the "
+            "run has no accuracy to report; raise federation.eval_clients"
+            if fed.evaluates_a_sample
+            else "no training client has test rows, so the run has no accuracy to report; give the data test rows"
+        )
+    return shards
 
 
 def _one_machine() -> bool:

@@ -20,7 +20,7 @@ import torch
 from safetensors.torch import save_file
 
 from raysim.base.errors import BadUpdateError
-from raysim.base.seeding import Purpose, rng, sample_clients
+from raysim.base.seeding import evaluated_clients, sample_clients
 from raysim.core.messages import Broadcast, ClientUpdate, GlobalState, Tensors
 from raysim.core.protocol import Diagnostics, Personalised, SendsExtras, SplitLearning, split_encoder
 from raysim.core.registry import get_method
@@ -43,17 +43,6 @@ from raysim.tracking.checkpoint import Checkpoint, detached, flattened
 from raysim.tracking.participation import save_participation
 
 log = logging.getLogger("raysim")
-
-
-def evaluated_clients(fed, seen: list[int], unseen: list[int]) -> tuple[list[int], list[int]]:
-    """The (seen, unseen) clients evaluated on evaluated rounds: all, or for a population over
-    ``federation.eval_clients`` a fixed sample of that many drawn once from the run seed, seen and held-out clients
-    alike (the global model's accuracy is then that of the sample's test rows)."""
-    if not fed.evaluates_a_sample:
-        return seen, unseen
-    everyone = seen + unseen
-    chosen = set(rng(fed.seed, Purpose.EVAL).choice(everyone, size=fed.eval_clients, replace=False).tolist())
-    return [c for c in seen if c in chosen], [c for c in unseen if c in chosen]
 
 
 class Simulation:

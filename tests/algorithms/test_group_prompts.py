@@ -41,13 +41,14 @@ def test_query_depth_reads_a_layer_as_the_paper_or_the_authors_code():
     assert sel.query_depth(11, 12, "code") == (12, True)
 
 
-def manual_query(vit, x, blocks, norm):
-    """ReLU + L2 of the class token after the first ``blocks`` blocks (and the final norm), written out."""
+def manual_query(vit, x, blocks, norm, relu=True):
+    """ReLU (unless ``relu`` is False) + L2 of the class token after the first ``blocks`` blocks (and the final
+    norm), written out."""
     tokens = vit.norm_pre(vit._pos_embed(vit.patch_embed(x)))
     for b in range(blocks):
         tokens = vit.blocks[b](tokens)
     tokens = vit.norm(tokens) if norm else tokens
-    return torch.nn.functional.normalize(torch.relu(tokens[:, 0]), dim=1)
+    return torch.nn.functional.normalize(torch.relu(tokens[:, 0]) if relu else tokens[:, 0], dim=1)
 
 
 def test_backbone_query_runs_the_blocks_and_norm_of_its_reading():
@@ -89,13 +90,13 @@ def test_sgpt_select_layer_as_decides_the_cached_query():
         )
 
 
-def test_fgpt_reads_select_layer_as_told(monkeypatch):
-    seen = []
-    monkeypatch.setattr(sel, "backbone_query", lambda *args, reading, **kw: seen.append((args[2], reading)))
-    for reading in ("paper", "code"):
-        method, model = nano("fgpt", select_layer=1, select_layer_as=reading)
-        method.row_features(model, torch.zeros(1, 3, 16, 16))
-    assert seen == [(1, "paper"), (1, "code")]
+@pytest.mark.parametrize("query", ["relu", "plain"])
+def test_fgpt_select_layer_as_and_query_decide_the_cached_query(query):
+    x = torch.randn(3, 3, 16, 16, generator=torch.Generator().manual_seed(0))
+    for reading, blocks, norm in (("paper", 1, False), ("code", 2, True)):
+        method, model = nano("fgpt", select_layer=1, select_layer_as=reading, query=query)
+        expected = manual_query(model.vit, x, blocks, norm, relu=query == "relu")
+        assert torch.allclose(method.row_features(model, x)["query"], expected, atol=1e-6)
 
 
 def test_fgpt_select_layer_as_names_its_valid_values():

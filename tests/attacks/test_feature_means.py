@@ -101,8 +101,18 @@ def test_the_attack_is_a_run_nested_under_the_attacked_one(recorded, nested_run)
     assert result.exit_code == 0, result.output
     assert result.output.startswith("features, round 2,")
     attack_run = nested_run(uri, run_id, result.output)
-    metrics = attack_run.data.metrics
-    assert 0.0 <= metrics["type_accuracy"] <= 1.0 and 0.0 <= metrics["label_base_rate_mean"] <= 1.0
-    assert 0.0 <= metrics["prototype_type_accuracy"] <= 1.0 and "the prototype shows it for" in result.output
-    pictures = [a.path for a in MlflowClient(tracking_uri=uri).list_artifacts(attack_run.info.run_id)]
+    metrics, client = attack_run.data.metrics, MlflowClient(tracking_uri=uri)
+
+    def per_client(key):  # logged at each client's id as its step
+        return [m.value for m in client.get_metric_history(attack_run.info.run_id, key)]
+
+    clients = len(attack_run.data.params["clients"].split(","))
+    for summary, key in (
+        ("type_accuracy", "type_recovered"),
+        ("label_base_rate_mean", "label_base_rate"),
+        ("prototype_type_accuracy", "prototype_type_recovered"),
+    ):
+        assert len(per_client(key)) == clients and metrics[summary] == pytest.approx(np.mean(per_client(key)))
+    assert "the prototype shows it for" in result.output
+    pictures = [a.path for a in client.list_artifacts(attack_run.info.run_id)]
     assert any(p.startswith("prototype-client-") for p in pictures) and any(p.startswith("client-") for p in pictures)

@@ -3,6 +3,7 @@ bit for bit), and each ``raysim attack`` command logs its own MLflow run nested 
 
 from __future__ import annotations
 
+import re
 import tempfile
 from collections import Counter
 
@@ -12,7 +13,8 @@ from click.testing import CliRunner
 from mlflow.tracking import MlflowClient
 
 from raysim.attacks.capture import capture
-from raysim.attacks.recorded import contributors, recorded_config
+from raysim.attacks.membership_attack import membership
+from raysim.attacks.recorded import contributors, final_state, recorded_config
 from raysim.attacks.shadows import attacked_half, shadow_run, shadow_seed
 from raysim.base.errors import ConfigError
 from raysim.cli import main
@@ -103,7 +105,10 @@ def test_membership_inference_is_a_run_nested_under_the_attacked_one(recorded, n
     shards = prepare_shards(recorded_config(uri, run_id))
     assert len(heard) < len(shards.seen_clients())
     assert run.data.metrics["members"] == sum(len(shards.train(c)) for c in heard)
-    assert run.data.params["clients"] == "heard" and 0.0 <= run.data.metrics["auc"] <= 1.0
+    assert run.data.params["clients"] == "heard"
+    config, _, _, shards = initial_state(resolved(recorded_config(uri, run_id)), shards)
+    expected = membership(config, final_state(uri, run_id).params, shards, heard).roc.auc  # the attack, here
+    assert run.data.metrics["auc"] == pytest.approx(expected)
     assert [f.path for f in MlflowClient(tracking_uri=uri).list_artifacts(run.info.run_id)] == ["roc.png"]
 
 
@@ -136,7 +141,10 @@ def test_membership_with_shadows_adds_offline_lira_on_the_same_rows(recorded, ne
     attacked = attacked_half(config.federation.seed, heard)
     assert run.data.metrics["members"] == sum(len(shards.train(c)) for c in attacked)
     assert (run.data.params["clients"], run.data.params["shadows"]) == ("half heard", "2")
-    assert 0.0 <= run.data.metrics["lira_auc"] <= 1.0 and 0.0 <= run.data.metrics["lira_tpr_at_1pct_fpr"] <= 1.0
+    printed = re.search(r"offline LiRA AUC ([0-9.]+), TPR ([0-9.]+) at 1% FPR", result.output)
+    assert printed, result.output  # what it printed is what it logged
+    logged = run.data.metrics["lira_auc"], run.data.metrics["lira_tpr_at_1pct_fpr"]
+    assert (f"{logged[0]:.3f}", f"{logged[1]:.3f}") == printed.groups()
 
 
 def test_lira_on_personal_models_is_one_line(recorded):

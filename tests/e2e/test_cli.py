@@ -267,6 +267,19 @@ BAD_INPUTS = [
         "resources.gpus_per_client=1 asks for a GPU, but torch sees none in this process",
         marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU to give"),
     ),
+    (
+        [
+            "run",
+            "fedvpt",
+            "--clients",
+            "10",
+            *SYN,
+            "federation.unseen_fraction=0.5",
+            "--set",
+            "federation.eval_clients=1",
+        ],
+        "federation.eval_clients=1's sample holds no training client with test rows",
+    ),
     # numbers no setting takes
     (["run", "fedvpt", "--seed", "-1"], "federation.seed=-1 must be >= 0"),
     (["run", "fedvpt", "--set", "data.alpha=.inf"], "data.alpha=inf must be a finite number"),

@@ -8,8 +8,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from raysim.base.seeding import evaluated_clients
 from raysim.config import build_config
-from raysim.engine.simulation import evaluated_clients
 from raysim.testing.smoke import open_simulation
 
 CLIENTS = 100_000
