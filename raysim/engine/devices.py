@@ -32,7 +32,7 @@ class Devices:
         left = self.profiles.online_left(now)
         online = [c for c in seen if left[c] > 0] if len(self.profiles.owner) else seen
         if not online:
-            return [], self.profiles.next_online(now)
+            return [], self.profiles.next_online(now, seen)
         return sample_clients(self.fed.seed, round, online, min(self.fed.clients_selected, len(online))), 0.0
 
     def failing(self, round: int, selected: list[int]) -> set[int]:

@@ -31,7 +31,8 @@ def finish_times(
 
 def work_by_deadline(deadline: float, communication: np.ndarray, samples: np.ndarray, speed: np.ndarray) -> np.ndarray:
     """A straggler's share of its samples it trains by the deadline, after its download and upload: in [0, 1]."""
-    budget = np.maximum(deadline - communication, 0.0) * speed
+    left = np.asarray(deadline - communication, dtype=float)
+    budget = np.multiply(left, speed, out=np.zeros_like(left), where=left > 0)  # no time left: none, at any speed
     return np.clip(np.divide(budget, samples, out=np.ones_like(budget), where=samples > 0), 0.0, 1.0)
 
 

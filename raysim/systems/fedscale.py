@@ -10,9 +10,11 @@ FedScale (Lai et al., ICML 2022) ships two pickled dicts keyed by client id
   online from ``active[i]`` to ``inactive[i]`` within a period of ``finish_time`` seconds.
 
 FedScale costs a trained sample 3x its inference latency (``augmentation_factor=3.0`` in ``client_metadata.py``)
-and sends bits at the kbit/s rate, so raysim's speed is ``1000 / (3 * computation)`` samples/s and both links are
-``communication * 1000 / 8`` bytes/s. Clients are renumbered 0..K-1 in FedScale's id order (``--clients N`` keeps
-the first N). The pickles are read with an unpickler that builds only plain containers and numbers, never code.
+and sends a model of ``bytes / 1024 * 8`` "kbits" at ``communication`` of those a second (``model_update_size`` in
+its aggregator), so raysim's speed is ``1000 / (3 * computation)`` samples/s and both links are
+``communication * 1024 / 8`` bytes/s. Interval times are written exactly, ends clipped to ``finish_time``. Clients
+are renumbered 0..K-1 in FedScale's id order (``--clients N`` keeps the first N). The pickles are read with an
+unpickler that builds only plain containers and numbers, never code.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
+KBIT = 1024 / 8  # bytes a second in one of FedScale's kbit/s (its model size is bytes / 1024 * 8 kbits)
 PLAIN = {("builtins", name) for name in ("dict", "list", "tuple", "int", "float", "str", "set")}
 
 
@@ -47,15 +50,16 @@ def convert(capacity: dict, behaviour: dict, clients: int | None = None) -> pd.D
     rows = []
     for new_id, old_id in enumerate(ids):
         device, trace = capacity[old_id], behaviour[old_id]
-        spans = zip(trace["active"], trace["inactive"])
+        period = float(trace["finish_time"])
+        spans = [(float(a), min(float(b), period)) for a, b in zip(trace["active"], trace["inactive"])]
         rows.append(
             {
                 "client": new_id,
                 "speed": 1000.0 / (3.0 * float(device["computation"])),
-                "downlink": float(device["communication"]) * 1000.0 / 8.0,
-                "uplink": float(device["communication"]) * 1000.0 / 8.0,
-                "period_s": float(trace["finish_time"]),
-                "online": " ".join(f"{float(a):g}-{float(b):g}" for a, b in spans if float(a) < float(b)),
+                "downlink": float(device["communication"]) * KBIT,
+                "uplink": float(device["communication"]) * KBIT,
+                "period_s": period,
+                "online": " ".join(f"{a!r}-{b!r}" for a, b in spans if a < b),
             }
         )
     return pd.DataFrame(rows)

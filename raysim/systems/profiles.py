@@ -70,13 +70,16 @@ class Profiles:
             np.maximum.at(left, self.owner[inside], (self.end - phase + self.carried_over)[inside])
         return left
 
-    def next_online(self, now: float) -> float:
-        """How long from ``now`` until some offline client's next interval opens (``inf`` if none ever does)."""
-        if not len(self.owner):
+    def next_online(self, now: float, clients: list[int] | None = None) -> float:
+        """How long from ``now`` until the next interval of one of ``clients`` (default: all) opens (``inf`` if none
+        ever does): the server waits for a client it could select, not for a held-out one."""
+        mine = np.isin(self.owner, clients) if clients is not None else np.ones(len(self.owner), dtype=bool)
+        if not mine.any():
             return np.inf
-        period = self.period[self.owner]
+        period = self.period[self.owner[mine]]
+        start = self.start[mine]
         phase = np.mod(now, period)
-        wait = np.where(self.start > phase, self.start - phase, period - phase + self.start)
+        wait = np.where(start > phase, start - phase, period - phase + start)
         return float(wait[wait > 0].min(initial=np.inf))
 
 

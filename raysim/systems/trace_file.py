@@ -42,7 +42,7 @@ def read_trace(path: str, clients: int, fields: tuple[str, ...]) -> dict[str, np
     if "online" in table.columns:
         found["owner"], found["start"], found["end"] = _intervals(path, table["online"], row_of, period)
     if "tier" in table.columns:
-        column = table["tier"].astype(str).str.strip().replace("", ALL)
+        column = table["tier"].fillna("").astype(str).str.strip().replace("", ALL)
         found["tier"] = np.asarray([check_tier(t, f"trace {path}: column tier") for t in column], dtype=object)[row_of]
     return found
 
@@ -65,7 +65,8 @@ def _integers(path: str, column: pd.Series, name: str) -> np.ndarray:
 
 
 def _positive(path: str, column: pd.Series, name: str) -> np.ndarray:
-    values = pd.to_numeric(column.replace("", "inf"), errors="coerce").to_numpy(dtype=float)
+    text = column.astype(object).where(column.notna(), "")  # an empty parquet cell is a null: as an empty CSV cell
+    values = pd.to_numeric(text.replace("", "inf"), errors="coerce").to_numpy(dtype=float)
     if np.isnan(values).any() or not (values > 0).all():
         raise ConfigError(f"trace {path}: column {name} must hold positive numbers (empty: unlimited)")
     return values
@@ -88,10 +89,30 @@ def _intervals(path: str, column: pd.Series, row_of: np.ndarray, period: np.ndar
         per_row.append(spans)
     owner, start, end = [], [], []
     for client, row in enumerate(row_of):
-        for a, b in per_row[row]:
+        spans = merged(per_row[row])
+        if spans and not np.isfinite(period[client]):
+            raise ConfigError(
+                f"trace {path}: client {client} has online intervals but no period_s; give period_s, the seconds "
+                "after which its intervals repeat"
+            )
+        for a, b in spans:
             if b > period[client]:
                 raise ConfigError(f"trace {path}: client {client}'s online interval {a:g}-{b:g} ends after period_s")
+        if spans == [(0.0, period[client])]:
+            continue  # online the whole period: always online
+        for a, b in spans:
             owner.append(client)
             start.append(a)
             end.append(b)
     return np.asarray(owner, dtype=np.int64), np.asarray(start, dtype=float), np.asarray(end, dtype=float)
+
+
+def merged(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """``spans`` sorted, those that overlap or touch joined into one (``0-600 600-1800`` is ``0-1800``)."""
+    out: list[tuple[float, float]] = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out

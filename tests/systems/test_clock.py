@@ -3,6 +3,8 @@ deadline, and how a round settles under each straggler policy, with over-selecti
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -32,6 +34,10 @@ def test_work_by_deadline_is_the_share_of_samples_that_fits():
     # (10 - 2) s x 2 samples/s = 16 of 40 samples; communication alone misses the deadline: 0; no samples: all of it
     work = work_by_deadline(10.0, np.array([2.0, 12.0, 4.0]), np.array([40.0, 10.0, 0.0]), np.array([2.0, 5.0, 1.0]))
     assert work.tolist() == [0.4, 0.0, 1.0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no 0 x inf on the way
+        unlimited = work_by_deadline(10.0, np.array([12.0, 10.0, 5.0]), np.array([4.0, 4.0, 4.0]), np.full(3, INF))
+    assert unlimited.tolist() == [0.0, 0.0, 1.0]  # at infinite speed, no time left is still no work
 
 
 def test_within_work_keeps_the_longest_prefix_within_the_budget():

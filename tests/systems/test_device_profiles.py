@@ -75,6 +75,33 @@ def test_online_intervals_repeat_with_the_period_and_join_across_its_end(tmp_pat
     assert profiles.online_left(45.0).tolist() == [5.0, 5.0]  # the next period
     assert profiles.online_left(35.0).tolist() == [0.0, 5.0 + 10.0]  # 30-40 runs on into 0-10
     assert profiles.next_online(12.0) == 8.0  # client 0's 20-30
+    assert profiles.next_online(12.0, [1]) == 18.0  # client 1's: 30-40
+
+
+def test_intervals_that_touch_or_overlap_are_one_and_the_whole_period_is_always(tmp_path):
+    rows = {
+        "client": [0, 1, 2, 3],
+        "period_s": [1800, 1800, 1800, 1800],
+        "online": ["0-1800", "0-600 600-1800", "100-500 300-900", "1200-1800 0-600"],
+    }
+    profiles = draw_profiles(systems(trace=write(tmp_path, rows)), 4, seed=0)
+    assert profiles.online_left(500.0).tolist() == [np.inf, np.inf, 400.0, 100.0]
+    assert profiles.online_left(1700.0).tolist() == [np.inf, np.inf, 0.0, 100.0 + 600.0]  # 1200-1800 runs into 0-600
+
+
+def test_a_null_parquet_cell_is_an_empty_csv_cell(tmp_path):
+    rows = {
+        "client": [0, 1],
+        "speed": [5.0, None],
+        "tier": ["head", None],
+        "online": [None, "0-10"],
+        "period_s": [20, 20],
+    }
+    from_parquet = draw_profiles(systems(trace=write(tmp_path, rows, "t.parquet")), 2, seed=0)
+    as_text = {**rows, "speed": ["5.0", ""], "tier": ["head", ""], "online": ["", "0-10"]}
+    from_csv = draw_profiles(systems(trace=write(tmp_path, as_text, "t.csv")), 2, seed=0)
+    assert from_parquet.speed.tolist() == from_csv.speed.tolist() == [5.0, np.inf]
+    assert from_parquet.tier.tolist() == from_csv.tier.tolist() == ["head", "all"]
 
 
 @pytest.mark.parametrize(
@@ -87,6 +114,7 @@ def test_online_intervals_repeat_with_the_period_and_join_across_its_end(tmp_pat
         ({"client": [0], "speed": [-1.0]}, "column speed must hold positive numbers"),
         ({"client": [0], "online": ["5-3"]}, "online interval '5-3' must look like START-END"),
         ({"client": [0], "period_s": [10], "online": ["0-20"]}, "ends after period_s"),
+        ({"client": [0], "online": ["0-20"]}, "client 0 has online intervals but no period_s"),
         ({"client": [0.5]}, "column client must hold whole numbers"),
     ],
 )
@@ -124,9 +152,23 @@ def test_a_fedscale_trace_converts_and_loads(tmp_path):
     assert fedscale.main([str(tmp_path / "cap"), str(tmp_path / "beh"), str(out)]) == 0
     profiles = draw_profiles(systems(trace=str(out)), 2, seed=0)
     assert profiles.speed.tolist() == pytest.approx([1000 / 300, 1000 / 150])  # 3x the inference ms per sample
-    assert profiles.uplink.tolist() == [1e6, 1e5] and profiles.downlink.tolist() == [1e6, 1e5]  # kbit/s -> bytes/s
+    # kbit/s -> bytes/s as FedScale counts them: a model of B bytes is B / 1024 * 8 kbits
+    assert profiles.uplink.tolist() == [1_024_000.0, 102_400.0] and profiles.downlink.tolist() == [
+        1_024_000.0,
+        102_400.0,
+    ]
     assert profiles.online_left(20.0).tolist() == [10.0, 40.0]
     assert profiles.online_left(140.0).tolist() == [0.0, 0.0]  # 140 % 100 = 40 (off), 140 % 80 = 60 (off)
+
+
+def test_fedscale_interval_times_are_converted_exactly(tmp_path):
+    capacity = {1: {"computation": 10.0, "communication": 100.0}}
+    behaviour = {1: {"active": [0.5, 1234567], "inactive": [12345.67, 1700001.25], "finish_time": 1700001.0}}
+    table = fedscale.convert(capacity, behaviour)
+    assert table.online[0] == "0.5-12345.67 1234567.0-1700001.0"  # exact, the last end clipped to finish_time
+    path = tmp_path / "fs.csv"
+    table.to_csv(path, index=False)
+    assert draw_profiles(systems(trace=str(path)), 1, seed=0).online_left(1234568.0).tolist() == [1700001.0 - 1234568.0]
 
 
 def test_the_fedscale_converter_refuses_pickled_code(tmp_path, capsys):
@@ -135,3 +177,14 @@ def test_the_fedscale_converter_refuses_pickled_code(tmp_path, capsys):
     assert fedscale.main([str(tmp_path / "cap"), str(tmp_path / "beh"), str(tmp_path / "out.csv")]) == 2
     assert "refusing collections.OrderedDict" in capsys.readouterr().err
     assert not (tmp_path / "out.csv").exists()
+
+
+def test_a_server_with_no_client_online_waits_for_one_it_could_select(tmp_path):
+    """Client 1 is held out (it never trains): its intervals do not end the server's wait, client 0's does."""
+    from raysim.engine.devices import Devices
+
+    rows = {"client": [0, 1], "period_s": [1800, 1800], "online": ["1000-1100", "100-200 300-400"]}
+    config = build_config("fedvpt", [{"systems": {"trace": write(tmp_path, rows)}, "federation": {"clients": 2}}])
+    devices = Devices(config, draw_profiles(config.systems, 2, seed=0))
+    assert devices.select(1, 0.0, seen=[0]) == ([], 1000.0)
+    assert devices.select(2, 1000.0, seen=[0]) == ([0], 0.0)
