@@ -17,15 +17,20 @@ import argparse
 import time
 import traceback
 
+import torch
+
 from raysim.core.registry import METHODS
 from raysim.models.factory import pick_device
 from raysim.testing.smoke import run_rounds, smoke_config
+
+GPU = {"gpus_per_client": 1.0} if torch.cuda.is_available() else {}  # the clients take the GPU where there is one
 
 
 def outcome(method: str, cohort: str) -> str:
     start = time.perf_counter()
     try:
-        _, reports, _ = run_rounds(smoke_config(method, {"train": {"cohort": cohort, "precision": "fp32"}}))
+        layer = {"train": {"cohort": cohort, "precision": "fp32"}, "resources": GPU}
+        _, reports, _ = run_rounds(smoke_config(method, layer))
     except Exception as error:  # a method's failure is this bench's finding, not its end
         frames = [f for f in traceback.extract_tb(error.__traceback__) if "raysim" in f.filename]
         where = f" at {'/'.join(frames[-1].filename.rsplit('/', 2)[-2:])}:{frames[-1].lineno}" if frames else ""
@@ -41,7 +46,7 @@ def main() -> None:
     unknown = sorted(set(args.methods) - set(METHODS))
     if unknown:
         raise SystemExit(f"unknown method(s) {', '.join(unknown)}; valid: {', '.join(sorted(METHODS))}")
-    device = pick_device()
+    device = pick_device(smoke_config(sorted(METHODS)[0], {"resources": GPU}).resources)
     failed = 0
     print(f"device: {device}")
     print("| method | clients | outcome |")

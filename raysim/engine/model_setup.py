@@ -38,7 +38,7 @@ def model_setup(
     generator = torch.Generator().manual_seed(
         seeding.derive_seed(config.federation.seed, Purpose.INIT, Init.GLOBAL_STATE)
     )
-    features = {} if rows is None else features_here(method, model, rows.images, config.train.precision)
+    features = {} if rows is None else features_here(method, model, rows.images, config)
     return options, method.init_global(model, generator), features
 
 
@@ -47,13 +47,14 @@ def trainable_count(state: GlobalState) -> float:
     return float(sum(t.numel() for t in state.params.values()))
 
 
-def features_here(method: CachesRowFeatures, model, images: np.ndarray, precision: str) -> dict[str, np.ndarray]:
-    """:func:`row_features` on this process's device (the GPU where it has one), the model back on the CPU after
-    and the GPU's cached blocks handed back. The model goes to the GPU for this pass alone."""
+def features_here(method: CachesRowFeatures, model, images: np.ndarray, config: Config) -> dict[str, np.ndarray]:
+    """:func:`row_features` on the device the run's clients compute on (:func:`~raysim.models.factory.pick_device`),
+    the model back on the CPU after and the GPU's cached blocks handed back. The model goes to a GPU for this pass
+    alone."""
     from raysim.models.factory import pick_device
 
-    device = pick_device()
-    with autocast(device, precision):
+    device = pick_device(config.resources)
+    with autocast(device, config.train.precision):
         features = row_features(method, model.to(device), images, device)
     model.cpu()
     if device.type == "cuda":

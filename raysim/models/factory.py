@@ -29,6 +29,9 @@ def build_model(config, method, num_classes: int) -> PromptedViT:
     return model.eval()
 
 
-def pick_device() -> torch.device:
-    """The GPU Ray assigned to this process, if any, else the CPU."""
-    return torch.device("cuda") if torch.cuda.is_available() and torch.cuda.device_count() > 0 else torch.device("cpu")
+def pick_device(resources) -> torch.device:
+    """The GPU this process sees when the run's clients take one (``resources.gpus_per_client``; on Ray, the one Ray
+    assigned), else the CPU: a run that reserves no GPU computes on the CPU on every backend, also where the sequential
+    backend's process would see one."""
+    wanted = resources.gpus_per_client > 0
+    return torch.device("cuda") if wanted and torch.cuda.is_available() else torch.device("cpu")
