@@ -63,16 +63,16 @@ class EncoderServer:
     def __init__(
         self, blocks: nn.ModuleList | ServerSegment, device: torch.device | None = None, threads: int | None = None
     ):
-        """``blocks``: the encoder, or the recipe it is built from by the first :meth:`load`; ``device``: default the
-        GPU this process was given, else the CPU; ``threads``: torch's CPU threads in this process (as a client
-        worker has, so the numbers match the sequential run)."""
+        """``blocks``: the encoder, or the recipe it is built from by the first :meth:`load`; ``device``: default a
+        GPU when the recipe's run gives the server one (``resources.server_gpus``), else the CPU; ``threads``: torch's
+        CPU threads in this process (as a client worker has, so the numbers match the sequential run)."""
         if threads:
             torch.set_num_threads(threads)
         reuse_freed_memory()  # the blocks' activations from the heap the last request freed, not fresh pages
         from raysim.models.factory import pick_device  # timm: in the server, not where methods are looked up
 
-        self.device = device or pick_device()
         self._segment = blocks if isinstance(blocks, ServerSegment) else None
+        self.device = device or pick_device(self._segment.config.resources.server_gpus if self._segment else 0.0)
         self.blocks = None
         if self._segment is None:
             self._place(blocks)

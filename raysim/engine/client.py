@@ -74,7 +74,7 @@ class ClientRuntime:
         reuse_freed_memory()  # a forward's activations come from the heap the last one freed, not fresh pages
         self.config = config
         self.method = get_method(config.method).cls(config)
-        self.device = pick_device(config.resources)
+        self.device = pick_device(config.resources.gpus_per_client)
         model = build_model(config, self.method, num_classes)
         self.remote = None
         self.record_noise: float | None = None  # record-level DP's z, from the run's clients' sizes (first round)

@@ -343,13 +343,15 @@ def checked(config: Config, resume: ckpt.Checkpoint | None = None) -> Config:
             "checkpoint.dir=SOME/WRITABLE/DIR"
         )
     res = config.resources
-    if res.backend == "sequential" and res.gpus_per_client:
+    gpus = [(key, getattr(res, key)) for key in ("gpus_per_client", "server_gpus") if getattr(res, key)]
+    if res.backend == "sequential" and gpus:
         import torch  # the sequential backend trains in this process, which imports torch anyway
 
         if not torch.cuda.is_available():
+            key, value = gpus[0]
             raise ConfigError(
-                f"resources.gpus_per_client={res.gpus_per_client:g} asks for a GPU, but torch sees none in this "
-                "process (the sequential backend trains here); drop --gpus-per-client, or install a CUDA build of torch"
+                f"resources.{key}={value:g} asks for a GPU, but torch sees none in this process (the sequential "
+                f"backend computes here); drop it, or install a CUDA build of torch"
             )
     return resolved(config)
 

@@ -53,7 +53,7 @@ def features_here(method: CachesRowFeatures, model, images: np.ndarray, config: 
     alone."""
     from raysim.models.factory import pick_device
 
-    device = pick_device(config.resources)
+    device = pick_device(config.resources.gpus_per_client)
     with autocast(device, config.train.precision):
         features = row_features(method, model.to(device), images, device)
     model.cpu()

@@ -29,9 +29,8 @@ def build_model(config, method, num_classes: int) -> PromptedViT:
     return model.eval()
 
 
-def pick_device(resources) -> torch.device:
-    """The GPU this process sees when the run's clients take one (``resources.gpus_per_client``; on Ray, the one Ray
-    assigned), else the CPU: a run that reserves no GPU computes on the CPU on every backend, also where the sequential
-    backend's process would see one."""
-    wanted = resources.gpus_per_client > 0
-    return torch.device("cuda") if wanted and torch.cuda.is_available() else torch.device("cpu")
+def pick_device(gpus: float) -> torch.device:
+    """The GPU this process sees when it takes ``gpus`` > 0 of one (``resources.gpus_per_client`` for the clients,
+    ``server_gpus`` for split learning's server; on Ray, the one Ray assigned), else the CPU: a run that reserves no
+    GPU computes on the CPU on every backend, also where the sequential backend's process would see one."""
+    return torch.device("cuda") if gpus > 0 and torch.cuda.is_available() else torch.device("cpu")

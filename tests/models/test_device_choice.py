@@ -16,4 +16,4 @@ def test_a_run_that_takes_no_gpu_computes_on_the_cpu_where_one_is_visible(monkey
     ``--gpus-per-client`` it must not train there, or the two backends compute on different devices."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
     resources = build_config("fedavg", [{"resources": {"backend": "sequential", "gpus_per_client": gpus}}]).resources
-    assert pick_device(resources).type == expected
+    assert pick_device(resources.gpus_per_client).type == expected
