@@ -181,12 +181,12 @@ def test_clients_are_dealt_to_workers_by_rows_not_by_count():
 
 
 def test_the_servers_math_sums_with_the_clients_threads_on_both_backends(ray_session):
-    """pFedHN's server steps a hypernetwork: at two threads a client, a Ray coordinator (a process Ray starts with one
-    thread) gives the sequential driver's numbers, to the last bit."""
+    """pFedHN's server steps a hypernetwork: at two torch threads a client, a Ray coordinator (a process Ray starts
+    with one thread) gives the sequential driver's numbers, to the last bit."""
     layers = [TINY, *smoke_layers("pfedhn"), {"federation": {"rounds": 1}}]
     runs = {}
     for backend, workers in (("sequential", 0), ("ray", 1)):
-        resources = {"backend": backend, "workers": workers, "cpus_per_client": 2}
+        resources = {"backend": backend, "workers": workers, "cpus_per_client": 0.5, "threads": 2}
         _, reports, final = run_rounds(build_config("pfedhn", [*layers, {"resources": resources}]))
         runs[backend] = ([{k: r.metrics[k] for k in ACCURACY if k in r.metrics} for r in reports], final)
     (sequential, on_sequential), (on_ray, final) = runs["sequential"], runs["ray"]
