@@ -31,6 +31,13 @@ def fit_image(image, size: int) -> np.ndarray:
     return np.asarray(image, dtype=np.uint8)
 
 
+def fit_array(image: np.ndarray, size: int) -> np.ndarray:
+    """:func:`fit_image` of a uint8 array image."""
+    from PIL import Image
+
+    return fit_image(Image.fromarray(image), size)
+
+
 def tensor_shape(field: pa.Field, where: str) -> tuple[int, ...] | None:
     """Each row's shape when ``field`` is a fixed-shape tensor column, else None. Ray Data's type is read from the
     field's metadata where ``ray.data`` has not registered it in this process (pyarrow then reads its list storage),

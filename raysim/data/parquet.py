@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from raysim.base.errors import ConfigError
 from raysim.data import decode_cache, row_digests
-from raysim.data.image_values import decoded, fit_image, tensor_rows, tensor_shape
+from raysim.data.image_values import decoded, fit_array, tensor_rows, tensor_shape
 from raysim.data.npy_file import write_npy
 from raysim.data.shards import DatasetInfo
 from raysim.data.sources import cache_dir, fixed_test_split
@@ -167,8 +167,6 @@ def _decoded_images(dataset, rows: int, cfg, where: str) -> tuple[np.ndarray, np
 def _decoded_batches(dataset, size: int | None, where: str):
     """The ``image`` column a batch at a time as uint8 images (:mod:`raysim.data.image_values`), RGB ``size`` x
     ``size`` when a size is given."""
-    from PIL import Image
-
     shape = tensor_shape(dataset.schema.field("image"), where)
     row = 0
     for batch in _image_batches(dataset):
@@ -178,7 +176,7 @@ def _decoded_batches(dataset, size: int | None, where: str):
         else:
             images = [decoded(value, row + i, where) for i, value in enumerate(column.to_pylist())]
         row += len(column)
-        yield [fit_image(Image.fromarray(image), size) for image in images] if size else images
+        yield [fit_array(image, size) for image in images] if size else images
 
 
 def _image_batches(dataset, rows: int = 4096):

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from raysim.base.errors import ConfigError
-from raysim.data.image_values import fit_image
+from raysim.data.image_values import fit_array, fit_image
 from raysim.data.shards import DatasetInfo
 from raysim.data.sources import fixed_test_split, ray_data, rows_table
 
@@ -200,9 +200,7 @@ def _cifar_rows(images: np.ndarray, labels: np.ndarray, is_test: np.ndarray, siz
 
 def _resize_batch(batch: dict, size: int) -> dict:
     """Resize a numpy batch's ``image`` column to ``size`` x ``size``."""
-    from PIL import Image
-
-    batch["image"] = np.stack([fit_image(Image.fromarray(image), size) for image in batch["image"]])
+    batch["image"] = np.stack([fit_array(image, size) for image in batch["image"]])
     return batch
 
 

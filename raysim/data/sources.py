@@ -229,9 +229,7 @@ def load_dataset(cfg) -> tuple[DatasetInfo, dict[str, np.ndarray]]:
 def _resized(arrays: dict[str, np.ndarray], info: DatasetInfo, size: int) -> tuple[dict, DatasetInfo]:
     """``data.image_size`` for a source that makes its images at its own size (the generated and bundled sets): each
     image RGB ``size`` x ``size``, as the parquet and folder sources resize theirs while they decode."""
-    from PIL import Image
+    from raysim.data.image_values import fit_array
 
-    from raysim.data.image_values import fit_image
-
-    images = np.stack([fit_image(Image.fromarray(image), size) for image in arrays["image"]])
+    images = np.stack([fit_array(image, size) for image in arrays["image"]])
     return {**arrays, "image": images}, dataclasses.replace(info, image_shape=images.shape[1:])

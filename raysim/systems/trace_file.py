@@ -86,10 +86,10 @@ def _intervals(path: str, column: pd.Series, row_of: np.ndarray, period: np.ndar
             if not sep or span is None or not 0 <= span[0] < span[1]:
                 raise ConfigError(f"trace {path}: online interval {part!r} must look like START-END, 0 <= START < END")
             spans.append(span)
-        per_row.append(spans)
+        per_row.append(merged(spans))
     owner, start, end = [], [], []
     for client, row in enumerate(row_of):
-        spans = merged(per_row[row])
+        spans = per_row[row]
         if spans and not np.isfinite(period[client]):
             raise ConfigError(
                 f"trace {path}: client {client} has online intervals but no period_s; give period_s, the seconds "

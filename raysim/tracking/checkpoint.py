@@ -127,8 +127,8 @@ def prune(run_folder: str | Path, keep: int, confirmed: int) -> None:
     or a stop abandoned it): the run goes on, or resumes, from ``confirmed`` and writes that round again, so its
     metrics are logged. Client-state files no kept checkpoint refers to go too."""
     kept = []
-    for folder in rounds_in(Path(run_folder)):
-        if round_of(folder) > confirmed:
+    for round, folder in sorted(_by_round(Path(run_folder)).items()):
+        if round > confirmed:
             shutil.rmtree(folder, ignore_errors=True)
         else:
             kept.append(folder)
@@ -177,17 +177,18 @@ def _remove_unreferenced(run_folder: Path) -> None:
 def rounds_in(run_folder: Path) -> list[Path]:
     """The complete checkpoint folders under ``run_folder``, oldest first: a round's, or where a process stopped
     while a replayed round replaced it (:func:`save`), the one it was replacing."""
-    found: dict[int, Path] = {}
-    for path in sorted(Path(run_folder).glob(f"{PREFIX}*")):  # round-N sorts before round-N.replaced
-        number = path.name[len(PREFIX) :].removesuffix(REPLACED)
-        if path.is_dir() and number.isdigit():
-            found.setdefault(int(number), path)
+    found = _by_round(Path(run_folder))
     return [found[n] for n in sorted(found)]
 
 
-def round_of(folder: Path) -> int:
-    """The round of a checkpoint folder of :func:`rounds_in`."""
-    return int(folder.name[len(PREFIX) :].removesuffix(REPLACED))
+def _by_round(run_folder: Path) -> dict[int, Path]:
+    """:func:`rounds_in`'s folders by their round."""
+    found: dict[int, Path] = {}
+    for path in sorted(run_folder.glob(f"{PREFIX}*")):  # round-N sorts before round-N.replaced
+        number = path.name[len(PREFIX) :].removesuffix(REPLACED)
+        if path.is_dir() and number.isdigit():
+            found.setdefault(int(number), path)
+    return found
 
 
 def load(target: str | Path, clients: bool = True, tensors: bool = True) -> Checkpoint:
