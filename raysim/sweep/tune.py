@@ -104,14 +104,21 @@ def check_objective(method: str, metric: str, mode: str, scheduler: str) -> None
         raise ConfigError(f"--scheduler {scheduler!r} is not one of {', '.join(SCHEDULERS)}")
 
 
+HEAD_NODE = "node:__internal_head__"  # Ray's resource of the head node: 1 there, absent on every other node
+DRIVER = {"CPU": 1.0, HEAD_NODE: 0.001}  # a trial's driver, on the head node
+
+
 def bundles(config: Config) -> list[dict[str, float]]:
     """The trial's placement group: its own driver (1 CPU: data, MLflow) and one bundle per worker (the first worker
-    also builds the model's initial state: :func:`raysim.engine.setup.initial_state`)."""
+    also builds the model's initial state: :func:`raysim.engine.setup.initial_state`). The driver's bundle sits on
+    the head node, where the sweep runs: the MLflow server the cluster's configurations bind to the head's loopback
+    and Tune's storage folder are there, and a trial's coordinator, on its driver's node, writes its checkpoints
+    there; its workers go wherever the cluster has room."""
     res = config.resources
     if res.backend == "sequential":
-        return [{"CPU": 1.0}]
+        return [dict(DRIVER)]
     workers = [{"CPU": res.cpus_per_client, **({"GPU": res.gpus_per_client} if res.gpus_per_client else {})}]
-    return [{"CPU": 1.0}] + workers * max(1, res.workers)
+    return [dict(DRIVER)] + workers * max(1, res.workers)
 
 
 def refuse_server_resources(config: Config) -> None:
@@ -126,25 +133,40 @@ def refuse_server_resources(config: Config) -> None:
 
 
 def plan_concurrency(config: Config, requested: int | None) -> int:
-    """Trials at once: ``requested`` if the cluster can host that many placement groups, else an error; by
-    default as many as fit (at least 1)."""
+    """Trials at once: ``requested`` if the cluster can host that many placement groups, their drivers on the head
+    node (:func:`bundles`), else an error; by default as many as fit (at least 1)."""
     total = ray.cluster_resources()
     need: dict[str, float] = {}
     for bundle in bundles(config):
         for key, value in bundle.items():
-            need[key] = need.get(key, 0.0) + value
+            if key != HEAD_NODE:
+                need[key] = need.get(key, 0.0) + value
+    head_cpus = next(
+        (n["Resources"].get("CPU", 0.0) for n in ray.nodes() if n["Alive"] and HEAD_NODE in n["Resources"]), 0.0
+    )
+    if head_cpus < DRIVER["CPU"]:
+        raise ConfigError(
+            f"a trial's driver runs on the head node, beside the sweep's MLflow store and Tune's folder, and the head "
+            f"has {head_cpus:g} CPUs; start the head node with at least 1 CPU (ray start --head --num-cpus N)"
+        )
     fits = min(int(total.get(key, 0.0) // value) for key, value in need.items() if value > 0)
     if fits < 1:
         raise ConfigError(
             f"one trial needs {_describe(need)} and the cluster has {_describe(total)}; lower "
             f"--workers or --cpus-per-client"
         )
-    if requested is not None and requested > fits:
-        raise ConfigError(
-            f"--max-concurrent {requested} trials need {requested} x {_describe(need)}, and the cluster "
-            f"hosts {fits} ({_describe(total)}); use --max-concurrent {fits} or fewer"
+    drivers = int(head_cpus // DRIVER["CPU"])
+    if requested is not None and requested > min(fits, drivers):
+        hosts = (
+            f"the cluster hosts {fits} ({_describe(total)})"
+            if fits <= drivers
+            else (f"the head node hosts {drivers} trial drivers ({head_cpus:g} CPUs, one a trial)")
         )
-    return requested or fits
+        raise ConfigError(
+            f"--max-concurrent {requested} trials need {requested} x {_describe(need)}, and {hosts}; use "
+            f"--max-concurrent {min(fits, drivers)} or fewer"
+        )
+    return requested or min(fits, drivers)
 
 
 def _describe(resources: dict[str, float]) -> str:

@@ -8,7 +8,8 @@ The cluster (``ray.cluster_utils.Cluster``, all on this machine, on the node add
 ``build_config("fedvpt", LAYERS)`` on the Ray backend, tracked in a SQLite MLflow store in a temporary folder. It runs
 the whole run as ``raysim run`` does (:func:`raysim.engine.driver.run`) and prints ``RESULT {json}`` with the per-round
 metrics, the pool placement the run recorded in MLflow (its ``raysim.pool.*`` tags and ``pool.json``: each worker's
-node and resources) and the cluster's node ids, then shuts the cluster down.
+node and resources), the cluster's node ids and the one-line refusal of a sweep on this head, then shuts the cluster
+down.
 
 It must run in its own process: the test session already holds a Ray session (tests/conftest.py). Run it with RAY_TMPDIR
 set to a private (short) folder, so that the cluster's address file never redirects another process's ``ray.init()`` on
@@ -65,8 +66,10 @@ def start_cluster(attempts: int = 2):
 def main(layers_json: str) -> None:
     import ray
 
+    from raysim.base.errors import ConfigError
     from raysim.config import build_config
     from raysim.engine.driver import run
+    from raysim.sweep.tune import plan_concurrency
     from raysim.tracking.mlflow import store_client
 
     store = tempfile.mkdtemp(prefix="raysim-multinode-")
@@ -84,6 +87,11 @@ def main(layers_json: str) -> None:
         placement = json.loads(Path(client.download_artifacts(outcome.run_id, "pool.json", store)).read_text())
         tags = {k: v for k, v in client.get_run(outcome.run_id).data.tags.items() if k.startswith("raysim.pool.")}
         alive = [{"node_id": n["NodeID"], "resources": n["Resources"]} for n in ray.nodes() if n["Alive"]]
+        try:  # a sweep's trial drivers run on the head node, which has no CPU here
+            plan_concurrency(config, None)
+            sweep_refused = None
+        except ConfigError as error:
+            sweep_refused = str(error)
         result = {
             "history": outcome.history,
             "workers": placement,
@@ -91,6 +99,7 @@ def main(layers_json: str) -> None:
             "head": cluster.head_node.node_id,
             "worker_nodes": [w.node_id for w in workers],
             "nodes": alive,
+            "sweep_refused": sweep_refused,
         }
         print(MARKER + json.dumps(result), flush=True)
     finally:

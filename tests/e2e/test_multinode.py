@@ -89,6 +89,11 @@ def test_pool_spreads_over_nodes_is_recorded_and_matches_the_single_node_run(ray
         "raysim.pool.nodes": "2",
         "raysim.pool.node_ids": ",".join(sorted(cluster["worker_nodes"])),
     }
+    # a sweep on this cluster is refused at once: its trials' drivers would wait for a CPU on the head node
+    assert cluster["sweep_refused"] == (
+        "a trial's driver runs on the head node, beside the sweep's MLflow store and Tune's folder, and the head has "
+        "0 CPUs; start the head node with at least 1 CPU (ray start --head --num-cpus N)"
+    )
 
     # (b) the same per-round metrics (timings aside) as the sequential backend in this process
     multinode = cluster["history"]
