@@ -55,9 +55,11 @@ ray_job() {  # ray_job VERB ARGS...: a `ray job` command against the head's job 
 
 prerequisites() {
   local missing=() port
-  for port in 6379 8265 52365; do  # the head's GCS, job server and dashboard agent: no other Ray may hold them
+  # the head's GCS, job server and dashboard agent, the worker node's agent, and the head's MLflow server: no other Ray
+  # or MLflow may hold them (a foreign server on 5000 would answer the health check and take the runs)
+  for port in 6379 8265 52365 52375 5000; do
     if ss -ltn "sport = :$port" | grep -q LISTEN; then
-      echo "port $port is taken (another Ray on this machine?); stop it first (ray stop, or end its run)" >&2
+      echo "port $port is taken (another Ray or MLflow server on this machine?); stop it first" >&2
       return 1
     fi
   done

@@ -95,6 +95,7 @@ def test_commands_install_with_constraints_and_keep_the_dashboard_local(name):
     for command in [*config["head_start_ray_commands"], *config["worker_start_ray_commands"]]:
         if "ray start" in command:  # a worker that reserved no GPU sees none (Ray 2.60 stopped hiding them)
             assert "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO=1 ray start" in command
+            assert command.startswith("ulimit -n 65536")  # Ray opens a file per connection; the default is often 1024
     installs = [c for c in config["setup_commands"] if "pip install" in c and "-e ." in c]
     assert installs and all("-c constraints.txt" in c and "~/raysim" in c for c in installs)
     assert config["file_mounts"]["~/raysim"] == "."
