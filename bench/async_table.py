@@ -23,8 +23,11 @@ import sys
 
 import numpy as np
 
+from raysim.config import load_preset
 from raysim.tracking.comparison import cells
 from raysim.tracking.statistics import interval, paired
+
+PRESET = "digits-iid"
 
 
 def devices(spec: str) -> str:
@@ -99,10 +102,12 @@ if __name__ == "__main__":
     parser.add_argument("--target", type=float, default=0.9, help="share of the synchronous run's final accuracy")
     parser.add_argument("--tracking-uri", default="sqlite:///raysim-runs/mlflow.db")
     args, rest = parser.parse_known_args()
-    experiment = f"async-table-{args.devices.replace(':', '-').replace(',', '-')}-r{args.rounds}"
+    experiment = f"async-table-{args.devices.replace(':', '-').replace(',', '-')}-r{args.rounds}-m{args.per_round}"
     compared = arms(args.methods.split(","), args.devices, args.rounds, args.per_round)
     command = [sys.executable, "-m", "raysim.cli", "compare", *compared]
-    command += ["--preset", "digits-iid", "--seeds", str(args.seeds), "--rounds", str(args.rounds)]
+    clients = load_preset(PRESET)["federation"]["clients"]  # m = per_round of them a round, and FedBuff's concurrency
+    command += ["--preset", PRESET, "--participation", str(args.per_round / clients)]
+    command += ["--seeds", str(args.seeds), "--rounds", str(args.rounds)]
     command += ["--eval-every", "1", "--experiment", experiment, "--tracking-uri", args.tracking_uri, *rest]
     print(" ".join(command), flush=True)
     if subprocess.call(command):

@@ -6,8 +6,9 @@ Inverting Gradients' Section 4 (Geiping et al., NeurIPS 2020). The run is replay
 messages the server received are attacked: by Inverting Gradients (the default settings of ``raysim attack
 inverting``) for every method, and by APRIL's closed form (Lu et al., CVPR 2022) where the message carries the
 embeddings' gradients (FedAvg). Prints, per trial, the label iDLG recovered, PSNR, SSIM, the attack's seconds and
-its final cosine distance beside the one at the client's true input, then how many trials passed 20 dB (the issue's
-target for Inverting Gradients: at least half), and saves each trial's picture in ``--out``.
+its final cosine distance beside the one at the client's true input, then per attack the mean of the seeds' mean
+PSNRs with its 95% t interval and how many trials passed 20 dB (the target for Inverting Gradients: at least half),
+and saves each trial's picture in ``--out``.
 
 Split learning (FedV, FedVZ, FESTA) is attacked by smashed-data inversion instead (``raysim attack smashed``), in
 round 1 (each client's own random head) and round 2 (every client starts from the heads averaged after round 1),
@@ -160,6 +161,7 @@ def main() -> None:
     from raysim.config.build import parse_override
     from raysim.core.registry import get_method
     from raysim.engine.setup import resolved
+    from raysim.tracking.statistics import interval
 
     extra: dict = {}
     for text in args.overrides:
@@ -213,7 +215,7 @@ def main() -> None:
                         )
                         picture = out / f"{method}-s{seed}-c{client}-{name.replace(' ', '-')}.png"
                         reconstruction_grid(result.originals, result.images, [f"{name}, {psnr:.1f} dB"], picture)
-                        psnrs.setdefault((method, name), []).append(psnr)
+                        psnrs.setdefault((method, name), {}).setdefault(seed, []).append(psnr)
                         passed.setdefault((method, name), []).append(psnr > TARGET_DB)
                     if split:  # the labels of every step, from the gradients the tail returned
                         first, every = (read_labels(captured, client, steps, "broadcast") for steps in ([1], None))
@@ -233,17 +235,20 @@ def main() -> None:
                             f"{seconds:7.1f}  {loss:.4f}",
                             flush=True,
                         )
-                        psnrs.setdefault((method, "inverting, LeNet"), []).append(psnr)
+                        psnrs.setdefault((method, "inverting, LeNet"), {}).setdefault(seed, []).append(psnr)
                         passed.setdefault((method, "inverting, LeNet"), []).append(psnr > TARGET_DB)
                 if lenet_rows:  # the seed's rows above LeNet's reconstructions
                     originals, images, captions = zip(*lenet_rows)
                     picture = out / f"{method}-s{seed}-lenet-refine{args.refine}.png"
                     reconstruction_grid(np.stack(originals), np.stack(images), list(captions), picture)
-    for (method, name), values in psnrs.items():
+    for (method, name), by_seed in psnrs.items():
+        values = [psnr for seed_values in by_seed.values() for psnr in seed_values]
+        mean, half = interval([statistics.mean(v) for v in by_seed.values()])
         hits = sum(passed[(method, name)])
         print(
-            f"{method} {name}: PSNR mean {statistics.mean(values):.2f} dB (min {min(values):.2f}, max "
-            f"{max(values):.2f}); above {TARGET_DB:.0f} dB on {hits} of {len(values)} trials"
+            f"{method} {name}: PSNR mean of the seeds' means {mean:.2f} ± {half:.2f} dB (95% t interval, "
+            f"{len(by_seed)} seeds; min {min(values):.2f}, max {max(values):.2f}); above {TARGET_DB:.0f} dB on "
+            f"{hits} of {len(values)} trials"
         )
     for (method, name), values in labels.items():
         first, every = (statistics.mean(v) for v in zip(*values))

@@ -2,17 +2,18 @@
 
 The ``offline-s10`` preset (the offline counterpart of SGPT/FGPT's CIFAR-100 s=10: glyphs62, 100 clients, 5% per
 round, pathological s=10, E=2, 40 rounds, the shipped ViT) with the baselines' options it carries, evaluated every 2
-rounds; seeds 0, 1, 2. Columns, mean ± std over the seeds: final global accuracy (all seen clients' test rows pooled,
-each client with the parameters it is evaluated with), final local accuracy (mean of per-client accuracies), and
-bytes per round (down + up, mean over rounds, MB = 10^6 bytes); then minutes per run. Accuracy cells also give the
-95% confidence half-width of the mean (Student's t over the seeds); the global accuracy of each seed and its
-difference with the first method named, paired over the seeds (seed s is the same partition for every method), follow.
+rounds; seeds 0, 1, 2. Columns, mean ± std over the seeds (ddof 0: the values' own spread): final global accuracy
+(all seen clients' test rows pooled, each client with the parameters it is evaluated with), final local accuracy
+(mean of per-client accuracies), and bytes per round (down + up, mean over rounds, MB = 10^6 bytes); then minutes per
+run. Accuracy cells also give the 95% confidence half-width of the mean (Student's t over the seeds); the global
+accuracy of each seed and its difference with the first method named, paired over the seeds (seed s is the same
+partition for every method), follow.
 
 Runs go on the sequential backend (it gives the Ray backend's numbers: tests/engine/test_executors.py) with
 ``--threads`` torch threads, so two invocations with disjoint ``--methods`` share a 2-core machine without Ray's
 start-up per run.
 
-    python bench/baselines_table.py [--rounds 40] [--seeds 3] [--threads 1] [--methods fedvpt,fedmix,moon]
+    python bench/baselines_table.py [--rounds 40] [--seeds 3] [--threads 2] [--methods fedvpt,fedmix,moon]
                                     [--tracking-uri sqlite:///runs.db]   # keep the runs (default: a temporary store)
                                     [--set data.class_sets=ring ...]     # config overrides, as raysim run's --set
 """
@@ -79,7 +80,7 @@ def cell(values: list[float], digits: int) -> str:
 
 
 def cell_with_ci(values: list[float], digits: int) -> str:
-    """mean ± std, then the 95% half-width of the mean in brackets."""
+    """mean ± std (ddof 0: the seeds' own spread), then the 95% half-width of the mean in brackets."""
     _, half = interval(values)
     return f"{cell(values, digits)} [±{half:.{digits}f}]"
 
@@ -103,7 +104,7 @@ def main() -> None:
     methods = args.methods.split(",") if args.methods else METHODS
     changed = "".join(f", {text}" for text in args.overrides)
     seeds = f"seeds 0..{args.seeds - 1}"
-    print(f"{PRESET}{changed}, {args.rounds} rounds, {seeds}: mean ± std over seeds [95% CI half-width]\n")
+    print(f"{PRESET}{changed}, {args.rounds} rounds, {seeds}: mean ± std (ddof 0) over seeds [95% CI half-width]\n")
     print(f"| method | global acc | local acc | MB/round | min/run | global by seed | paired with {methods[0]} |")
     print("|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:

@@ -39,7 +39,15 @@ RUNS = {
     "dif10 fedgcr code": (
         "fedgcr",
         10,
-        {"fedgcr": {"contrast": "code", "reweighting": "code", "lambda1": 0.1, "lambda2": 0.1}},
+        {
+            "fedgcr": {
+                "contrast": "code",
+                "reweighting": "code",
+                "client_loss": "global",
+                "lambda1": 0.1,
+                "lambda2": 0.1,
+            }
+        },
     ),
     "dif10 fedgcr T'=3": ("fedgcr", 10, {"fedgcr": {"clusters": 3}}),
     "dif10 fedgcr T'=6": ("fedgcr", 10, {"fedgcr": {"clusters": 6}}),

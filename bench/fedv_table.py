@@ -73,7 +73,7 @@ def one_run(method: str, data: dict, rounds: int, tracking: str, options: dict |
     for key in TIMES:
         values = [h[key] for h in result.history if key in h]
         row[key] = float(np.mean(values)) if values else float("nan")
-    row["MB/round"] = float(np.mean([h["bytes_up"] + h["bytes_down"] for h in result.history])) / 2**20
+    row["MiB/round"] = float(np.mean([h["bytes_up"] + h["bytes_down"] for h in result.history])) / 2**20
     return row
 
 
@@ -138,7 +138,7 @@ def main() -> None:
             )
     names = [f"{split} {method}" for split in SPLITS for method in (*METHODS, *VARIANTS)]
     names = [n for n in names if not args.only or n in args.only.split(",")]
-    columns = ("local", "global", *TIMES, "MB/round", "min")
+    columns = ("local", "global", *TIMES, "MiB/round", "min")
     print(
         f"glyphs62, 30 clients (6 per round), {args.rounds} rounds, seed 0; accuracies: mean of the last 10 "
         f"evaluations; times: seconds per round summed over clients"

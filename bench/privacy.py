@@ -5,9 +5,9 @@ model (raysim ViT-Tiny, 32 px) for FedVPT (prompts + head) and FedAvg (every wei
 record-level DP-SGD's (:mod:`raysim.privacy.dp_sgd`: one backward pass per row, each row's gradient clipped, the
 sum noised), in ms per step and their ratio.
 
-Round (``--round``): the steady round (mean ``round_time_s`` of rounds 2..R) of a sequential FedVPT run on the
-offline default, 100 clients, 10 a round, without privacy and with user-level DP (the same run's clipping and noise
-at the server), and their ratio.
+Round (``--round``): the steady round (mean ``round_time_s`` of rounds 2..R-1; round R evaluates) of a sequential
+FedVPT run on the offline default, 100 clients, 10 a round, without privacy and with user-level DP (the same run's
+clipping and noise at the server), and their ratio.
 
     python bench/privacy.py
     python bench/privacy.py --round [--rounds 6]

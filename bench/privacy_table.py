@@ -42,7 +42,7 @@ def compare_command(args: argparse.Namespace, epsilon: str) -> list[str]:
         f"--rounds={args.rounds}",
         f"--seeds={args.seeds}",
         f"--tracking-uri={args.tracking_uri}",
-        f"--experiment={experiment(epsilon)}",
+        f"--experiment={experiment(args, epsilon)}",
         "--set",
         "federation.sampling=poisson",
         *shlex.split(args.raysim_args),
@@ -53,17 +53,23 @@ def compare_command(args: argparse.Namespace, epsilon: str) -> list[str]:
     return command
 
 
-def experiment(epsilon: str) -> str:
-    return f"privacy-table-eps-{epsilon}"
+def experiment(args: argparse.Namespace, epsilon: str) -> str:
+    """One epsilon's comparison at these settings: another --rounds, --clients, --participation or --delta is
+    another comparison (more --methods or --seeds add cells to the same one)."""
+    return f"privacy-table-eps-{epsilon}-n{args.clients}-q{args.participation:g}-r{args.rounds}" + (
+        "" if epsilon == "inf" else f"-d{args.delta}"
+    )
 
 
-def accuracies(uri: str, epsilon: str) -> dict[str, dict[int, float]]:
-    """{method: {seed: final global accuracy}} of one epsilon's comparison."""
+def accuracies(args: argparse.Namespace, epsilon: str) -> dict[str, dict[int, float]]:
+    """{method: {seed: final global accuracy}} of one epsilon's comparison: the methods and seeds 0 .. --seeds - 1
+    asked for (an earlier call may have run more)."""
     from raysim.tracking.comparison import cells
 
     found: dict[str, dict[int, float]] = {}
-    for run in cells(uri, experiment(epsilon)):
-        found.setdefault(run["method"], {})[run["seed"]] = run["summary"][STATISTIC]
+    for run in cells(args.tracking_uri, experiment(args, epsilon)):
+        if run["method"] in args.methods.split(",") and run["seed"] < args.seeds:
+            found.setdefault(run["method"], {})[run["seed"]] = run["summary"][STATISTIC]
     return found
 
 
@@ -103,7 +109,7 @@ def main() -> None:
 
     from raysim.tracking.statistics import interval, paired
 
-    found = {epsilon: accuracies(args.tracking_uri, epsilon) for epsilon in epsilons}
+    found = {epsilon: accuracies(args, epsilon) for epsilon in epsilons}
     methods = args.methods.split(",")
     first = methods[0]
     print(f"\nfinal global accuracy (%), {args.seeds} seeds, mean ± 95% t interval; drops paired by seed\n")

@@ -2,11 +2,12 @@
 
 Both run the same work in one invocation: a parquet file of 32x32 RGB images in 10 classes split IID over the
 clients, the default ViT-Tiny architecture from random init with a 4-token VPT-shallow prompt and head, SGD 0.01,
-batch 32, one local epoch, the same clients per round, 5 rounds, evaluated after the last. For each it prints wall
-time (process start to exit), start-up (process start to the first round), the first and the steady round (median
-of rounds 2-4), evaluation time, the final test accuracy (%), peak RSS and PSS summed over the process tree (sampled
-from /proc), the most processes alive at once, and each figure as a ratio to the plain loop (accuracy: the
-difference in points); then raysim's PSS at its peak by process.
+batch 32, one local epoch, the same clients per round, 5 rounds, evaluated after the last on every client's test
+rows (raysim's ``federation.eval_clients=0``: its default evaluates a sample of 10,000 clients above that many). For
+each it prints wall time (process start to exit), start-up (process start to the first round), the first and the
+steady round (median of rounds 2-4), evaluation time, the final test accuracy (%), peak RSS and PSS summed over the
+process tree (sampled from /proc), the most processes alive at once, and each figure as a ratio to the plain loop
+(accuracy: the difference in points); then raysim's PSS at its peak by process.
 
     python bench/scale.py                       # 100 x 200 (5 a round), 1,000 x 20 and 10,000 x 20 (10 a round)
     python bench/scale.py --scales 100000x5     # CLIENTSxROWS[:PER_ROUND], comma-separated
@@ -191,6 +192,8 @@ def raysim_figures(data: Path, clients: int, per_round: int, extra: list[str], t
         "model.pretrained=false",
         "--set",
         "checkpoint.every=0",
+        "--set",
+        "federation.eval_clients=0",  # every client's test rows, as the loop scores them (the default samples 10,000)
         *extra,
     ]
     start, sampler, _ = measured(command, {**os.environ, "RAYSIM_CACHE": str(data.parent / "cache")})
