@@ -174,6 +174,8 @@ def plan(
         raise ConfigError(f"--seeds {seeds} must be at least 1 (3 or more for a confidence interval that means much)")
     if tune_budget < 0:
         raise ConfigError(f"--tune-budget {tune_budget} must be 0 (run the presets) or more trials")
+    if max_concurrent is not None and max_concurrent < 1:
+        raise ConfigError(f"--max-concurrent {max_concurrent} must be at least 1")
     if tune_budget:
         for method, _ in named:
             default_space_file(method)  # a one-line error naming the methods that have a space

@@ -174,6 +174,7 @@ BAD = [
     (["fedavg", "fedvpt:prompt_length=0"], "prompt_length=0 must be at least 1"),
     (["fedavg", "fedvpt:data.alpha=0.1"], "data.alpha changes the clients' data"),
     (["fedavg", "sgpt", "--tune-budget", "-1"], "--tune-budget -1 must be 0"),
+    (["fedavg", "sgpt", "--max-concurrent", "0"], "--max-concurrent 0 must be at least 1"),
     (["fedavg", "sgpt:resources.workers=3"], "sgpt:resources.workers=3: resources.workers changes what a cell"),
     (["fedavg", "fedv", "--set", "resources.server_cpus=1"], "fedv's server runs inside each trial's placement"),
 ]
