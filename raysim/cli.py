@@ -15,6 +15,7 @@ from functools import partial
 import click
 
 from raysim.attacks.cli import attack
+from raysim.base.command_group import CommandGroup
 from raysim.base.errors import BadUpdateError, ConfigError, RunInterrupted, SweepError, Terminated
 from raysim.base.settings import default_of
 from raysim.base.stop_signals import take_sigterm
@@ -39,8 +40,10 @@ from raysim.sweep.sole_runner import sole_runner
 RUN_ONLY = ("run_name",)  # flags that name one run; a sweep names its trials itself
 
 
-class OneLineErrors(click.Group):
+class OneLineErrors(CommandGroup):
     """Turns usage errors and :class:`ConfigError` into one line and exit code 2."""
+
+    group_class = CommandGroup
 
     def main(self, *args, **kwargs):
         try:

@@ -27,15 +27,17 @@ from raysim.attacks.cli_options import (
     POSITIVE,
     ROUND,
     RUN,
+    SEED,
     TRACKING_URI,
     reconstruction_attack,
 )
 from raysim.attacks.features_cli import features
 from raysim.attacks.membership_cli import membership
 from raysim.attacks.split_cli import label_leakage, smashed
+from raysim.base.command_group import CommandGroup
 
 
-@click.group(context_settings={"max_content_width": 100})
+@click.group(cls=CommandGroup, context_settings={"max_content_width": 100})
 @click.pass_context
 def attack(ctx):
     """Attack what the server of a recorded run received (docs/how-to/attacks.md).
@@ -61,11 +63,12 @@ def attack(ctx):
 def refuse_unless_update_inversion(config) -> None:
     """What inverting and april need of the run: updates of SGD steps (april: of one) of a model whose forward they
     model."""
-    from raysim.attacks.harness import refuse_cached_row_features
+    from raysim.attacks.harness import refuse_cached_row_features, refuse_unmodelled_training
     from raysim.attacks.observed import refuse_unless_sgd_updates
 
     refuse_unless_sgd_updates(config)
     refuse_cached_row_features(config)
+    refuse_unmodelled_training(config)
 
 
 @attack.command(context_settings={"max_content_width": 100})
@@ -75,7 +78,7 @@ def refuse_unless_update_inversion(config) -> None:
 @click.option("--iterations", type=AT_LEAST_ONE, default=1500, show_default=True, help="Adam's steps on the input.")
 @click.option("--tv", type=NON_NEGATIVE, default=1e-2, show_default=True, help="Weight of the total-variation prior.")
 @click.option("--lr", type=POSITIVE, default=0.1, show_default=True, help="Adam's step on the input.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the initial noise.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the initial noise.")
 @click.option(
     "--refine",
     type=AT_LEAST_ZERO,

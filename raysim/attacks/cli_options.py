@@ -3,19 +3,33 @@ replay of that run to the attacked round, and the reconstruction attacks' report
 
 from __future__ import annotations
 
+import math
 import tempfile
 from pathlib import Path
 from statistics import mean
 
 import click
+from click.core import ParameterSource
 
 from raysim.base.errors import ConfigError
 from raysim.config import TrackingConfig
 
+
+class FiniteRange(click.FloatRange):
+    """click's FloatRange that also refuses nan and inf (NaN passes every comparison with a bound)."""
+
+    def convert(self, value, param, ctx):
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{number} is not a finite number.", param, ctx)
+        return number
+
+
 AT_LEAST_ONE = click.IntRange(min=1)  # an option's value type: click refuses others in one line, with exit code 2
 AT_LEAST_ZERO = click.IntRange(min=0)
-NON_NEGATIVE = click.FloatRange(min=0)
-POSITIVE = click.FloatRange(min=0, min_open=True)
+NON_NEGATIVE = FiniteRange(min=0)
+POSITIVE = FiniteRange(min=0, min_open=True)
+SEED = click.IntRange(0, 2**63 - 1)
 
 ROUND = click.option("--round", "round_number", type=int, default=1, show_default=True, help="The attacked round.")
 RUN = click.option("--run", "run_id", required=True, metavar="RUN_ID", help="The attacked run's MLflow id.")
@@ -47,16 +61,46 @@ def client_ids(text: str | None) -> list[int] | None:
     return ids
 
 
+def refuse_unused(options: tuple[str, ...], because: str) -> None:
+    """One line for any of ``options`` (parameter names) given on the command line that the command's other
+    options make do nothing: ``because`` says why and what to pass instead."""
+    context = click.get_current_context()
+    given = [
+        f"--{name.replace('_', '-')}"
+        for name in options
+        if context.get_parameter_source(name) is ParameterSource.COMMANDLINE
+    ]
+    if given:
+        raise ConfigError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} nothing {because}")
+
+
+def check_client_range(ids: list[int] | None, clients: int) -> None:
+    """One line for a client id the run does not have (before any replay: on the offline default it takes minutes)."""
+    unknown = [i for i in ids or [] if i >= clients]
+    if unknown:
+        raise ConfigError(f"--clients names client {unknown[0]}, and the run has clients 0 to {clients - 1}")
+
+
 def replayed(run_id: str, round_number: int, clients: str | None, tracking_uri, refuse) -> tuple:
     """(store URI, chosen clients or None, the capture of round ``round_number``) of run ``run_id``, after
     ``refuse(config)``, which raises for a run the attack does not apply to."""
     from raysim.attacks.capture import capture
-    from raysim.attacks.recorded import recorded_config
+    from raysim.attacks.recorded import recorded_config, rounds_reported
 
     chosen = client_ids(clients)
     uri = TrackingConfig(tracking_uri=tracking_uri).resolved_uri
     config = recorded_config(uri, run_id)
     refuse(config)
+    check_client_range(chosen, config.federation.clients)
+    rounds = config.federation.rounds
+    if not 1 <= round_number <= rounds:
+        raise ConfigError(f"--round {round_number} is not a round of the run (1 to {rounds})")
+    reported = rounds_reported(uri, run_id)
+    if round_number > reported:  # a run stopped early (killed, failed, still running)
+        raise ConfigError(
+            f"run {run_id} reported {reported} of its {rounds} rounds, so its server received no round {round_number}; "
+            + (f"pass --round 1 to {reported}" if reported else "attack a run that finished a round")
+        )
     return uri, chosen, capture(config, round_number, chosen)
 
 

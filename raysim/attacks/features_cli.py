@@ -9,7 +9,16 @@ from statistics import mean
 
 import click
 
-from raysim.attacks.cli_options import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, ROUND, RUN, TRACKING_URI, replayed
+from raysim.attacks.cli_options import (
+    AT_LEAST_ONE,
+    NON_NEGATIVE,
+    POSITIVE,
+    ROUND,
+    RUN,
+    TRACKING_URI,
+    refuse_unused,
+    replayed,
+)
 
 
 @click.command(context_settings={"max_content_width": 100})
@@ -38,6 +47,8 @@ def features(run_id, round_number, clients, k, prototype, iterations, tv, lr, tr
     from raysim.attacks.harness import read_feature_means, refuse_unless_feature_means
     from raysim.attacks.smashed import SmashedSettings
 
+    if not prototype:
+        refuse_unused(("iterations", "tv", "lr"), "without --prototype (they set its search); add --prototype")
     uri, chosen, captured = replayed(run_id, round_number, clients, tracking_uri, refuse_unless_feature_means)
     targets = chosen or sorted(captured.updates)
     readings = read_feature_means(captured, targets, k)

@@ -28,7 +28,7 @@ from raysim.base.errors import ConfigError
 from raysim.config import Config
 from raysim.core.messages import Broadcast, ClientUpdate, Tensors
 from raysim.core.protocol import CachesRowFeatures
-from raysim.core.registry import get_method
+from raysim.core.registry import METHODS, get_method
 from raysim.core.training import model_inputs
 from raysim.data.shards import ClientData
 from raysim.engine.cohort import unfused_attention
@@ -54,6 +54,20 @@ def refuse_cached_row_features(config: Config) -> None:
         raise ConfigError(
             f"{config.method}'s clients read per-row features cached before the run, which a reconstruction does not "
             "model; attack fedavg, fedvpt or another method whose forward is the prompted model's"
+        )
+
+
+def refuse_unmodelled_training(config: Config) -> None:
+    """Refuse (one line) a method whose clients train otherwise than FedAvg's local SGD on cross-entropy (their own
+    ``client_update``: MOON's contrastive term, FedSAM's perturbed steps, Ditto's two models, ...), which the
+    reconstruction's objective does not model. A method that changes only the loss (FedProx) passes: its proximal
+    term's gradient is zero at the first step."""
+    fedavg = get_method("fedavg").cls
+    if get_method(config.method).cls.client_update is not fedavg.client_update:
+        modelled = [name for name in METHODS if get_method(name).cls.client_update is fedavg.client_update]
+        raise ConfigError(
+            f"{config.method}'s clients train with their own local update, which a reconstruction does not model; "
+            f"attack a method that trains as FedAvg does: {', '.join(modelled)}"
         )
 
 
@@ -118,13 +132,17 @@ def reconstruct_analytic(captured: Captured, client: int) -> Reconstruction:
     return scored(captured, client, model, inputs, labels, loss, seconds)
 
 
-def scored(captured: Captured, client: int, model, inputs, labels, loss: float, seconds: float) -> Reconstruction:
+def scored(
+    captured: Captured, client: int, model, inputs, labels, loss: float, seconds: float, rows: np.ndarray | None = None
+) -> Reconstruction:
     """The reconstruction ``inputs`` (with its ``labels``; None for an attack that recovers none) of ``client``'s
-    rows, paired with and scored against them: the only place an attack reads a client's data."""
+    training rows (or of those at indices ``rows``: one local step's), paired with and scored against them: the only
+    place an attack reads a client's data."""
     _, mean, std = model.input_spec
     images = scores.to_pixels(inputs, mean, std)
     data = captured.shards.train(client)
-    originals = scores.to_pixels(model_inputs(model, data.images, torch.device("cpu")), mean, std)
+    truth, true_labels = (data.images, data.labels) if rows is None else (data.images[rows], data.labels[rows])
+    originals = scores.to_pixels(model_inputs(model, truth, torch.device("cpu")), mean, std)
     pairs = scores.matched(originals, images)
     originals, images = originals[[o for o, _ in pairs]], images[[r for _, r in pairs]]
     return Reconstruction(
@@ -132,7 +150,7 @@ def scored(captured: Captured, client: int, model, inputs, labels, loss: float, 
         originals,
         images,
         [] if labels is None else [int(labels[r]) for _, r in pairs],
-        [int(data.labels[o]) for o, _ in pairs],
+        [int(true_labels[o]) for o, _ in pairs],
         [scores.psnr(o, r) for o, r in zip(originals, images)],
         [scores.ssim(o, r) for o, r in zip(originals, images)],
         loss,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from raysim.attacks.cli_options import RUN, TRACKING_URI, client_ids
+from raysim.attacks.cli_options import RUN, TRACKING_URI, check_client_range, client_ids
 from raysim.base.errors import ConfigError
 from raysim.config import TrackingConfig
 
@@ -71,8 +71,10 @@ def membership(run_id, clients, target, shadows, tracking_uri):
             )
         states = client_states(uri, run_id, config)
     state = final_state(uri, run_id)
+    check_client_range(chosen, config.federation.clients)
     if chosen is not None:
         targets = chosen
+        refuse_non_members(chosen, states, uri, run_id)
     elif states is not None:
         targets = sorted(states)
     else:
@@ -82,9 +84,6 @@ def membership(run_id, clients, target, shadows, tracking_uri):
     if not targets:
         raise ConfigError(f"the run has no clients to score by default ({default}: none); pass --clients 0,1,...")
     config, _, _, shards = initial_state(resolved(config), prepare_shards(config))
-    unknown = [c for c in targets if not 0 <= c < shards.num_clients]
-    if unknown:
-        raise ConfigError(f"--clients names client {unknown[0]}, and the run has clients 0 to {shards.num_clients - 1}")
     found = {"loss threshold": membership(config, state.params, shards, targets, states)}
     if shadows:
         found["offline LiRA"] = lira(config, state.params, shards, targets, shadows, _shadow_progress(shadows))
@@ -107,6 +106,32 @@ def membership(run_id, clients, target, shadows, tracking_uri):
             )
             + f" ({loss.members} members, {loss.non_members} non-members); attack run {tracker.run_id}, nested under "
             f"{run_id}"
+        )
+
+
+def refuse_non_members(chosen: list[int], states: dict | None, uri: str, run_id: str) -> None:
+    """One line for a chosen client whose rows the attacked model never trained on, so that its "members" would be
+    none: under ``--model personal`` one that holds no model in the run's last checkpoint, else one whose updates the
+    server never used (when the run recorded which it used)."""
+    from raysim.attacks.recorded import contributors
+
+    if states is not None:
+        missing = [c for c in chosen if c not in states]
+        if missing:
+            raise ConfigError(
+                f"--clients names client {missing[0]}, which holds no personal model in the run's last checkpoint "
+                f"(it never trained); clients with one: {','.join(map(str, sorted(states)))}"
+            )
+        return
+    try:
+        heard = set(contributors(uri, run_id))
+    except ConfigError:  # a run resumed from a checkpoint that predates the record: nothing to check against
+        return
+    unheard = [c for c in chosen if c not in heard]
+    if unheard:
+        raise ConfigError(
+            f"--clients names client {unheard[0]}, whose updates the run's server never used, so its rows are no "
+            f"members of the global model; leave --clients out to score the {len(heard)} clients it heard"
         )
 
 

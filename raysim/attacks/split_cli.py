@@ -14,6 +14,7 @@ from raysim.attacks.cli_options import (
     RUN,
     TRACKING_URI,
     reconstruction_attack,
+    refuse_unused,
     replayed,
 )
 from raysim.base.errors import ConfigError
@@ -70,9 +71,11 @@ def smashed(
 
     params = {"step": step, "prior": prior, "inversion": inversion}
     if inversion == "search":
+        refuse_unused(("epochs", "public_rows"), "under --inversion search (they train the network); drop them")
         settings = SmashedSettings(iterations, lr, tv)
         params.update(iterations=iterations, tv=tv, lr=lr)
     else:
+        refuse_unused(("iterations", "tv", "lr"), "under --inversion network (they set the search); drop them")
         settings = InverseSettings(public_rows=public_rows, epochs=epochs)
         params.update(epochs=epochs, public_rows=public_rows)
     attack_one = lambda captured, client: reconstruct_smashed(captured, client, step, prior, settings)

@@ -72,7 +72,7 @@ def reconstruct_smashed(
 ) -> Reconstruction:
     """Smashed-data inversion of the features ``client`` sent at local step ``step`` of the captured round, through
     the ``prior`` head: by search (:class:`SmashedSettings`) or by an inverse network trained on the public pool
-    (:class:`InverseSettings`, :func:`public_pool`)."""
+    (:class:`InverseSettings`, :func:`public_pool`); scored against the rows of that step."""
     observed = step_tensors(captured.smashed, captured, client, step)
     model, cut, _ = client_model(captured, prior)
 
@@ -86,7 +86,8 @@ def reconstruct_smashed(
         inversion = invert_by_network(head, observed, public, model.vit.patch_embed.patch_size[0], box, settings)
     else:
         inversion = invert_smashed(head, observed, (len(mean), size, size), box, settings)
-    return scored(captured, client, model, inversion.inputs, None, inversion.loss, inversion.seconds)
+    (rows,) = step_rows(captured, client, [step], captured.smashed[client])
+    return scored(captured, client, model, inversion.inputs, None, inversion.loss, inversion.seconds, rows)
 
 
 def public_pool(captured: Captured, client: int, model, rows: int) -> torch.Tensor:
@@ -147,10 +148,10 @@ def read_labels(captured: Captured, client: int, steps: list[int] | None, prior:
     return LabelReading(client, tuple(steps), labels, step_labels(captured, client, steps), residual, seconds)
 
 
-def step_labels(captured: Captured, client: int, steps: list[int]) -> list[int]:
-    """The labels of the rows ``client`` trained on at local ``steps``, step by step, each in its batch's order: the
-    client's own batch plan (:func:`~raysim.core.training.batch_plan`, from the run seed, the round and the client),
-    read only to score."""
+def step_rows(captured: Captured, client: int, steps: list[int], taken: list[torch.Tensor]) -> list[np.ndarray]:
+    """The indices (among ``client``'s training rows) of the rows it trained on at local ``steps``, step by step, each
+    in its batch's order: the client's own batch plan (:func:`~raysim.core.training.batch_plan`, from the run seed,
+    the round and the client), checked against what it passed at each step (``taken``), read only to score."""
     config, data = captured.config, captured.shards.train(client)
     order = torch.Generator().manual_seed(derive_seed(config.federation.seed, Purpose.CLIENT, captured.round, client))
     plan = [
@@ -158,11 +159,15 @@ def step_labels(captured: Captured, client: int, steps: list[int]) -> list[int]:
         for epoch in batch_plan(len(data), config.train.batch_size, config.train.local_epochs, order)
         for rows in epoch
     ]
-    taken = captured.returned[client]
     if len(plan) != len(taken) or any(len(plan[step - 1]) != len(taken[step - 1]) for step in steps):
         raise ConfigError(
             f"client {client}'s {len(taken)} steps in round {captured.round} are not its batch plan's {len(plan)}; "
             "its rows cannot be scored"
         )
-    labels = np.asarray(data.labels)
-    return [int(y) for step in steps for y in labels[plan[step - 1]]]
+    return [plan[step - 1] for step in steps]
+
+
+def step_labels(captured: Captured, client: int, steps: list[int]) -> list[int]:
+    """The labels of the rows ``client`` trained on at local ``steps``, step by step, each in its batch's order."""
+    labels = np.asarray(captured.shards.train(client).labels)
+    return [int(y) for rows in step_rows(captured, client, steps, captured.returned[client]) for y in labels[rows]]

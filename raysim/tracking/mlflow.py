@@ -113,9 +113,13 @@ def created(uri: str) -> None:
 
 
 def check_run_store(uri: str, whose: str = "") -> None:
-    """Fail with one line, creating nothing, when a SQLite store to read from does not exist."""
+    """Fail with one line, creating nothing, when a store to read from cannot be read: a SQLite file that does not
+    exist, a server that does not answer (within seconds, where MLflow's client retries for minutes) or a plain
+    folder (:func:`check_store`)."""
     store = sqlite_file(uri)
-    if store is not None and not store.is_file():
+    if store is None:
+        check_store(uri)
+    elif not store.is_file():
         raise ConfigError(f"the MLflow store {uri}{whose} does not exist; pass --tracking-uri of an existing store")
 
 

@@ -18,7 +18,7 @@ from raysim.attacks.harness import attacker_model
 from raysim.attacks.inverse_network import InverseSettings, invert_by_network
 from raysim.attacks.recorded import recorded_config
 from raysim.attacks.smashed import SmashedSettings, feature_distance, invert_smashed
-from raysim.attacks.split_learning import public_pool, reconstruct_smashed
+from raysim.attacks.split_learning import public_pool, reconstruct_smashed, step_rows
 from raysim.base.errors import ConfigError
 from raysim.cli import main
 from raysim.core.training import model_inputs
@@ -117,6 +117,23 @@ def test_after_the_average_the_broadcast_head_reveals_the_first_steps_rows(split
     assert min(found.psnr) > 40 and max(guessed.psnr) < 25, (found.psnr, guessed.psnr)
     with pytest.raises(ConfigError, match="pass --step between 1 and"):
         reconstruct_smashed(late, min(late.updates), 99, "broadcast", settings)
+
+
+def test_a_later_step_is_scored_against_the_rows_of_that_step(split_run):
+    """A step's features are those of the batch the client drew for that step (its batch plan): its reconstruction
+    is scored against those rows, not against the nearest of all the client's rows."""
+    uri, run_id, _, _ = split_run
+    late = capture(recorded_config(uri, run_id), 2)
+    client = min(late.updates)
+    assert len(late.smashed[client]) >= 2
+    (rows,) = step_rows(late, client, [2], late.smashed[client])
+    found = reconstruct_smashed(late, client, 2, "broadcast", SmashedSettings(iterations=1))
+    assert len(found.psnr) == len(rows) < len(late.shards.train(client))
+    model, _ = attacker_model(late.config, late.shards.info.num_classes, None)
+    _, mean, std = model.input_spec
+    step_images = scores.to_pixels(model_inputs(model, late.shards.train(client).images[rows], "cpu"), mean, std)
+    assert sorted(map(bytes, found.originals)) == sorted(map(bytes, step_images))
+    assert sorted(found.true_labels) == sorted(late.shards.train(client).labels[rows].tolist())
 
 
 @pytest.mark.parametrize(("inversion", "params"), [("search", {"iterations", "tv"}), ("network", {"epochs"})])
