@@ -152,14 +152,21 @@ def test_a_feature_mean_attack_on_a_method_that_sends_none_is_one_line(tracking_
     assert "fedvpt's clients send no feature mean; attack fedgcr, fedgc or fedgr" in result.output
 
 
-def test_membership_of_a_run_whose_server_used_no_update_asks_for_clients(tracking_uri, tmp_path):
-    tracker = Tracker(tracking_uri)
+def finished_run(uri: str, folder, heard: dict[int, int]) -> str:
+    """A FedAvg run that recorded its config, a final state and which clients its server heard (``heard``: client ->
+    rounds), as a finished run logs them."""
+    tracker = Tracker(uri)
     run_id = tracker.start("attacks", "recorded", {}, {})
     tracker.log_text(dump_yaml(smoke_config("fedavg")), "config.yaml")
-    save_file({"params/w": torch.zeros(1)}, str(tmp_path / "global_state.safetensors"))
-    tracker.log_artifact(tmp_path / "global_state.safetensors")
-    tracker.log_artifact(save_participation({}, tmp_path))  # every client dropped out of every round
+    save_file({"params/w": torch.zeros(1)}, str(folder / "global_state.safetensors"))
+    tracker.log_artifact(folder / "global_state.safetensors")
+    tracker.log_artifact(save_participation(heard, folder))
     tracker.end()
+    return run_id
+
+
+def test_membership_of_a_run_whose_server_used_no_update_asks_for_clients(tracking_uri, tmp_path):
+    run_id = finished_run(tracking_uri, tmp_path, {})  # every client dropped out of every round
     result = CliRunner().invoke(main, ["attack", "membership", "--run", run_id, "--tracking-uri", tracking_uri])
     assert result.exit_code == 2 and result.output.strip().splitlines() == [
         "raysim: error: the run has no clients to score by default (heard: none); pass --clients 0,1,..."
@@ -185,13 +192,7 @@ def test_an_option_the_others_make_do_nothing_is_one_line_before_any_replay(args
 
 
 def test_membership_of_a_client_the_server_never_heard_is_one_line(tracking_uri, tmp_path):
-    tracker = Tracker(tracking_uri)
-    run_id = tracker.start("attacks", "recorded", {}, {})
-    tracker.log_text(dump_yaml(smoke_config("fedavg")), "config.yaml")
-    save_file({"params/w": torch.zeros(1)}, str(tmp_path / "global_state.safetensors"))
-    tracker.log_artifact(tmp_path / "global_state.safetensors")
-    tracker.log_artifact(save_participation({0: 2, 4: 1}, tmp_path))
-    tracker.end()
+    run_id = finished_run(tracking_uri, tmp_path, {0: 2, 4: 1})
     args = ["attack", "membership", "--run", run_id, "--tracking-uri", tracking_uri, "--clients", "4,1"]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 2 and result.output.strip().splitlines() == [

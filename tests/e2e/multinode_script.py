@@ -11,9 +11,7 @@ metrics, the pool placement the run recorded in MLflow (its ``raysim.pool.*`` ta
 node and resources), the cluster's node ids and the one-line refusal of a sweep on this head, then shuts the cluster
 down.
 
-It must run in its own process: the test session already holds a Ray session (tests/conftest.py). Run it with RAY_TMPDIR
-set to a private (short) folder, so that the cluster's address file never redirects another process's ``ray.init()`` on
-this machine to this cluster.
+It runs in its own process (:func:`raysim.testing.cluster_script.cluster_script_result`).
 """
 
 from __future__ import annotations
@@ -26,7 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-MARKER = "RESULT "
+from raysim.testing.cluster_script import MARKER
+
 STARTED = time.monotonic()
 
 

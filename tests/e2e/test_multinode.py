@@ -2,25 +2,19 @@
 of each worker, and the per-round metrics equal the single-node (sequential backend) run's.
 
 The cluster (head with no CPUs, two worker raylets with 1 logical CPU each, built by ``ray.cluster_utils.Cluster``)
-runs in a subprocess, tests/e2e/multinode_script.py: this process already holds the session's Ray
-(``ray_session``), and a process can hold only one.
+runs in a subprocess, tests/e2e/multinode_script.py (:func:`raysim.testing.cluster_script.cluster_script_result`).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import signal
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 
 from raysim.config import build_config
 from raysim.ops.metrics import TIMING_KEYS
+from raysim.testing.cluster_script import cluster_script_result
 from raysim.testing.smoke import run_rounds
 
 SCRIPT = Path(__file__).with_name("multinode_script.py")
@@ -36,32 +30,8 @@ TIMEOUT_S = 240
 
 
 def run_on_cluster() -> dict:
-    """The script's result on a fresh 3-node cluster; the cluster's processes go with the script's group."""
-    # A private, short (unix socket paths) Ray temp dir: the cluster's address file there never redirects
-    # another process's ray.init() on this machine to this cluster.
-    ray_tmp = tempfile.mkdtemp(prefix="rs-", dir="/tmp")
-    env = {**os.environ, "RAY_TMPDIR": ray_tmp, "PYTHONUNBUFFERED": "1"}  # RAYSIM_CACHE is passed through
-    env.pop("RAY_ADDRESS", None)
-    process = subprocess.Popen(
-        [sys.executable, str(SCRIPT), json.dumps(LAYERS)],
-        env=env,
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
-    try:
-        out, err = process.communicate(timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        out, err = process.communicate()
-        pytest.fail(f"the multi-node run took over {TIMEOUT_S} s:\n{err[-4000:]}")
-    finally:
-        shutil.rmtree(ray_tmp, ignore_errors=True)
-    assert process.returncode == 0, err[-4000:]
-    lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
-    assert len(lines) == 1, out[-2000:] + err[-2000:]
-    result = json.loads(lines[0][len("RESULT ") :])
+    """The script's result on a fresh 3-node cluster, its stderr (phase timings) under ``log``."""
+    result, err = cluster_script_result(SCRIPT, json.dumps(LAYERS), TIMEOUT_S)
     result["log"] = err
     return result
 

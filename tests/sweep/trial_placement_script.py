@@ -10,8 +10,7 @@ bundle of the placement group Tune reserves for the trial (:func:`raysim.sweep.t
 ``PlacementGroupFactory``), the head's and the worker node's ids, how many trials :func:`plan_concurrency` plans
 and its error for one more.
 
-It must run in its own process, with RAY_TMPDIR set to a private (short) folder: the test session already holds a Ray
-session (tests/conftest.py).
+It runs in its own process (:func:`raysim.testing.cluster_script.cluster_script_result`).
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ import json
 import logging
 import sys
 
-MARKER = "RESULT "
+from raysim.testing.cluster_script import MARKER
 
 
 def main(layers_json: str) -> None:
