@@ -48,7 +48,9 @@ def outcomes(method: str, mode: str, secure_aggregation: bool = False) -> dict[s
         return {channel: (REFUSED, line) for channel in ("params", *extras)}
     if mode == "record":
         if cls.record_dp:
-            line = f"{where}: {method} is not covered by record-level DP-SGD: {cls.record_dp}; use privacy.mode=user"
+            user = outcomes(method, "user", secure_aggregation).values()
+            instead = "use another method" if any(state == REFUSED for state, _ in user) else "use privacy.mode=user"
+            line = f"{where}: {method} is not covered by record-level DP-SGD: {cls.record_dp}; {instead}"
             return {channel: (REFUSED, line) for channel in ("params", *extras)}
         return {"params": (PRIVATISED, "trained with per-sample clipping and noise (DP-SGD)")}
     if mode != "user":

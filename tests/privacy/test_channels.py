@@ -49,3 +49,12 @@ def test_the_papers_methods_and_the_baselines_compared_under_dp_are_covered():
     assert outcomes("pfedhn", "record", secure_aggregation=True)["params"][1].startswith(
         "privacy.secure_aggregation=true: pfedhn cannot run where the server sees only the cohort's sum"
     )
+
+
+@pytest.mark.parametrize("method", [m for m in METHODS if not get_method(m).split_learning])
+def test_a_record_level_refusal_suggests_user_level_dp_only_where_it_runs(method):
+    """The record-level line ends "use privacy.mode=user" exactly where user-level DP covers the method."""
+    refused = [line for state, line in outcomes(method, "record").values() if state == REFUSED]
+    user_runs = all(state == PRIVATISED for state, _ in outcomes(method, "user").values())
+    if refused:
+        assert refused[0].endswith("; use privacy.mode=user" if user_runs else "; use another method"), refused[0]
