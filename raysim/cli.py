@@ -253,8 +253,8 @@ def tune(method, space, num_samples, max_concurrent, metric, mode, scheduler, na
         if method or given or overrides:
             raise ConfigError(f"--resume finishes the sweep as it was planned; drop {(given or ['METHOD'])[0]}")
         found, folder = sweeping.load_sweep(resume)
-        sweeping.refuse_unsaved(found, folder)
-        with sweeping.sole_sweep_runner(found, folder):
+        with sweeping.sole_sweep_runner(found, folder):  # a sweep still running is named, never abandoned
+            sweeping.refuse_unsaved(found, folder)
             sweeping.check_store_and_ray(found)
             click.echo(f"resuming sweep {found.name} in {folder}", err=True)
             report_best(found, sweeping.execute(found, folder, str(folder)))

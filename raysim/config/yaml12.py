@@ -1,7 +1,8 @@
-"""YAML as config values are read everywhere (presets, ``--set``, search spaces): YAML 1.2's booleans.
+"""YAML as config values are read everywhere (presets, ``--set``, search spaces): YAML 1.2's booleans and keys.
 
 PyYAML follows YAML 1.1, where ``on``/``off``/``yes``/``no`` are booleans, so ``--set train.cohort=off`` arrived
-as ``False`` for a field whose choices are ``auto``/``off``. Here only ``true``/``false`` are booleans.
+as ``False`` for a field whose choices are ``auto``/``off``. Here only ``true``/``false`` are booleans. YAML 1.2 also
+requires a mapping's keys to be unique, where PyYAML keeps the last of a repeated key: here a repeated key is an error.
 """
 
 from __future__ import annotations
@@ -15,7 +16,14 @@ BOOL = "tag:yaml.org,2002:bool"
 
 
 class _Loader(yaml.SafeLoader):
-    pass
+    def construct_mapping(self, node, deep=False):
+        keys = [self.construct_object(key, deep=deep) for key, _ in node.value if isinstance(key, yaml.ScalarNode)]
+        repeated = sorted({str(k) for k in keys if keys.count(k) > 1})
+        if repeated:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"key {repeated[0]!r} is given twice in one mapping", node.start_mark
+            )
+        return super().construct_mapping(node, deep=deep)
 
 
 _Loader.yaml_implicit_resolvers = {

@@ -199,7 +199,10 @@ def plan(
         str(beside_store(uri) / "compare" / folder_name(name)),
     )
     first = comparison.config(methods[0], comparison.seeds[0], {})
-    return dataclasses.replace(comparison, max_concurrent=sweeping.plan_concurrency(first, max_concurrent))
+    comparison = dataclasses.replace(comparison, max_concurrent=sweeping.plan_concurrency(first, max_concurrent))
+    for label in methods if tune_budget else ():  # every tuning's space, before the first one runs for hours
+        _arm_plan(comparison, label)
+    return comparison
 
 
 def default_name(methods: tuple[str, ...], preset: str | None) -> str:
@@ -235,13 +238,13 @@ def tuned_values(comparison: Comparison) -> tuple[dict[str, dict[str, Any]], dic
     plans = _read_json(plans_path)
     for label in comparison.methods:
         plan = tuning_plan(comparison, label)
+        if (label in done or label in stopped) and plans.get(label, plan) != plan:  # no record: taken as it was
+            tuned, record = ("tuned", path) if label in done else ("was tuning", stopped_path)
+            raise ConfigError(
+                f"comparison {comparison.name} {tuned} {label} with {plans[label]['budget']} trials at the setting "
+                f"it had then; rerun it as it was, give another --experiment, or remove {record} to tune anew"
+            )
         if label in done:
-            if plans.get(label, plan) != plan:  # a comparison that kept no record of its plans: taken as it was
-                raise ConfigError(
-                    f"comparison {comparison.name} tuned {label} with {plans[label]['budget']} trials at the "
-                    f"setting it had then; rerun it as it was, give another --experiment, or remove {path} to tune "
-                    "every method anew"
-                )
             continue
         if label in stopped and tune.Tuner.can_restore(stopped[label]):
             sweep, folder = sweeping.load_sweep(stopped[label])
@@ -254,8 +257,9 @@ def tuned_values(comparison: Comparison) -> tuple[dict[str, dict[str, Any]], dic
             sweep, resume = _arm_sweep(comparison, label), None
             folder = sweeping.save_sweep(sweep)
             print(f"tuning {label}: {sweep.plan_line()}", file=sys.stderr, flush=True)
-            stopped[label] = str(folder)
+            stopped[label], plans[label] = str(folder), plan  # a stopped tuning resumes only under its own plan
             _write_json(stopped_path, stopped)
+            _write_json(plans_path, plans)
         try:
             best = sweeping.execute(sweep, folder, resume)
         except RunInterrupted:  # not the sweep's own resume command: the comparison's resumes it
@@ -298,16 +302,31 @@ def _scored_on(methods: tuple[str, ...], done: dict, scored: dict) -> dict[str, 
 
 
 def _arm_sweep(comparison: Comparison, label: str) -> sweeping.Sweep:
-    """A new sweep of ``label``'s space (its run opened): FIFO, on the first seed and the validation rows, at the
-    comparison's setting (:func:`arm_space` drops the space's fixed values), logged to the experiment
-    ``<comparison>-tuning``."""
+    """A new sweep of ``label``'s space (:func:`_arm_plan`), its run opened."""
+    return sweeping.open_parent(_arm_plan(comparison, label))
+
+
+def _arm_plan(comparison: Comparison, label: str) -> sweeping.Sweep:
+    """The sweep of ``label``'s space, checked as ``raysim tune`` checks one: FIFO, on the first seed and the
+    validation rows, at the comparison's setting (:func:`arm_space` drops the space's fixed values), logged to the
+    experiment ``<comparison>-tuning``."""
     method, own = arm(label)
     layers = [*comparison.layers(label), own, {"tracking": {"experiment": f"{comparison.name}-tuning"}}]
     layers.append({"federation": {"seed": comparison.seeds[0]}, "data": {"holdout": "validation"}})
     name = f"{folder_name(comparison.name)}-{method}-{time.strftime('%Y%m%d-%H%M%S')}"
     space = arm_space(comparison, label)
-    sweep = sweeping.plan(method, space, comparison.tune_budget, None, "global_acc", "max", "fifo", name, None, layers)
-    return sweeping.open_parent(sweep)
+    return sweeping.plan(
+        method,
+        space,
+        comparison.tune_budget,
+        comparison.max_concurrent,
+        "global_acc",
+        "max",
+        "fifo",
+        name,
+        None,
+        layers,
+    )
 
 
 def _read_json(path: Path) -> dict:

@@ -125,6 +125,15 @@ def load_space(path: str, method: str, before: list[dict], after: list[dict]) ->
         kind, values = _sampler(where, key, spec)
         for value in values if kind in ("choice", "grid") else values[:2]:
             _valid_value(where, "space", key, value, method, [*before, as_layer(fixed), *after])
+        if kind in ("uniform", "loguniform"):  # whole-number bounds pass; the draws between them are real numbers
+            inside = _inside(kind, *values)
+            try:
+                build_config(method, [*before, as_layer(fixed), *after, as_layer({key: inside})])
+            except ConfigError as error:
+                raise ConfigError(
+                    f"{where}: space key {key!r}: {kind} draws values such as {inside:.4g}, which {key} refuses "
+                    f"({error}); use randint or choice for whole numbers"
+                ) from None
         samplers[key] = (kind, values)
     return SearchSpace(str(path), samplers, fixed)
 
@@ -152,6 +161,14 @@ def _sampler(where: str, key: str, spec: Any) -> tuple[str, list]:
     if kind == "loguniform" and low <= 0:
         raise ConfigError(f"{name}: loguniform bounds [{low}, {high}] must be > 0")
     return kind, [low, high]
+
+
+def _inside(kind: str, low: float, high: float) -> float:
+    """A value ``kind`` draws between ``low`` and ``high``, never a whole number for whole-number bounds (an
+    irrational share of the way, on the log scale for loguniform)."""
+    if kind == "uniform":
+        return low + (high - low) / math.sqrt(2)
+    return math.exp(math.log(low) + (math.log(high) - math.log(low)) / math.sqrt(2))
 
 
 def _valid_value(where: str, part: str, key: str, value: Any, method: str, layers: list[dict]) -> Config:

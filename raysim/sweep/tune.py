@@ -372,8 +372,8 @@ def refuse_unsaved(sweep: Sweep, folder: Path) -> None:
 
 
 def load_sweep(target: str) -> tuple[Sweep, Path]:
-    """The sweep in folder ``target`` (``<storage>/<name>``, as printed when it started)."""
-    folder = Path(target)
+    """The sweep in folder ``target`` (``<storage>/<name>``, as printed when it started; relative to here or not)."""
+    folder = Path(target).expanduser().resolve()  # Ray Tune restores from absolute paths or URIs only
     try:
         record = json.loads((folder / SWEEP_FILE).read_text())
     except (OSError, ValueError):
@@ -399,7 +399,10 @@ def finish(sweep: Sweep, results, folder: Path) -> dict[str, Any]:
     errors = [r for r in results if r.error]
     best = best_trial(results, sweep.metric, sweep.mode, rounds)
     if best is None:  # the printed command runs every round, so only trials that ran them all can be reproduced
-        reason = f" ({type(errors[0].error).__name__}: {str(errors[0].error).splitlines()[0][:200]})" if errors else ""
+        reason = ""
+        if errors:  # the error a trial raised, not Ray's wrapper of it
+            cause = getattr(errors[0].error, "cause", None) or errors[0].error
+            reason = f" ({type(cause).__name__}: {str(cause).splitlines()[0][:200]})"
         raise SweepError(f"no trial of sweep {sweep.name} reported {sweep.metric} after all {rounds} rounds{reason}")
     params = dict(best.config)
     config = sweep.trial_config(params).to_dict()

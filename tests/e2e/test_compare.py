@@ -180,6 +180,16 @@ BAD = [
 ]
 
 
+def test_every_methods_tuning_is_checked_before_the_first_is_tuned(ray_session, tmp_path):
+    """The second method's space (nothing left to tune) is refused at once, not after the first method's tuning."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    args = ["compare", "fedvpt", "fedavg:train.lr=0.01", "--tune-budget", "1", "--tracking-uri", uri]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2 and len(own_lines(result.stderr)) == 1, result.stderr
+    assert "fedavg:train.lr=0.01 sets every key of fedavg.yaml itself: nothing is left to tune" in result.stderr
+    assert not (tmp_path / "mlflow.db").exists()
+
+
 @pytest.mark.parametrize(("args", "message"), BAD)
 def test_bad_comparisons_stop_with_one_line_before_any_run(tmp_path, args, message):
     uri = f"sqlite:///{tmp_path}/mlflow.db"

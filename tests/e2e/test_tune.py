@@ -149,14 +149,19 @@ BAD = [
 ]
 
 
-def test_a_sweep_stopped_before_tune_saved_its_state_is_refused_in_one_line(tracking_uri, tmp_path):
+def test_a_sweep_stopped_before_tune_saved_its_state_is_refused_in_one_line(tracking_uri, tmp_path, monkeypatch):
     """Killed between writing sweep.json and Tune's first save: nothing to restore (Tune would raise on tuner.pkl)."""
     sweep = sweeping.Sweep(
         "fedvpt", "s", [], [{"tracking": {"tracking_uri": tracking_uri, "experiment": "s"}}], SearchSpace("x", {}, {}),
         "global_acc", "max", 1, 1, "fifo", str(tmp_path / "tune"),
     )  # fmt: skip
     folder = sweeping.save_sweep(sweep)
-    result = CliRunner().invoke(main, ["tune", "--resume", str(folder)])
+    with sole_runner(folder, "sweep 's'", "resume it"):  # still running (reading its data): named, not abandoned
+        running = CliRunner().invoke(main, ["tune", "--resume", str(folder)])
+    assert running.exit_code == 2 and len(own_lines(running.stderr)) == 1
+    assert own_lines(running.stderr)[0].startswith(f"raysim: error: sweep 's' is running in process {os.getpid()} (")
+    monkeypatch.chdir(tmp_path)  # a folder given relative to here, as the docs' example gives it
+    result = CliRunner().invoke(main, ["tune", "--resume", "tune/s"])
     assert result.exit_code == 2 and own_lines(result.stderr) == [
         f"raysim: error: sweep s stopped before Ray Tune saved its state, so it cannot be resumed; remove {folder} "
         "and start it again with its command, or start it with another --name"

@@ -131,6 +131,17 @@ def test_a_finished_tuning_is_reused_only_at_the_budget_and_setting_it_ran(tmp_p
             tuned_values(changed)
 
 
+def test_a_stopped_tuning_resumes_only_at_the_budget_and_setting_it_started_with(tmp_path):
+    """A tuning stopped mid-way (tuning.json names its sweep) under another budget would finish that sweep and be
+    recorded as the new budget's: refused before anything resumes."""
+    before = Comparison("c", ("sgpt", "fedavg"), (3, 4), None, [], {}, 4, str(tmp_path))
+    (tmp_path / "tuning.json").write_text(json.dumps({"sgpt": str(tmp_path / "a-stopped-sweep")}))
+    (tmp_path / "plans.json").write_text(json.dumps({"sgpt": tuning_plan(before, "sgpt")}))
+    changed = Comparison("c", ("sgpt", "fedavg"), (3, 4), None, [], {}, 16, str(tmp_path))
+    with pytest.raises(ConfigError, match=r"comparison c was tuning sgpt with 4 trials at the setting it had then; "):
+        tuned_values(changed)
+
+
 def test_cells_a_stopped_comparison_left_running_end_killed(tracking_uri):
     client = MlflowClient(tracking_uri)
     experiment = client.create_experiment("c")

@@ -58,6 +58,11 @@ BAD = [
     ("spaces:\n  fedgcr.q: {choice: [1]}\n", "must have a non-empty 'space:' mapping"),
     ("space:\n  fedgcr.q: {choice: [1]}\nextra: 1\n", "unknown top-level key 'extra'"),
     ("space: [\n", "is not valid YAML"),
+    (
+        "space:\n  fedgcr.clusters: {uniform: [3, 6]}\n",
+        "uniform draws values such as 5.121, which fedgcr.clusters refuses (fedgcr.clusters=5.12",
+    ),
+    ("space:\n  fedgcr.q: {choice: [1]}\n  fedgcr.q: {choice: [2]}\n", "key 'fedgcr.q' is given twice in one mapping"),
 ]
 
 
