@@ -206,9 +206,9 @@ def reserve_workers(
 def require_fit(resources, workers: int, server: dict[str, float] | None = None) -> None:
     """Refuse at once ``workers`` workers (and split learning's ``server``) that the whole Ray cluster could not
     hold, however long one waited."""
-    need, total = worker_bundle(resources), ray.cluster_resources()
-    for key in {*need, *(server or {})}:
-        if workers * need.get(key, 0.0) + (server or {}).get(key, 0.0) > total.get(key, 0.0) + 1e-9:
+    need, total, server = worker_bundle(resources), ray.cluster_resources(), server or {}
+    for key in {*need, *server}:
+        if workers * need.get(key, 0.0) + server.get(key, 0.0) > total.get(key, 0.0) + 1e-9:
             raise ConfigError(f"{misfit(resources, workers, server)}; {remedy(workers)}")
 
 
