@@ -119,11 +119,10 @@ def replayed(config: Config, shards: ShardStore, start: Checkpoint, callbacks: l
         torch.set_num_threads(threads)
 
 
-def capture(config: Config, round: int, clients: list[int] | None = None) -> Captured:
-    """Replay ``config`` (its backend set to sequential) up to ``round`` and capture the messages of ``clients``
-    (None: every client whose update the server kept) in that round. Raises :class:`ConfigError` (one line) for a
-    round the run does not have, for asynchronous rounds and compressed broadcasts (what a client trained from is not
-    the round's broadcast) and for a chosen client whose update the server did not receive that round."""
+def refuse_uncapturable(config: Config, round: int) -> None:
+    """One line, before any replay, for what a capture cannot replay: a round the run does not have, another backend
+    than the sequential one, asynchronous rounds and compressed broadcasts (what a client trained from is not the
+    round's broadcast)."""
     if not 1 <= round <= config.federation.rounds:
         raise ConfigError(f"--round {round} is not a round of the run (1 to {config.federation.rounds})")
     if config.resources.backend != "sequential":
@@ -138,6 +137,14 @@ def capture(config: Config, round: int, clients: list[int] | None = None) -> Cap
             "under compression.downlink clients train from the model the broadcast updates build, which a capture "
             "does not record; attack a run with compression.downlink=none"
         )
+
+
+def capture(config: Config, round: int, clients: list[int] | None = None) -> Captured:
+    """Replay ``config`` (its backend set to sequential) up to ``round`` and capture the messages of ``clients``
+    (None: every client whose update the server kept) in that round. Raises :class:`ConfigError` (one line) for a
+    round the run does not have, for asynchronous rounds and compressed broadcasts (what a client trained from is not
+    the round's broadcast) and for a chosen client whose update the server did not receive that round."""
+    refuse_uncapturable(config, round)
     shards = prepare_shards(config)
     config, initial, _, shards = initial_state(resolved(config), shards)
     view = ServerView(round, clients)

@@ -84,7 +84,7 @@ def check_client_range(ids: list[int] | None, clients: int) -> None:
 def replayed(run_id: str, round_number: int, clients: str | None, tracking_uri, refuse) -> tuple:
     """(store URI, chosen clients or None, the capture of round ``round_number``) of run ``run_id``, after
     ``refuse(config)``, which raises for a run the attack does not apply to."""
-    from raysim.attacks.capture import capture
+    from raysim.attacks.capture import capture, refuse_uncapturable
     from raysim.attacks.recorded import recorded_config, rounds_reported
 
     chosen = client_ids(clients)
@@ -92,10 +92,8 @@ def replayed(run_id: str, round_number: int, clients: str | None, tracking_uri, 
     config = recorded_config(uri, run_id)
     refuse(config)
     check_client_range(chosen, config.federation.clients)
-    rounds = config.federation.rounds
-    if not 1 <= round_number <= rounds:
-        raise ConfigError(f"--round {round_number} is not a round of the run (1 to {rounds})")
-    reported = rounds_reported(uri, run_id)
+    refuse_uncapturable(config, round_number)
+    rounds, reported = config.federation.rounds, rounds_reported(uri, run_id)
     if round_number > reported:  # a run stopped early (killed, failed, still running)
         raise ConfigError(
             f"run {run_id} reported {reported} of its {rounds} rounds, so its server received no round {round_number}; "

@@ -60,8 +60,8 @@ def refuse_cached_row_features(config: Config) -> None:
 def refuse_unmodelled_training(config: Config) -> None:
     """Refuse (one line) a method whose clients train otherwise than FedAvg's local SGD on cross-entropy (their own
     ``client_update``: MOON's contrastive term, FedSAM's perturbed steps, Ditto's two models, ...), which the
-    reconstruction's objective does not model. A method that changes only the loss (FedProx) passes: its proximal
-    term's gradient is zero at the first step."""
+    reconstruction's objective does not model. A method that changes only the loss (FedProx) passes for one local
+    step, where its proximal term's gradient is zero (:func:`update_objective` refuses its longer updates)."""
     fedavg = get_method("fedavg").cls
     if get_method(config.method).cls.client_update is not fedavg.client_update:
         modelled = [name for name in METHODS if get_method(name).cls.client_update is fedavg.client_update]
@@ -97,6 +97,12 @@ def update_objective(update: ClientUpdate, broadcast: Broadcast, config: Config,
         gradient = observed_gradient(update, broadcast, config)
         rows = rows_reached(config, update)
         return gradient, recovered_labels(gradient, rows), partial(attack_loss, model, gradient)
+    if get_method(config.method).cls.loss is not get_method("fedavg").cls.loss:
+        raise ConfigError(
+            f"client {update.client_id} took {int(update.metrics.get('steps', 0))} local steps, and {config.method}'s "
+            "loss adds a term the simulated local training does not model (its gradient is zero at the first step "
+            "only); attack a run of one local step (train.batch_size at least a client's rows, --local-epochs 1)"
+        )
     observed, steps = observed_update(update, broadcast, config), local_steps(config, update)
 
     def loss(x: torch.Tensor, labels: torch.Tensor, tv: float) -> torch.Tensor:

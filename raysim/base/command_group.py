@@ -16,6 +16,6 @@ class CommandGroup(click.Group):
 
     def resolve_command(self, ctx: click.Context, args: list[str]):
         name = args[0] if args else None
-        if name and not name.startswith("-") and self.get_command(ctx, name) is None:
+        if name and not name.startswith("-") and not ctx.resilient_parsing and self.get_command(ctx, name) is None:
             raise unknown_name("command", name, self.list_commands(ctx))
         return super().resolve_command(ctx, args)

@@ -257,11 +257,6 @@ class TrainConfig:
 
     def __post_init__(self):
         validate(self)
-        if self.optimizer != "sgd" and differs(self, "momentum"):
-            raise ConfigError(
-                f"train.momentum is set but does nothing under train.optimizer={self.optimizer} (it keeps torch's "
-                "betas); set train.optimizer=sgd to use it"
-            )
 
 
 @dataclass(frozen=True)

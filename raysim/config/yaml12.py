@@ -13,11 +13,16 @@ from typing import Any
 import yaml
 
 BOOL = "tag:yaml.org,2002:bool"
+MERGE = "tag:yaml.org,2002:merge"
 
 
 class _Loader(yaml.SafeLoader):
     def construct_mapping(self, node, deep=False):
-        keys = [self.construct_object(key, deep=deep) for key, _ in node.value if isinstance(key, yaml.ScalarNode)]
+        keys = [  # before merge keys (<<) are flattened in: a key may override a merged one
+            self.construct_object(key, deep=deep)
+            for key, _ in node.value
+            if isinstance(key, yaml.ScalarNode) and key.tag != MERGE
+        ]
         repeated = sorted({str(k) for k in keys if keys.count(k) > 1})
         if repeated:
             raise yaml.constructor.ConstructorError(

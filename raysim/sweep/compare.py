@@ -238,7 +238,8 @@ def tuned_values(comparison: Comparison) -> tuple[dict[str, dict[str, Any]], dic
     plans = _read_json(plans_path)
     for label in comparison.methods:
         plan = tuning_plan(comparison, label)
-        if (label in done or label in stopped) and plans.get(label, plan) != plan:  # no record: taken as it was
+        resumable = label in stopped and tune.Tuner.can_restore(stopped[label])  # else it is tuned anew
+        if (label in done or resumable) and plans.get(label, plan) != plan:  # no record: taken as it was
             tuned, record = ("tuned", path) if label in done else ("was tuning", stopped_path)
             raise ConfigError(
                 f"comparison {comparison.name} {tuned} {label} with {plans[label]['budget']} trials at the setting "
@@ -246,7 +247,7 @@ def tuned_values(comparison: Comparison) -> tuple[dict[str, dict[str, Any]], dic
             )
         if label in done:
             continue
-        if label in stopped and tune.Tuner.can_restore(stopped[label]):
+        if resumable:
             sweep, folder = sweeping.load_sweep(stopped[label])
             print(f"resuming the tuning of {label} in {folder}", file=sys.stderr, flush=True)
             resume = str(folder)

@@ -80,6 +80,25 @@ def test_a_round_a_stopped_run_never_reached_is_one_line_before_any_replay(track
     assert result.exit_code == 2 and result.output.strip().splitlines() == [f"raysim: error: run {run_id} {message}"]
 
 
+def test_an_asynchronous_run_is_refused_as_such_whatever_rounds_it_reported(tracking_uri):
+    """An asynchronous run logs its server versions as rounds: the refusal names the mode, not the rounds."""
+    layers = [SGD, {"federation": {"mode": "async"}, "systems": {"speed": "lognormal:3,0.5"}}]
+    run_id = recorded_run(tracking_uri, "fedavg", *layers, reported=0)
+    result = CliRunner().invoke(main, ["attack", "inverting", "--run", run_id, "--tracking-uri", tracking_uri])
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
+    assert "the run used federation.mode=async" in result.output
+
+
+def test_fedprox_updates_of_several_steps_are_refused():
+    """FedProx's proximal term has a zero gradient at the first local step only."""
+    from raysim.attacks.harness import update_objective
+    from raysim.core.messages import Broadcast, ClientUpdate
+
+    update = ClientUpdate(3, 8, {"w": torch.zeros(1)}, metrics={"steps": 2})
+    with pytest.raises(ConfigError, match=r"^client 3 took 2 local steps, and fedprox's loss adds a term"):
+        update_objective(update, Broadcast({"w": torch.zeros(1)}), smoke_config("fedprox"), model=None)
+
+
 def test_an_unknown_run_and_a_run_without_its_final_state_are_one_line(tracking_uri):
     unknown = CliRunner().invoke(main, ["attack", "membership", "--run", "nope", "--tracking-uri", tracking_uri])
     assert unknown.exit_code == 2 and "MLflow run nope is not in the store" in unknown.output

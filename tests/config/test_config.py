@@ -13,6 +13,7 @@ from raysim.config import (
     preset_for_method,
     presets,
     setting_note,
+    yaml12,
 )
 from raysim.core.registry import METHODS
 
@@ -76,7 +77,6 @@ def test_on_off_yes_no_are_words_and_only_true_false_are_booleans():
         ([{"federation": {"rounds": "ten"}}], "federation.rounds='ten' has the wrong type; expected int"),
         ([{"fgpt": {"k": 2}}], "unknown section 'fgpt' for method fedvpt"),
         ([{"fedvpt": {"prompt_length": 0}}], "prompt_length=0 must be at least 1"),
-        ([{"train": {"momentum": 0.5}}], "train.momentum is set but does nothing under train.optimizer=adamw"),
         (
             [{"model": {"weights": "/no/such/file.safetensors"}}],
             "weights file /no/such/file.safetensors does not exist",
@@ -88,6 +88,13 @@ def test_bad_values_give_one_line_errors(layers, fragment):
         build_config("fedvpt", layers)
     assert fragment in str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_yaml_merge_keys_load_and_a_key_given_twice_is_refused():
+    merged = yaml12.load("base: &b {lr: 0.1, batch_size: 4}\ntrain: {<<: *b, lr: 0.2}\n")
+    assert merged["train"] == {"lr": 0.2, "batch_size": 4}  # a key may override a merged one
+    with pytest.raises(yaml.YAMLError, match="key 'lr' is given twice in one mapping"):
+        yaml12.load("train: {lr: 0.1, lr: 0.2}\n")
 
 
 def test_unknown_method_lists_valid_names():

@@ -135,6 +135,8 @@ def test_a_stopped_tuning_resumes_only_at_the_budget_and_setting_it_started_with
     """A tuning stopped mid-way (tuning.json names its sweep) under another budget would finish that sweep and be
     recorded as the new budget's: refused before anything resumes."""
     before = Comparison("c", ("sgpt", "fedavg"), (3, 4), None, [], {}, 4, str(tmp_path))
+    (tmp_path / "a-stopped-sweep").mkdir()
+    (tmp_path / "a-stopped-sweep" / "tuner.pkl").write_bytes(b"")  # what Tune restores from: it has saved its state
     (tmp_path / "tuning.json").write_text(json.dumps({"sgpt": str(tmp_path / "a-stopped-sweep")}))
     (tmp_path / "plans.json").write_text(json.dumps({"sgpt": tuning_plan(before, "sgpt")}))
     changed = Comparison("c", ("sgpt", "fedavg"), (3, 4), None, [], {}, 16, str(tmp_path))

@@ -15,9 +15,8 @@ LAYERS = [{"resources": {"backend": "ray", "workers": 1, "cpus_per_client": 0.5}
 
 def test_a_trials_driver_runs_on_the_head_node_and_the_heads_cpus_bound_the_trials_at_once():
     result, _ = cluster_script_result(SCRIPT, json.dumps(LAYERS), timeout_s=180)
-    driver, worker = result["bundles"]
+    driver, _ = result["bundles"]
     assert driver == result["head"]  # PACK alone puts the whole 1.5-CPU group on the 2-CPU worker node
-    assert worker in (result["head"], result["worker_node"])
     # 3 CPUs host two 1.5-CPU trials, but the head's 1 CPU holds one driver
     assert result["planned"] == 1
     assert result["two_refused"] == (
