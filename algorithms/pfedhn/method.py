@@ -45,6 +45,7 @@ def server_part(server: Tensors, prefix: str) -> Tensors:
 @implements("pfedhn")
 class PFedHN(Personalised, ResolvesOptions, FedVPT):
     each_update = "its hypernetwork steps on each client's delta with that client's embedding"
+    own_broadcast = "its hypernetwork generates each client's own prompts and head"
 
     def resolved_options(self, depth: int) -> HNOptions:
         """embed_dim -1: the paper's 1 + N / 4 for N clients."""

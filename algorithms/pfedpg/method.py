@@ -42,6 +42,7 @@ DESCRIPTORS, STEPS, HEADS, SEEN = "descriptors", "adam_steps", "attention_heads"
 @implements("pfedpg")
 class PFedPG(Personalised, FedVPT):
     each_update = "its prompt generator steps on each client's delta with that client's descriptor"
+    own_broadcast = "its prompt generator makes each client's own prompts"
 
     def init_global(self, model, generator) -> GlobalState:
         vit, clients, length = model.vit, self.config.federation.clients, self.options.prompt_length

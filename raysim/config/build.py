@@ -69,6 +69,12 @@ class Config:
                 f"{self.method} is split learning: its clients send activations every local step, not an update "
                 "compression.uplink could encode; unset compression.*"
             )
+        own = self.compression.downlink != "none" and get_method(self.method).cls.own_broadcast  # torch: only then
+        if own:
+            raise ConfigError(
+                f"{self.method} sends each client tensors of its own ({own}), which compression.downlink's one shared "
+                "model cannot stand for; unset compression.downlink"
+            )
         if self.systems.tiers is not None:
             require_tiers(self.method, "systems.tiers")
         self._check_privacy()

@@ -79,6 +79,9 @@ class Method:
     sees only the cohort's sum."""
     user_dp: ClassVar[str] = ""
     """Why user-level DP's clipping cannot bound what this method's clients send (``""``: it can)."""
+    own_broadcast: ClassVar[str] = ""
+    """Why the server sends each client tensors of its own (``Broadcast.instructions``) rather than the one model all
+    receive (``""``: it does not): ``compression.downlink``'s shared model cannot stand for them."""
     record_dp: ClassVar[str] = ""
     """Why record-level DP-SGD cannot cover what this method's clients send (``""``: its local training is
     :func:`raysim.core.training.local_train`'s plain steps, which DP-SGD replaces, and nothing else it sends reads

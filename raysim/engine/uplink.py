@@ -56,6 +56,21 @@ class OwnStates(Mapping):
         return sum(1 for _ in self)
 
 
+def malformed(update: ClientUpdate, received: Tensors) -> bool:
+    """Whether ``update`` holds what screening rejects and an encoding cannot take: a value that is not finite, a
+    tensor of another shape than the one the client received, or a ``trained`` mask that is not one boolean per row
+    (:mod:`raysim.engine.screening`)."""
+    for name, tensor in update.params.items():
+        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+            return True
+        if name in received and received[name].shape != tensor.shape:
+            return True
+        rows = update.trained.get(name)
+        if rows is not None and (rows.dtype != torch.bool or tuple(rows.shape) != tuple(tensor.shape[:1])):
+            return True
+    return False
+
+
 class Uplink:
     """The round's uplink under ``compression.*``: :meth:`send` turns a trained update into what the server
     receives, and remembers each sender's new residual until :meth:`state_to_keep` stores it."""
@@ -68,12 +83,13 @@ class Uplink:
 
     def send(self, round: int, broadcast: Broadcast, update: ClientUpdate, state: Tensors | None) -> ClientUpdate:
         """``update`` as the server decodes it, its params' encoded bytes in ``update.sent``; ``state`` is what the
-        client kept (its residual in it). An update with a value that is not finite goes as it is, for screening to
-        reject (an encoding would drop or spread the NaN and keep it in the residual), and leaves no residual."""
-        if not all(torch.isfinite(t).all() for t in update.params.values() if t.is_floating_point()):
+        client kept (its residual in it). An update screening rejects (:func:`malformed`) goes as it is, for
+        screening to name (an encoding would drop or spread a NaN and keep it in the residual, or fail on a shape),
+        and leaves no residual."""
+        received = {**broadcast.params, **broadcast.instructions.get(update.client_id, {})}
+        if malformed(update, received):
             update.sent = tensor_bytes(update.params)
             return update
-        received = {**broadcast.params, **broadcast.instructions.get(update.client_id, {})}
         residual = residual_of(state) if self.feedback else {}
         generator = torch.Generator().manual_seed(derive_seed(self.seed, Purpose.COMPRESSION, round, update.client_id))
         decoded, kept, sent = {}, {}, 0

@@ -4,10 +4,13 @@ each client's download since its last one, and an update moved onto the server's
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
+from raysim.base.errors import ConfigError
 from raysim.config import build_config
 from raysim.core.messages import Broadcast, ClientUpdate
+from raysim.core.registry import METHODS, get_method
 from raysim.engine.downlink import Downlink
 
 
@@ -57,3 +60,18 @@ def test_an_update_is_moved_onto_the_server_model_and_the_ledger_survives_a_chec
     again = downlink(saved=link.saved())
     assert again.public["w"].tolist() == link.public["w"].tolist() and again.sent == link.sent
     assert np.array_equal(again.synced, link.synced)
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_a_method_that_sends_each_client_its_own_tensors_refuses_a_compressed_broadcast(method):
+    """pFedHN's and pFedPG's clients train from tensors made for them alone (Broadcast.instructions): the shared public
+    model of compression.downlink would move them by the server's leftover error, which no client received."""
+    layer = {"compression": {"downlink": "topk:0.5"}}
+    if get_method(method).split_learning:
+        return  # refused for its activations (tests/engine/test_uplink.py)
+    if get_method(method).cls.own_broadcast:
+        with pytest.raises(ConfigError, match=rf"^{method} sends each client tensors of its own \("):
+            build_config(method, [layer])
+    else:
+        assert build_config(method, [layer]).compression.downlink == "topk:0.5"
+    assert {m for m in METHODS if get_method(m).cls.own_broadcast} == {"pfedhn", "pfedpg"}

@@ -78,6 +78,26 @@ def test_an_update_that_is_not_finite_goes_unencoded_for_screening_to_reject_and
     assert list(screen([sent], received.params)[1]) == [3] and uplink.state_to_keep(3, None, None) is None
 
 
+@pytest.mark.parametrize(
+    ("params", "trained", "why"),
+    [
+        ({"w": torch.ones(3)}, {}, "params w: expected shape (4,), got shape (3,)"),
+        ({"w": torch.ones(4, 1)}, {}, "params w: expected shape (4,), got shape (4, 1)"),
+        ({"w": torch.ones(4)}, {"w": torch.tensor([True, False])}, "trained w: expected a boolean mask of 4 rows"),
+    ],
+)
+def test_a_malformed_update_goes_unencoded_for_screening_to_reject_by_name(params, trained, why):
+    """A shape the client did not receive (or a mask that is not one boolean per row) fails an encoding; sent as it
+    is, screening rejects the client with its reason, as without compression."""
+    from raysim.engine.screening import screen
+
+    uplink = Uplink(build_config("fedvpt", [{"compression": {"uplink": "qsgd:8", "error_feedback": True}}]))
+    received = Broadcast({"w": torch.zeros(4)})
+    sent = uplink.send(1, received, ClientUpdate(3, 1, params, trained=trained), None)
+    assert sent.params is params and uplink.state_to_keep(3, None, None) is None
+    assert why in screen([sent], received.params)[1][3]
+
+
 def quiet_run(config, **kwargs):
     return run(config, show_progress=False, console=Console(file=io.StringIO()), **kwargs)
 
