@@ -142,6 +142,11 @@ class FederationConfig:
         except ValueError as error:
             raise ConfigError(f"federation.staleness={error}") from None
         self._check_async()
+        if differs(self, "stragglers") and not self.deadline_s > 0:
+            raise ConfigError(
+                f"federation.stragglers={self.stragglers} is set but does nothing without a round deadline (a "
+                "straggler is a client that misses it); set federation.deadline_s, in synchronous rounds"
+            )
         if self.trainable_clients < 1:
             fix = f"lower it below {(self.clients - 0.5) / self.clients:.3g}" if self.clients > 1 else "set it to 0"
             raise ConfigError(

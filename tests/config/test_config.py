@@ -77,6 +77,7 @@ def test_on_off_yes_no_are_words_and_only_true_false_are_booleans():
         ([{"federation": {"rounds": "ten"}}], "federation.rounds='ten' has the wrong type; expected int"),
         ([{"fgpt": {"k": 2}}], "unknown section 'fgpt' for method fedvpt"),
         ([{"fedvpt": {"prompt_length": 0}}], "prompt_length=0 must be at least 1"),
+        ([{"federation": {"stragglers": "partial"}}], "federation.stragglers=partial is set but does nothing without"),
         (
             [{"model": {"weights": "/no/such/file.safetensors"}}],
             "weights file /no/such/file.safetensors does not exist",
