@@ -9,13 +9,18 @@ import torch
 from raysim.core.messages import ClientUpdate, Tensors
 
 
-def _bad(name: str, tensor: torch.Tensor, shape: tuple | None) -> str | None:
+def bad_tensor(name: str, tensor: torch.Tensor, shape: tuple | None) -> str | None:
     """Why one received tensor is unusable (wrong shape, NaN/Inf), or None."""
     if shape is not None and tuple(tensor.shape) != tuple(shape):
         return f"{name}: expected shape {tuple(shape)}, got shape {tuple(tensor.shape)}"
     if tensor.is_floating_point() and not torch.isfinite(tensor).all():
         return f"{name} has NaN or Inf"
     return None
+
+
+def bad_mask(mask: torch.Tensor, shape: torch.Size) -> bool:
+    """Whether a capacity tier's ``trained`` mask is not one boolean per row of a tensor of ``shape``."""
+    return mask.dtype != torch.bool or tuple(mask.shape) != tuple(shape[:1])
 
 
 def screen(
@@ -44,21 +49,21 @@ def screen(
         problems += [
             f"params {name} is not a global parameter"
             if name not in params
-            else _bad(f"params {name}", t, params[name].shape)
+            else bad_tensor(f"params {name}", t, params[name].shape)
             for name, t in update.params.items()
         ]
         problems += [
             f"trained {name} is not a global parameter"
             if name not in params
             else f"trained {name}: expected a boolean mask of {params[name].shape[0]} rows"
-            if mask.dtype != torch.bool or tuple(mask.shape) != (params[name].shape[0],)
+            if bad_mask(mask, params[name].shape)
             else None
             for name, mask in update.trained.items()
         ]
         problems += [
             f"extra {name} is not one the method declares"
             if name not in declared
-            else _bad(f"extra {name}", t, declared[name])
+            else bad_tensor(f"extra {name}", t, declared[name])
             for name, t in update.extras.items()
         ]
         if update.num_samples > 0:
@@ -66,7 +71,7 @@ def screen(
                 f"metric {name} is {value}" for name, value in update.metrics.items() if not np.isfinite(value)
             ]
         problems += [
-            _bad(f"state {name}", t, previous[name].shape if name in previous else None)
+            bad_tensor(f"state {name}", t, previous[name].shape if name in previous else None)
             for name, t in (update.state or {}).items()
         ]
         reason = next((p for p in problems if p), None)

@@ -17,6 +17,7 @@ import torch
 
 from raysim.base.seeding import Purpose, derive_seed
 from raysim.core.messages import Broadcast, ClientUpdate, Tensors
+from raysim.engine.screening import bad_mask, bad_tensor
 from raysim.ops.aggregate import tensor_bytes
 from raysim.ops.codecs import parse
 from raysim.ops.compression import decode, encode, nbytes
@@ -57,18 +58,14 @@ class OwnStates(Mapping):
 
 
 def malformed(update: ClientUpdate, received: Tensors) -> bool:
-    """Whether ``update`` holds what screening rejects and an encoding cannot take: a value that is not finite, a
-    tensor of another shape than the one the client received, or a ``trained`` mask that is not one boolean per row
-    (:mod:`raysim.engine.screening`)."""
-    for name, tensor in update.params.items():
-        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
-            return True
-        if name in received and received[name].shape != tensor.shape:
-            return True
-        rows = update.trained.get(name)
-        if rows is not None and (rows.dtype != torch.bool or tuple(rows.shape) != tuple(tensor.shape[:1])):
-            return True
-    return False
+    """Whether ``update`` holds what screening rejects and an encoding cannot take (screening's own checks): a value
+    that is not finite, a tensor of another shape than the one the client received, or a ``trained`` mask that is
+    not one boolean per row."""
+    return any(
+        bad_tensor(name, tensor, received[name].shape if name in received else None)
+        or (name in update.trained and bad_mask(update.trained[name], tensor.shape))
+        for name, tensor in update.params.items()
+    )
 
 
 class Uplink:
