@@ -15,7 +15,7 @@ from functools import partial
 import click
 
 from raysim.attacks.cli import attack
-from raysim.base.command_group import CommandGroup
+from raysim.base.command_group import CommandGroup, given_on_command_line
 from raysim.base.errors import BadUpdateError, ConfigError, RunInterrupted, SweepError, Terminated
 from raysim.base.settings import default_of
 from raysim.base.stop_signals import take_sigterm
@@ -240,16 +240,11 @@ def tune(method, space, num_samples, max_concurrent, metric, mode, scheduler, na
     from raysim.sweep import tune as sweeping  # imports Ray, Tune and MLflow: only when a sweep starts
 
     if resume is not None:
-        context = click.get_current_context()
         planned = ("space", "num_samples", "max_concurrent", "metric", "mode", "scheduler", "name")
         given = [f"--{k.replace('_', '-')}" for k, v in flags.items() if v is not None] + (
             ["--preset"] if preset else []
         )
-        given += [
-            f"--{k.replace('_', '-')}"
-            for k in planned
-            if context.get_parameter_source(k) is click.core.ParameterSource.COMMANDLINE
-        ]
+        given += given_on_command_line(planned)
         if method or given or overrides:
             raise ConfigError(f"--resume finishes the sweep as it was planned; drop {(given or ['METHOD'])[0]}")
         found, folder = sweeping.load_sweep(resume)

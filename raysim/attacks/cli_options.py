@@ -9,8 +9,8 @@ from pathlib import Path
 from statistics import mean
 
 import click
-from click.core import ParameterSource
 
+from raysim.base.command_group import given_on_command_line
 from raysim.base.errors import ConfigError
 from raysim.config import TrackingConfig
 
@@ -64,12 +64,7 @@ def client_ids(text: str | None) -> list[int] | None:
 def refuse_unused(options: tuple[str, ...], because: str) -> None:
     """One line for any of ``options`` (parameter names) given on the command line that the command's other
     options make do nothing: ``because`` says why and what to pass instead."""
-    context = click.get_current_context()
-    given = [
-        f"--{name.replace('_', '-')}"
-        for name in options
-        if context.get_parameter_source(name) is ParameterSource.COMMANDLINE
-    ]
+    given = given_on_command_line(options)
     if given:
         raise ConfigError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} nothing {because}")
 
