@@ -249,7 +249,9 @@ def parse_override(text: str) -> tuple[str, str, Any]:
     section, key = dotted.strip().split(".", 1)
     try:
         value = yaml12.load(raw) if raw.strip() else None
-    except yaml.YAMLError:
+    except yaml12.RepeatedKey as error:
+        raise ConfigError(f"override {text!r}: {error.problem}; give each key once") from None
+    except yaml.YAMLError:  # not YAML: the text itself
         value = raw
     return section, key, value
 

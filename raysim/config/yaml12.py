@@ -16,6 +16,10 @@ BOOL = "tag:yaml.org,2002:bool"
 MERGE = "tag:yaml.org,2002:merge"
 
 
+class RepeatedKey(yaml.constructor.ConstructorError):
+    """A mapping gives one key twice."""
+
+
 class _Loader(yaml.SafeLoader):
     def construct_mapping(self, node, deep=False):
         keys = [  # before merge keys (<<) are flattened in: a key may override a merged one
@@ -25,9 +29,7 @@ class _Loader(yaml.SafeLoader):
         ]
         repeated = sorted({str(k) for k in keys if keys.count(k) > 1})
         if repeated:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"key {repeated[0]!r} is given twice in one mapping", node.start_mark
-            )
+            raise RepeatedKey(None, None, f"key {repeated[0]!r} is given twice in one mapping", node.start_mark)
         return super().construct_mapping(node, deep=deep)
 
 

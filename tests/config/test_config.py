@@ -96,6 +96,8 @@ def test_yaml_merge_keys_load_and_a_key_given_twice_is_refused():
     assert merged["train"] == {"lr": 0.2, "batch_size": 4}  # a key may override a merged one
     with pytest.raises(yaml.YAMLError, match="key 'lr' is given twice in one mapping"):
         yaml12.load("train: {lr: 0.1, lr: 0.2}\n")
+    with pytest.raises(ConfigError, match=r"^override .*: key 'a' is given twice in one mapping; give each key once$"):
+        parse_override("fedgcr.mix={a: 1, a: 2}")  # not the text itself, as a value YAML cannot read is
 
 
 def test_unknown_method_lists_valid_names():
