@@ -260,7 +260,8 @@ def tune(method, space, num_samples, max_concurrent, metric, mode, scheduler, na
         method, space, num_samples, max_concurrent, metric, mode, scheduler, name, preset, flag_layers(overrides, flags)
     )
     folder = sweeping.sweep_folder(found)
-    with sweeping.sole_sweep_runner(found, folder):
+    with sweeping.sole_sweep_runner(found, folder, new=True):
+        sweeping.refuse_taken(found.name, folder)  # another process may have started this name since the plan
         found = sweeping.open_parent(found)
         sweeping.save_sweep(found)
         experiment = found.trial_config({}).tracking.experiment

@@ -329,9 +329,21 @@ def sweep_folder(sweep: Sweep) -> Path:
     return Path(sweep.storage) / sweep.name
 
 
-def sole_sweep_runner(sweep: Sweep, folder: Path):
-    """:func:`sole_runner` on the sweep's folder: a second process running or resuming it stops at once."""
-    return sole_runner(folder, f"sweep {sweep.name!r}", f"resume it with: raysim tune --resume {folder}")
+def sole_sweep_runner(sweep: Sweep, folder: Path, new: bool = False):
+    """:func:`sole_runner` on the sweep's folder: a second process running or resuming it stops at once (one that
+    would start a ``new`` sweep of a name in use is also told to pick another --name)."""
+    resume = f"resume it with: raysim tune --resume {folder}" + ("; or give this one another --name" if new else "")
+    return sole_runner(folder, f"sweep {sweep.name!r}", resume)
+
+
+def refuse_taken(name: str, folder: Path) -> None:
+    """A one-line error where a sweep of this name exists: checked when the sweep is planned, and again under the
+    folder's lock (:func:`sole_sweep_runner`), since another process may have started the same name in between."""
+    if (folder / SWEEP_FILE).exists():
+        raise ConfigError(
+            f"sweep {name!r} exists ({folder}); resume it with: raysim tune --resume {folder}, or give this one "
+            "another --name"
+        )
 
 
 def save_sweep(sweep: Sweep) -> Path:
@@ -488,11 +500,7 @@ def plan(
     name = name or f"{method}-{time.strftime('%Y%m%d-%H%M%S')}"
     check_store(probe.tracking.resolved_uri)
     storage = beside_store(probe.tracking.resolved_uri) / "tune"
-    if (storage / name / SWEEP_FILE).exists():
-        raise ConfigError(
-            f"sweep {name!r} exists ({storage / name}); resume it with: raysim tune --resume {storage / name}, or "
-            f"give this one another --name"
-        )
+    refuse_taken(name, storage / name)
     connect_ray(probe.resources)
     experiment = probe.tracking.experiment if flag_set(flag_layers, "experiment") else name
     sweep = Sweep(

@@ -149,6 +149,33 @@ BAD = [
 ]
 
 
+def test_a_name_another_process_takes_after_the_plan_is_refused_under_the_lock(
+    ray_session, tmp_path, tracking_uri, space, monkeypatch
+):
+    """Two `raysim tune --name N` started together both pass the plan's check; the second to take the lock stops
+    before it opens a run, and one that finds the lock held is told to wait or pick another --name."""
+    planned = sweeping.plan
+
+    def taken_meanwhile(*args):
+        found = planned(*args)
+        sweeping.save_sweep(found)  # the other process took the lock, saved its sweep and let go
+        return found
+
+    command = ["tune", "fedvpt", "--space", space, "--name", "s9", "--tracking-uri", tracking_uri, *SMALL]
+    with monkeypatch.context() as patch:
+        patch.setattr(sweeping, "plan", taken_meanwhile)
+        second = CliRunner().invoke(main, command)
+    assert second.exit_code == 2 and len(own_lines(second.stderr)) == 1, second.stderr
+    assert f"sweep 's9' exists ({tmp_path / 'tune' / 's9'}); resume it with" in second.stderr
+    assert MlflowClient(tracking_uri).get_experiment_by_name("s9") is None  # no run opened
+
+    with sole_runner(tmp_path / "tune" / "s10", "the first", "resume it"):  # the other process still holds it
+        held = CliRunner().invoke(main, [*command[:5], "s10", *command[6:]])
+    assert held.exit_code == 2 and len(own_lines(held.stderr)) == 1, held.stderr
+    assert f"sweep 's10' is running in process {os.getpid()}" in held.stderr
+    assert held.stderr.rstrip().endswith("; or give this one another --name")
+
+
 def test_a_sweep_stopped_before_tune_saved_its_state_is_refused_in_one_line(tracking_uri, tmp_path, monkeypatch):
     """Killed between writing sweep.json and Tune's first save: nothing to restore (Tune would raise on tuner.pkl)."""
     sweep = sweeping.Sweep(
