@@ -15,6 +15,7 @@ from pathlib import Path
 from raysim.base.errors import ConfigError, unknown_name
 from raysim.base.paths import sqlite_file
 from raysim.base.settings import NON_NEGATIVE, POSITIVE, at_least, differs, positive, setting, validate
+from raysim.data import FROM_DISK
 from raysim.data.partition import CLASS_SETS, PACHINKO_FORMS, PARTITIONERS
 from raysim.data.sources import SOURCES
 from raysim.ops.codecs import parse as parse_codec
@@ -264,6 +265,11 @@ class TrainConfig:
         validate(self)
 
 
+def absolute(path: str) -> str:
+    """``path`` with ``~`` expanded, made absolute."""
+    return str(Path(path).expanduser().resolve())
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """The frozen backbone: a timm name, and where its weights come from.
@@ -277,6 +283,8 @@ class ModelConfig:
     pretrained: bool = setting(True, "Load pretrained weights (shipped, or the hub's for timm names).")
 
     def __post_init__(self):
+        if self.weights is not None:  # absolute: a run resumed or replayed from another folder loads the same file
+            object.__setattr__(self, "weights", absolute(self.weights))
         if self.weights is not None and not Path(self.weights).is_file():
             raise ConfigError(
                 f"weights file {self.weights} does not exist; pass a safetensors file saved from "
@@ -343,6 +351,13 @@ class DataConfig:
         if self.partition not in PARTITIONERS:
             raise unknown_name("partition", self.partition, PARTITIONERS)
         validate(self)
+        if self.data_dir and self.dataset not in FROM_DISK:
+            raise ConfigError(
+                f"data.data_dir={self.data_dir} is set but dataset {self.dataset!r} is built in and reads no files; "
+                "drop --data-dir, or pick a dataset read from disk (raysim ls datasets)"
+            )
+        if self.data_dir:  # absolute: a run resumed or replayed from another folder reads the same data
+            object.__setattr__(self, "data_dir", absolute(self.data_dir))
 
 
 @dataclass(frozen=True)

@@ -16,3 +16,4 @@ IMBALANCE_ORDERED = glyphs.IMBALANCE_ORDERED | {spec.name for spec in FOLDER_DAT
 for _name, (_description, _read) in {**GLYPH_SOURCES, **REAL_SOURCES}.items():
     SOURCES.add(_name, Source(_name, _description, _read))
 SOURCES.add("parquet", Source("parquet", f"your own data: {PARQUET_LAYOUT} (data.data_dir)", read_parquet))
+FROM_DISK = frozenset({*REAL_SOURCES, "parquet"})  # the data sets read from data.data_dir; the others are built in

@@ -281,6 +281,7 @@ def run(
                 _log_setup(tracker, record, drawn[0] if drawn else partition_artifacts(shards))
                 tracker.log_metrics({TRAINABLE: trainable, **noise_of(config, shards)}, step=0)
             else:
+                provenance.refuse_other_data(tracker.client, resume.run_id, config, shards)
                 tracker.attach(resume.run_id)
                 run_id, start, run_folder = resume.run_id, resume, resume.folder.parent
             trim_memory()  # what the set-up thread freed (reads, decodes, imports): glibc keeps it until asked

@@ -522,7 +522,8 @@ def plan(
 
 def pinned_layer(probe: Config, experiment: str) -> dict[str, dict[str, Any]]:
     """The config layer every trial of a sweep (or cell of a comparison) ends with. Trials run in their own working
-    folders: the store, the experiment and every path are pinned to absolute ones; the precision is resolved once,
+    folders: the store, the experiment and the checkpoints are pinned to absolute paths (the data's and the weights'
+    are absolute in every config); the precision is resolved once,
     here, so every trial computes alike; a trial keeps the checkpoints back to its last evaluated round (the one
     Tune would restore)."""
     return {
@@ -533,8 +534,6 @@ def pinned_layer(probe: Config, experiment: str) -> dict[str, dict[str, Any]]:
             "dir": str(probe.checkpoint.root(probe.tracking.resolved_uri)),
         },
         "train": {"precision": resolved(probe).train.precision},
-        "data": {"data_dir": _absolute(probe.data.data_dir)},
-        "model": {"weights": _absolute(probe.model.weights)},
     }
 
 
@@ -548,7 +547,3 @@ def check_store_and_ray(sweep: Sweep) -> None:
 def flag_set(layers: list[dict], key: str) -> bool:
     """Whether the flag layers set ``tracking.KEY`` (``--experiment``, say)."""
     return any(key in layer.get("tracking", {}) for layer in layers)
-
-
-def _absolute(path: str | None) -> str | None:
-    return str(Path(path).expanduser().resolve()) if path else None

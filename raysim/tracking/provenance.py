@@ -36,6 +36,7 @@ from mlflow.utils.mlflow_tags import (
 )
 
 from raysim import __version__
+from raysim.base.errors import ConfigError
 from raysim.config import NOT_COMPUTED, Config, build_config
 from raysim.core.registry import get_method
 from raysim.data import IMBALANCE_ORDERED
@@ -289,6 +290,21 @@ def partition_digest(shards: ShardStore) -> str:
     """A short digest of the clients' data: every row (images, labels, domains) and who holds it
     (:meth:`ShardStore.content_digest <raysim.data.shards.ShardStore.content_digest>`)."""
     return shards.content_digest()[:DIGEST_CHARS]
+
+
+def refuse_other_data(client, run_id: str, config: Config, shards: ShardStore) -> None:
+    """A one-line error where the data a resumed run rebuilt are not the data it started on (its dataset input's
+    digest, :func:`partition_digest`): a file read from disk changed or moved since, say. A run that recorded no
+    dataset input is not checked."""
+    recorded = [entry.dataset.digest for entry in client.get_run(run_id).inputs.dataset_inputs]
+    digest = partition_digest(shards)
+    if not recorded or recorded[0] == digest:
+        return
+    where = f" read from {config.data.data_dir}" if config.data.data_dir else ""
+    raise ConfigError(
+        f"run {run_id} cannot resume: its data{where} are not the data it started on (digest {digest}, the run's "
+        f"{recorded[0]}); put the run's data back as they were"
+    )
 
 
 def dataset_input(config: Config, shards: ShardStore) -> DatasetInput:

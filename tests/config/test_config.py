@@ -82,6 +82,10 @@ def test_on_off_yes_no_are_words_and_only_true_false_are_booleans():
             [{"model": {"weights": "/no/such/file.safetensors"}}],
             "weights file /no/such/file.safetensors does not exist",
         ),
+        (
+            [{"data": {"dataset": "digits", "data_dir": "/data/digit_five"}}],
+            "data.data_dir=/data/digit_five is set but dataset 'digits' is built in and reads no files; drop",
+        ),
     ],
 )
 def test_bad_values_give_one_line_errors(layers, fragment):
@@ -98,6 +102,18 @@ def test_yaml_merge_keys_load_and_a_key_given_twice_is_refused():
         yaml12.load("train: {lr: 0.1, lr: 0.2}\n")
     with pytest.raises(ConfigError, match=r"^override .*: key 'a' is given twice in one mapping; give each key once$"):
         parse_override("fedgcr.mix={a: 1, a: 2}")  # not the text itself, as a value YAML cannot read is
+
+
+def test_paths_are_absolute_in_the_config_whatever_folder_it_was_built_in(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "w.safetensors").write_bytes(b"")
+    config = build_config(
+        "fedvpt", [{"data": {"dataset": "parquet", "data_dir": "d.parquet"}, "model": {"weights": "~/w.safetensors"}}]
+    )
+    assert config.data.data_dir == str(tmp_path / "d.parquet")
+    assert config.model.weights == str(tmp_path / "home" / "w.safetensors")
 
 
 def test_unknown_method_lists_valid_names():

@@ -7,9 +7,12 @@ import dataclasses
 import io
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import torch
 from mlflow.tracking import MlflowClient
+from PIL import Image
 from rich.console import Console
 
 from raysim.algorithms._group_prompts import INSTABILITY, GroupDiagnostics
@@ -148,3 +151,42 @@ def test_resume_refuses_changes_that_would_change_the_numbers(ray_session, track
     legacy = dataclasses.replace(found, config=older)
     assert resume.resumed_config(legacy, None, [{"federation": {"rounds": 5}}]).train.precision == "fp32"
     assert resume.find(found.run_id, checkpoint_dir=str(tmp_path / "ck")).round == 3
+
+
+def test_a_run_resumes_only_on_the_data_it_started_on(ray_session, tracking_uri, tmp_path, monkeypatch):
+    """The run reads its rows from a file given by a relative path: resumed from another folder it reads the same
+    file (the path is absolute in its config), and after the file changed it stops in one line before it trains."""
+    rows = np.random.default_rng(0).integers(0, 256, (24, 16, 16, 3), dtype=np.uint8)
+
+    def write(images):
+        pngs = []
+        for image in images:
+            pngs.append(io.BytesIO())
+            Image.fromarray(image).save(pngs[-1], format="PNG")
+        table = pa.table({"image": [png.getvalue() for png in pngs], "label": [i % 3 for i in range(24)]})
+        pq.write_table(table, tmp_path / "rows.parquet")
+
+    write(rows)
+    monkeypatch.chdir(tmp_path)
+    layers = [
+        {k: v for k, v in SMALL.items() if k in ("federation", "model", "resources", "checkpoint")},
+        {"data": {"dataset": "parquet", "data_dir": "rows.parquet", "partition": "iid"}},
+        {"tracking": {"tracking_uri": tracking_uri}, "checkpoint": {"dir": str(tmp_path / "ck")}},
+    ]
+    full = quiet_run(build_config("fedavg", layers))
+    found = ckpt.load(tmp_path / "ck" / full.run_id / "round-000002")
+    assert found.config["data"]["data_dir"] == str(tmp_path / "rows.parquet")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    resumed = quiet_run(resume.resumed_config(found, None, []), resume=found)
+    assert comparable(resumed.history) == comparable(full.history)
+
+    write(255 - rows)
+    with pytest.raises(ConfigError) as refused:
+        quiet_run(resume.resumed_config(found, None, []), resume=found)
+    assert str(refused.value).startswith(
+        f"run {full.run_id} cannot resume: its data read from {tmp_path / 'rows.parquet'} are not the data it "
+        "started on (digest "
+    )
+    assert "\n" not in str(refused.value)
+    assert MlflowClient(tracking_uri).get_run(full.run_id).info.status == "FINISHED"  # left as it was
