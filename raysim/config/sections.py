@@ -468,10 +468,12 @@ class TrackingConfig:
 
     @property
     def resolved_uri(self) -> str:
-        """The given URI, or a SQLite file under ./raysim-runs."""
-        if self.tracking_uri:
+        """The given URI (a SQLite file's path made absolute, so that a run resumed from another folder finds its
+        store), or a SQLite file under ./raysim-runs."""
+        store = sqlite_file(self.tracking_uri) if self.tracking_uri else Path.cwd() / DEFAULT_TRACKING_DIR / "mlflow.db"
+        if store is None:  # a server
             return self.tracking_uri
-        return f"sqlite:///{(Path.cwd() / DEFAULT_TRACKING_DIR / 'mlflow.db').as_posix()}"
+        return f"sqlite:///{store.expanduser().absolute().as_posix()}"
 
 
 @dataclass(frozen=True)

@@ -114,6 +114,13 @@ def test_paths_are_absolute_in_the_config_whatever_folder_it_was_built_in(tmp_pa
     )
     assert config.data.data_dir == str(tmp_path / "d.parquet")
     assert config.model.weights == str(tmp_path / "home" / "w.safetensors")
+    # the store a run's checkpoint records: a relative SQLite path is absolute, a server's address as given
+    tracking = {"tracking_uri": "sqlite:///runs/mlflow.db"}
+    assert (
+        build_config("fedvpt", [{"tracking": tracking}]).tracking.resolved_uri == f"sqlite:///{tmp_path}/runs/mlflow.db"
+    )
+    tracking = {"tracking_uri": "http://127.0.0.1:5000"}
+    assert build_config("fedvpt", [{"tracking": tracking}]).tracking.resolved_uri == "http://127.0.0.1:5000"
 
 
 def test_unknown_method_lists_valid_names():
