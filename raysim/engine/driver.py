@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import ray
+from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raysim.actors.coordinator import Coordinator
@@ -32,7 +33,7 @@ from raysim.base.memory import trim_memory
 from raysim.base.paths import ray_job_working_dir, sqlite_file, unwritable
 from raysim.base.precision import native_bf16_cpu
 from raysim.base.ray_start import wait_for_ray
-from raysim.config import Config, dump_yaml
+from raysim.config import Config, build_config, dump_yaml
 from raysim.core.registry import get_method
 from raysim.data.partition_plot import PartitionArtifacts, partition_artifacts
 from raysim.data.shards import ShardStore
@@ -283,6 +284,8 @@ def run(
             else:
                 provenance.refuse_other_data(tracker.client, resume.run_id, config, shards)
                 tracker.attach(resume.run_id)
+                if config.federation.rounds != resume.config["federation"]["rounds"]:
+                    config = _record_extension(tracker, config, given, pool, resume)
                 run_id, start, run_folder = resume.run_id, resume, resume.folder.parent
             trim_memory()  # what the set-up thread freed (reads, decodes, imports): glibc keeps it until asked
             # the run's final files, written where the state lives: beside the checkpoints, which the coordinator
@@ -420,6 +423,21 @@ def named(config: Config) -> Config:
     return dataclasses.replace(
         config, tracking=dataclasses.replace(config.tracking, run_name=provenance.run_name(config))
     )
+
+
+def _record_extension(
+    tracker: Tracker, config: Config, given: Config, pool: Pool | None, resume: ckpt.Checkpoint
+) -> Config:
+    """``config``, resumed with another ``--rounds``, as the run now records it: its ``config.yaml``, its
+    description and, where raysim named the run, its name (that of a run of the new length: the rounds it shares with
+    one ran alike). MLflow keeps a param's first value, so the params still say the rounds the run started with."""
+    started = build_config(config.method, [resume.config, {"tracking": {"run_name": None}}])
+    if config.tracking.run_name == provenance.run_name(started):
+        config = named(dataclasses.replace(config, tracking=dataclasses.replace(config.tracking, run_name=None)))
+        tracker.client.update_run(tracker.run_id, name=config.tracking.run_name)
+    tracker.log_text(dump_yaml(recorded(config, pool)), "config.yaml")
+    tracker.set_tags({MLFLOW_RUN_NOTE: provenance.describe(config, given)})
+    return config
 
 
 def recorded(config: Config, pool: Pool | None) -> Config:

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import io
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+import yaml
 from mlflow.tracking import MlflowClient
 from PIL import Image
 from rich.console import Console
@@ -24,7 +26,7 @@ from raysim.engine.driver import run
 from raysim.ops import selection as sel
 from raysim.ops.metrics import TIMING_KEYS
 from raysim.tracking import checkpoint as ckpt
-from raysim.tracking import resume
+from raysim.tracking import provenance, resume
 
 SMALL = {
     "federation": {"clients": 6, "rounds": 3, "participation": 0.5, "seed": 3, "eval_every": 1},
@@ -124,8 +126,20 @@ def test_resume_on_the_ray_backend_with_more_rounds(ray_session, tracking_uri, t
     )
     resumed = quiet_run(config, resume=found)
     assert comparable(resumed.history[:3]) == comparable(full.history) and len(resumed.history) == 4
-    steps = [m.step for m in MlflowClient(tracking_uri).get_metric_history(full.run_id, "global_acc")]
+    client = MlflowClient(tracking_uri)
+    steps = [m.step for m in client.get_metric_history(full.run_id, "global_acc")]
     assert sorted(steps) == [1, 2, 3, 3, 4]  # round 3 ran twice (rewound to 2), with the same value
+    # the run records the config it now runs: the name of a 4-round run, its config.yaml and description
+    longer = build_config("fedgcr", [{**found.config, "tracking": {"run_name": None}}, {"federation": {"rounds": 4}}])
+    logged = client.get_run(full.run_id)
+    assert (
+        logged.info.run_name
+        == provenance.run_name(longer)
+        != provenance.run_name(build_config("fedgcr", [found.config, {"tracking": {"run_name": None}}]))
+    )
+    saved = yaml.safe_load(Path(client.download_artifacts(full.run_id, "config.yaml", str(tmp_path))).read_text())
+    assert saved["federation"]["rounds"] == 4
+    assert " x 4 rounds, " in logged.data.tags["mlflow.note.content"]
 
 
 def test_resume_refuses_changes_that_would_change_the_numbers(ray_session, tracking_uri, tmp_path):
