@@ -284,6 +284,7 @@ def run(
             else:
                 provenance.refuse_other_data(tracker.client, resume.run_id, config, shards)
                 tracker.attach(resume.run_id)
+                _log_unlogged_rounds(tracker, resume.history)
                 if config.federation.rounds != resume.config["federation"]["rounds"]:
                     config = _record_extension(tracker, config, given, pool, resume)
                 run_id, start, run_folder = resume.run_id, resume, resume.folder.parent
@@ -423,6 +424,19 @@ def named(config: Config) -> Config:
     return dataclasses.replace(
         config, tracking=dataclasses.replace(config.tracking, run_name=provenance.run_name(config))
     )
+
+
+def _log_unlogged_rounds(tracker: Tracker, history: list[dict[str, float]]) -> None:
+    """Log the rounds of a resumed run's checkpoint whose metrics MLflow lacks (its process killed after it wrote a
+    round's checkpoint and before it logged that round), so that the run holds every round."""
+    steps: dict[str, set[int]] = {}  # a metric's logged rounds, read once
+    for entry in history:
+        metrics = {key: value for key, value in entry.items() if key != "round"}
+        key = min(metrics)
+        if key not in steps:
+            steps[key] = {m.step for m in tracker.client.get_metric_history(tracker.run_id, key)}
+        if entry["round"] not in steps[key]:
+            tracker.log_metrics(metrics, step=entry["round"])
 
 
 def _record_extension(

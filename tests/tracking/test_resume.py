@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -204,3 +207,43 @@ def test_a_run_resumes_only_on_the_data_it_started_on(ray_session, tracking_uri,
     )
     assert "\n" not in str(refused.value)
     assert MlflowClient(tracking_uri).get_run(full.run_id).info.status == "FINISHED"  # left as it was
+
+
+KILLED_AFTER_CHECKPOINT = """
+import io, json, os, sys
+from rich.console import Console
+from raysim.config import build_config
+from raysim.engine import callbacks
+from raysim.engine.driver import run
+
+logged = callbacks.MLflowLogger.after_round
+
+
+def killed_in_round_2(self, round, report):
+    if round == 2:
+        os._exit(9)  # as the OOM killer would: round 2's checkpoint written, its metrics not yet logged
+    return logged(self, round, report)
+
+
+callbacks.MLflowLogger.after_round = killed_in_round_2
+run(build_config("fedvpt", json.loads(sys.argv[1])), show_progress=False, console=Console(file=io.StringIO()))
+"""
+
+
+def test_a_round_checkpointed_but_never_logged_is_logged_when_the_run_resumes(tracking_uri, tmp_path):
+    layers = [
+        {k: v for k, v in SMALL.items() if k in ("federation", "data", "model", "resources", "checkpoint")},
+        {"tracking": {"tracking_uri": tracking_uri}, "checkpoint": {"dir": str(tmp_path / "ck")}},
+    ]
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_AFTER_CHECKPOINT, json.dumps(layers)], capture_output=True, text=True, timeout=300
+    )
+    assert killed.returncode == 9, killed.stderr
+    (folder,) = (tmp_path / "ck").iterdir()
+    found = ckpt.load(folder)
+    client = MlflowClient(tracking_uri)
+    assert found.round == 2 and [m.step for m in client.get_metric_history(found.run_id, "global_acc")] == [1]
+    quiet_run(resume.resumed_config(found, None, []), resume=found)
+    history = client.get_metric_history(found.run_id, "global_acc")
+    assert sorted(m.step for m in history) == [1, 2, 3]
+    assert [m.value for m in history if m.step == 2] == [pytest.approx(found.history[1]["global_acc"])]
