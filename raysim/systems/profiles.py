@@ -62,11 +62,12 @@ class Profiles:
         return np.where(self.end >= self.period[self.owner], opening[self.owner], 0.0)
 
     def online_left(self, now: float) -> np.ndarray:
-        """Per client, how long it stays online from ``now`` (``inf``: always online; 0: offline now)."""
+        """Per client, how long it stays online from ``now`` (``inf``: always online; 0: offline now). An interval
+        opening within :func:`slack` of ``now`` is open: ``now`` may be the clock advanced by :meth:`next_online`."""
         left = np.where(self.offline_by_default, 0.0, np.inf)
         if len(self.owner):
             phase = np.mod(now, self.period[self.owner])
-            inside = (self.start <= phase) & (phase < self.end)
+            inside = (self.start <= phase + slack(now)) & (phase < self.end)
             np.maximum.at(left, self.owner[inside], (self.end - phase + self.carried_over)[inside])
         return left
 
@@ -79,8 +80,14 @@ class Profiles:
         period = self.period[self.owner[mine]]
         start = self.start[mine]
         phase = np.mod(now, period)
-        wait = np.where(start > phase, start - phase, period - phase + start)
+        wait = np.where(start > phase + slack(now), start - phase, period - phase + start)
         return float(wait[wait > 0].min(initial=np.inf))
+
+
+def slack(now: float) -> float:
+    """How far below an interval's opening the phase of the clock advanced to it may round (``now + wait`` and the
+    modulo each round once): a few units in the last place of ``now``."""
+    return 8 * float(np.spacing(max(abs(now), 1.0)))
 
 
 def draw_profiles(systems, clients: int, seed: int) -> Profiles:

@@ -188,3 +188,23 @@ def test_a_server_with_no_client_online_waits_for_one_it_could_select(tmp_path):
     devices = Devices(config, draw_profiles(config.systems, 2, seed=0))
     assert devices.select(1, 0.0, seen=[0]) == ([], 1000.0)
     assert devices.select(2, 1000.0, seen=[0]) == ([0], 0.0)
+
+
+def test_the_clock_advanced_by_the_wait_finds_the_client_online_whatever_its_rounding():
+    """``now + next_online(now)`` lands a few units in the last place below the opening as often as not (at 729,821 s,
+    1.9e-11 s below 821.48 s): the client is online there, never offline with a wait too small to move the clock."""
+    from raysim.systems.profiles import Profiles
+
+    draws = np.random.default_rng(0)
+    for _ in range(500):
+        period = float(draws.uniform(60, 86_400))
+        start = float(draws.uniform(0, period / 2))
+        profiles = Profiles(
+            *np.ones((3, 1)), period=np.array([period]), owner=np.array([0]), start=np.array([start]),
+            end=np.array([start + period / 4]), tier=np.array(["all"], dtype=object),
+        )  # fmt: skip
+        now = float(draws.uniform(0, 1e7))
+        if profiles.online_left(now)[0] > 0:
+            continue
+        now += profiles.next_online(now)
+        assert profiles.online_left(now)[0] > 0, (period, start, now)
