@@ -60,7 +60,10 @@ class Devices:
         up = np.array([u.bytes_up + protocol[1] for u in received], dtype=float)
         samples = np.array([u.metrics.get("samples", 0) for u in received], dtype=float)
         finish = finish_times(down, samples, up, p.speed[ids], p.downlink[ids], p.uplink[ids])
-        online = finish <= p.online_left(now)[ids]  # a client whose device goes offline first fails mid-round
+        # a client whose device goes offline before it is done fails mid-round; under partial it is done when the work
+        # it gets through by the deadline is (a straggler's cut update arrives at the deadline at the latest)
+        cut = fed.stragglers == "partial" and fed.deadline_s > 0
+        online = (np.minimum(finish, fed.deadline_s) if cut else finish) <= p.online_left(now)[ids]
         late = online & (finish > fed.deadline_s) if fed.deadline_s > 0 else np.zeros(len(ids), dtype=bool)
         usable = online & (~late if fed.stragglers == "drop" else True)
         updates = {u.client_id: u for u in received}

@@ -208,3 +208,37 @@ def test_the_clock_advanced_by_the_wait_finds_the_client_online_whatever_its_rou
             continue
         now += profiles.next_online(now)
         assert profiles.online_left(now)[0] > 0, (period, start, now)
+
+
+@pytest.mark.parametrize("stragglers, kept, late, dropouts", [("partial", [0], 1.0, 0.0), ("drop", [], 0.0, 1.0)])
+def test_under_partial_a_client_online_until_its_cut_work_arrives_is_a_straggler_not_a_dropout(
+    tmp_path, stragglers, kept, late, dropouts
+):
+    """Online for 25 s, 30 s of work at 1 sample/s, a 20 s deadline: the 20 samples it gets through by the deadline
+    arrive while it is online (partial); its whole work would not (drop: offline before it is done)."""
+    from types import SimpleNamespace
+
+    from raysim.engine.devices import Devices
+
+    rows = {"client": [0], "period_s": [100], "online": ["0-25"], "speed": [1.0]}
+    layers = [
+        {"systems": {"trace": write(tmp_path, rows)}, "federation": {"clients": 1, "participation": 1.0}},
+        {"federation": {"deadline_s": 20.0, "stragglers": stragglers}},
+    ]
+    config = build_config("fedvpt", layers)
+    devices = Devices(config, draw_profiles(config.systems, 1, seed=0))
+    broadcast = SimpleNamespace(bytes_to=lambda client: 0.0)
+
+    def update(samples):
+        return SimpleNamespace(client_id=0, bytes_up=0.0, metrics={"samples": samples, "steps": samples})
+
+    asked = []
+
+    def retrain(work):
+        asked.extend(work)
+        return [update(round(30 * fraction)) for _, fraction in work]
+
+    updates, metrics = devices.settle(0.0, broadcast, [update(30)], 0, retrain)
+    assert [u.client_id for u in updates] == kept
+    assert (metrics["stragglers"], metrics["dropouts"]) == (late, dropouts)
+    assert [(c, pytest.approx(w)) for c, w in asked] == ([(0, 20 / 30)] if stragglers == "partial" else [])
