@@ -397,6 +397,8 @@ def pretrain(out, **recipe_fields):
     from raysim.base.precision import native_bf16_cpu
     from raysim.engine.pretrain import pretrain as run_pretrain
 
+    if not out.endswith(".safetensors"):  # the sidecar is OUT with .json in place of the suffix
+        raise ConfigError(f"--out {out} must end in .safetensors (the .json sidecar is written beside it)")
     recipe = PretrainRecipe(**recipe_fields)
     command = recipe.command(out)
     console = Console(stderr=True)

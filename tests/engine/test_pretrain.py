@@ -6,9 +6,11 @@ import json
 import shlex
 import shutil
 from dataclasses import asdict
+from pathlib import Path
 
 import pytest
 import torch
+from click.testing import CliRunner
 
 from raysim.base.errors import ConfigError
 from raysim.cli import main
@@ -33,6 +35,8 @@ def test_tiny_recipe_is_deterministic_and_its_file_loads(tmp_path):
 def test_shipped_weights_load_by_hash_and_differ_from_random_init():
     sidecar = backbones.shipped_weights(DEFAULT_BACKBONE)
     assert sidecar is not None and sidecar["command"].startswith("raysim pretrain")
+    out = main.commands["pretrain"].make_context("pretrain", shlex.split(sidecar["command"])[2:]).params["out"]
+    assert (Path(__file__).parents[2] / out).resolve() == (backbones.WEIGHTS_DIR / sidecar["file"]).resolve()
     assert (backbones.WEIGHTS_DIR / sidecar["file"]).stat().st_size < 10 * 2**20
     pretrained = build_backbone(DEFAULT_BACKBONE, pretrained=True)
     random = build_backbone(DEFAULT_BACKBONE, pretrained=False, seed=0)
@@ -67,6 +71,14 @@ def test_recorded_command_sets_every_recipe_field():
     assert argv[:2] == ["raysim", "pretrain"]
     params = main.commands["pretrain"].make_context("pretrain", argv[2:]).params
     assert params.pop("out") == "my weights/w.safetensors" and params == asdict(recipe)
+
+
+def test_an_out_file_that_is_not_safetensors_is_refused_before_any_work(tmp_path):
+    """The sidecar is OUT with .json in place of its suffix: ``--out w.json`` would write it over the weights."""
+    result = CliRunner().invoke(main, ["pretrain", "--out", str(tmp_path / "w.json")])
+    assert result.exit_code == 2 and not any(tmp_path.iterdir())
+    said = f"--out {tmp_path / 'w.json'} must end in .safetensors (the .json sidecar is written beside it)"
+    assert result.stderr.strip() == f"raysim: error: {said}"
 
 
 def test_unknown_precision_is_refused():
