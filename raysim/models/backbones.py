@@ -15,6 +15,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 from timm.models import build_model_with_cfg, generate_default_cfgs, get_pretrained_cfg, register_model
+from timm.models.deit import VisionTransformerDistilled
 from timm.models.vision_transformer import VisionTransformer
 
 from raysim.base.errors import ConfigError, unknown_name
@@ -119,6 +120,11 @@ def build_backbone(
         raise ConfigError(
             f"backbone {name!r} is a {type(vit).__name__}, not a timm VisionTransformer; "
             f"choose a ViT such as {DEFAULT_BACKBONE!r}"
+        )
+    if isinstance(vit, VisionTransformerDistilled):  # its second head would stay a random, frozen half of each logit
+        raise ConfigError(
+            f"backbone {name!r} is a distilled ViT, whose logits average two heads (class and distillation tokens); "
+            f"raysim trains one head: choose its non-distilled form (e.g. {name.replace('_distilled', '')!r})"
         )
     if state is not None:
         _load_state(vit, name, path, state)

@@ -1,5 +1,6 @@
 """Backbone registry, building, weights files, hub failures (never online), and input preprocessing."""
 
+import re
 import socket
 
 import pytest
@@ -100,6 +101,12 @@ def test_unknown_name_lists_the_valid_ones():
 
 def test_timm_model_that_is_not_a_vit():
     one_line_error(lambda: build_backbone("resnet18"), "is a ResNet, not a timm VisionTransformer")
+    distilled = "deit_tiny_distilled_patch16_224"
+    one_line_error(
+        lambda: build_backbone(distilled, pretrained=False),
+        re.escape(f"backbone '{distilled}' is a distilled ViT, whose logits average two heads (class and distillation ")
+        + re.escape("tokens); raysim trains one head: choose its non-distilled form (e.g. 'deit_tiny_patch16_224')"),
+    )
 
 
 def test_nano_has_no_pretrained_weights():
