@@ -9,10 +9,8 @@ from typing import Any
 
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
-from raysim.tracking.mlflow import KIND, Tracker
+from raysim.tracking.mlflow import ATTACK, KIND, Tracker
 from raysim.tracking.provenance import provenance_tags
-
-ATTACK = "attack"  # an attack's run is tagged KIND=ATTACK and raysim.attack=its name
 
 
 @contextmanager

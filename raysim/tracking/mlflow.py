@@ -34,6 +34,7 @@ TRAINABLE = "trainable_params"  # every run logs the size of its global trainabl
 RACE_TRIES = 3  # a concurrent run added the same row first: look again (see looked_up_again)
 T = TypeVar("T")
 COMPARE = "comparison"  # a comparison's own run (KIND=COMPARE); its (method, seed) runs are nested under it
+ATTACK = "attack"  # an attack's run (KIND=ATTACK, raysim.attack=its name), nested under the run it attacked
 EXPERIMENT_KIND = "mlflow.experimentKind"  # what MLflow's UI takes an experiment for; raysim's are classic ML
 MACHINE_LEARNING = "custom_model_development"
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from raysim.base.errors import ConfigError
-from raysim.tracking.mlflow import COMPARE, KIND, SWEEP, every_run, store_client, summary_key
+from raysim.tracking.mlflow import ATTACK, COMPARE, KIND, SWEEP, every_run, store_client, summary_key
 from raysim.tracking.plots import plot_compared_curves, plot_global_vs_worst
 
 COLUMNS = (
@@ -37,8 +37,8 @@ def latest_by_step(history) -> dict[int, float]:
 
 def collect(uri: str, experiment: str, parent_run_id: str | None = None) -> list[dict]:
     """The experiment's FINISHED runs (those nested under ``parent_run_id`` if given; never a sweep's or a
-    comparison's own run): name, method, tags, latest metrics, summary statistics {(metric, stat): value} and
-    global-accuracy curve."""
+    comparison's own run, nor an attack's): name, method, tags, latest metrics, summary statistics {(metric, stat):
+    value} and global-accuracy curve."""
     client = store_client(uri)
     found = client.get_experiment_by_name(experiment)
     if found is None:
@@ -48,7 +48,7 @@ def collect(uri: str, experiment: str, parent_run_id: str | None = None) -> list
     if parent_run_id:
         query += f" and tags.`mlflow.parentRunId` = '{parent_run_id}'"
     found_runs = every_run(client, found.experiment_id, query)
-    runs = [r for r in found_runs if r.data.tags.get(KIND) not in (SWEEP, COMPARE)]
+    runs = [r for r in found_runs if r.data.tags.get(KIND) not in (SWEEP, COMPARE, ATTACK)]
     out = []
     for run in runs:
         history = client.get_metric_history(run.info.run_id, "global_acc")

@@ -10,7 +10,7 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
 from raysim.cli import main
-from raysim.tracking.mlflow import KIND, SWEEP, summary_key, summary_metrics
+from raysim.tracking.mlflow import ATTACK, KIND, SWEEP, summary_key, summary_metrics
 from raysim.tracking.report import short_labels, write_report
 
 
@@ -72,8 +72,12 @@ def test_a_sweeps_report_covers_its_trials_and_no_report_counts_its_own_run(tmp_
     client.set_terminated(parent)
     table, paths = write_report(uri, "cmp", tmp_path / "sweep", parent_run_id=parent)
     assert _rows(table) == {"fedvpt": ["2", "75.00", "75.00", "5.00"]} and all(p.stat().st_size for p in paths)
+    attack = client.create_run(experiment, tags={KIND: ATTACK, MLFLOW_PARENT_RUN_ID: trial.info.run_id})
+    client.log_batch(attack.info.run_id, metrics=[Metric("auc", 0.5, 0, 0)])
+    client.set_terminated(attack.info.run_id)
     everything, _ = write_report(uri, "cmp", tmp_path / "all")
     assert _rows(everything)["fedvpt"][0] == "4"  # the two fedvpt runs and the two trials, not the sweep's run
+    assert "| ? |" not in everything  # nor an attack's run
 
 
 def test_summary_names_have_one_section_and_old_names_still_read():
