@@ -8,6 +8,7 @@ the store, so the terminal shows the URL.
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import socket
@@ -59,9 +60,12 @@ def check_port(host: str, port: int) -> None:
         with socket.socket(family) as probe:
             probe.bind((host, port))
     except OSError as error:
-        raise ConfigError(
-            f"cannot listen on {host}:{port} ({error.strerror or error}); pass --port with a free port"
-        ) from None
+        fix = (
+            "pass --port with a free port"
+            if error.errno == errno.EADDRINUSE
+            else "pass --host with an address of this machine"
+        )
+        raise ConfigError(f"cannot listen on {host}:{port} ({error.strerror or error}); {fix}") from None
 
 
 def server_command(uri: str, host: str, port: int) -> list[str]:

@@ -265,10 +265,12 @@ def test_raysim_ui_bad_input_is_one_line_exit_2(tmp_path):
         taken.listen()
         port = taken.getsockname()[1]
         busy = CliRunner().invoke(main, ["ui", "--tracking-uri", uri, "--experiment", "cmp", "--port", str(port)])
-    assert busy.exit_code == 2 and f"cannot listen on {HOST}:{port}" in busy.stderr
+    assert busy.exit_code == 2 and f"cannot listen on {HOST}:{port}" in busy.stderr and "pass --port" in busy.stderr
+    elsewhere = CliRunner().invoke(main, ["ui", "--tracking-uri", uri, "--experiment", "cmp", "--host", "192.0.2.1"])
+    assert elsewhere.exit_code == 2 and "pass --host with an address of this machine" in elsewhere.stderr
     for port in ("70000", "0", "-5"):  # no port, and none a socket can bind
         out_of_range = CliRunner().invoke(main, ["ui", "--tracking-uri", uri, "--port", port])
         assert out_of_range.exit_code == 2 and "is not in the range 1<=x<=65535" in out_of_range.stderr
     assert MlflowClient(uri).get_experiment_by_name("cmp").tags["mlflow.experimentKind"] == "custom_model_development"
-    for result in (missing, unknown, busy):
+    for result in (missing, unknown, busy, elsewhere):
         assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith("raysim: error: ")
