@@ -17,6 +17,7 @@ import click
 from raysim.attacks.cli import attack
 from raysim.base.command_group import CommandGroup, given_on_command_line
 from raysim.base.errors import BadUpdateError, ConfigError, RunInterrupted, SweepError, Terminated
+from raysim.base.paths import unwritable
 from raysim.base.settings import default_of
 from raysim.base.stop_signals import take_sigterm
 from raysim.config import (
@@ -341,6 +342,9 @@ def report(experiment, tracking_uri, out):
     uri = TrackingConfig(tracking_uri=tracking_uri).resolved_uri
     check_run_store(uri)
     folder = out or f"raysim-report-{experiment}"
+    blocked = unwritable(folder)
+    if blocked is not None:
+        raise ConfigError(f"--out {folder} is not writable (cannot create files in {blocked}); pass another --out")
     write = write_comparison if is_comparison(uri, experiment) else write_report
     table, paths = write(uri, experiment, folder)
     click.echo(table)

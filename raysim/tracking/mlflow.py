@@ -29,6 +29,7 @@ from raysim.base.paths import sqlite_file, unwritable
 
 PARAM_LIMIT = 500  # MLflow caps a param value's length
 SUMMARY = "summary/"
+SQLITE_HEADER = b"SQLite format 3\x00"  # the first bytes of every SQLite database file
 KIND, SWEEP = "raysim.kind", "sweep"  # a sweep's parent run is tagged KIND=SWEEP; its trials are nested under it
 TRAINABLE = "trainable_params"  # every run logs the size of its global trainable state once, at step 0
 RACE_TRIES = 3  # a concurrent run added the same row first: look again (see looked_up_again)
@@ -76,6 +77,7 @@ def check_store(uri: str) -> None:
                 f"tracking store {uri} is not writable (cannot create files in {blocked}); "
                 "pass --tracking-uri sqlite:///SOME/WRITABLE/DIR/mlflow.db"
             )
+        refuse_not_sqlite(uri, path)
     elif uri.startswith(("http://", "https://")):
         try:
             urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=5).close()
@@ -88,6 +90,19 @@ def check_store(uri: str) -> None:
         raise ConfigError(
             f"tracking store {uri!r} is a plain folder, which MLflow 3 refuses; pass "
             "--tracking-uri sqlite:///PATH/mlflow.db (or set MLFLOW_ALLOW_FILE_STORE=1)"
+        )
+
+
+def refuse_not_sqlite(uri: str, path: Path) -> None:
+    """A one-line error where the store's file holds something else than a SQLite database (an empty file is a new
+    one, as SQLite takes it)."""
+    if path.is_file() and path.stat().st_size:
+        with path.open("rb") as file:
+            if file.read(len(SQLITE_HEADER)) == SQLITE_HEADER:
+                return
+        raise ConfigError(
+            f"tracking store {uri}: {path} is not a SQLite database; pass --tracking-uri with an MLflow store's "
+            "SQLite file, or a new one"
         )
 
 
@@ -122,6 +137,8 @@ def check_run_store(uri: str, whose: str = "") -> None:
         check_store(uri)
     elif not store.is_file():
         raise ConfigError(f"the MLflow store {uri}{whose} does not exist; pass --tracking-uri of an existing store")
+    else:
+        refuse_not_sqlite(uri, store)
 
 
 def check_run(uri: str, run_id: str) -> None:

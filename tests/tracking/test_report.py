@@ -103,3 +103,12 @@ def test_report_errors_are_one_line(tmp_path, tracking_uri):
     no_store = CliRunner().invoke(main, ["report", "cmp", "--tracking-uri", f"sqlite:///{tmp_path}/x/m.db"])
     assert no_store.exit_code == 2 and "does not exist" in no_store.stderr
     assert not (tmp_path / "x").exists()
+    (tmp_path / "junk.db").write_text("not a database")
+    junk = CliRunner().invoke(main, ["report", "cmp", "--tracking-uri", f"sqlite:///{tmp_path}/junk.db"])
+    assert junk.exit_code == 2 and len(junk.stderr.strip().splitlines()) == 1, junk.stderr
+    assert f"{tmp_path / 'junk.db'} is not a SQLite database" in junk.stderr
+    (tmp_path / "taken").write_text("")
+    for out in ("taken", "taken/report"):  # a file where the folder, or a folder above it, would be
+        blocked = CliRunner().invoke(main, ["report", "cmp", "--tracking-uri", uri, "--out", str(tmp_path / out)])
+        assert blocked.exit_code == 2 and len(blocked.stderr.strip().splitlines()) == 1, blocked.stderr
+        assert f"--out {tmp_path / out} is not writable (cannot create files in {tmp_path / 'taken'})" in blocked.stderr
