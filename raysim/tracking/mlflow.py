@@ -117,15 +117,20 @@ def created(uri: str) -> None:
     """Creates the tables of a new SQLite store, once per process and one process at a time: MLflow creates them
     in the first process that opens a new store, and runs started together in a new folder would each begin to
     create them (and break the store's migrations for all but one). A lock file beside the store (``mlflow.db.lock``)
-    serialises that first opening across processes; the later ones find the tables made. Other stores (a server)
-    are their own. The kernel releases the ``flock`` when its holder ends, however it ends."""
+    serialises that first opening across processes; the later ones find the tables made. An existing store in a
+    folder that cannot hold the lock is read as it is. Other stores (a server) are their own. The kernel releases the
+    ``flock`` when its holder ends, however it ends."""
     path = sqlite_file(uri)
     if path is None:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(f"{path}.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # waits for the process creating the tables
-        MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+    try:
+        with open(f"{path}.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # waits for the process creating the tables
+            MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+    except PermissionError:
+        if not path.is_file():
+            raise  # an existing store in a folder this user cannot write is read as it is
 
 
 def check_run_store(uri: str, whose: str = "") -> None:

@@ -4,6 +4,7 @@ covers its trials only."""
 
 from __future__ import annotations
 
+import pytest
 from click.testing import CliRunner
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
@@ -112,3 +113,24 @@ def test_report_errors_are_one_line(tmp_path, tracking_uri):
         blocked = CliRunner().invoke(main, ["report", "cmp", "--tracking-uri", uri, "--out", str(tmp_path / out)])
         assert blocked.exit_code == 2 and len(blocked.stderr.strip().splitlines()) == 1, blocked.stderr
         assert f"--out {tmp_path / out} is not writable (cannot create files in {tmp_path / 'taken'})" in blocked.stderr
+
+
+def test_a_store_in_a_folder_that_cannot_be_written_is_read(tmp_path, tracking_uri):
+    """Reading needs no lock file beside the store: a store shared read-only (here a folder made immutable, which
+    binds root too) reports as any other."""
+    import shutil
+    import subprocess
+
+    _store(tmp_path, tracking_uri)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shutil.copy(tracking_uri.removeprefix("sqlite:///"), shared / "mlflow.db")
+    if subprocess.run(["chattr", "+i", str(shared)], capture_output=True).returncode:
+        pytest.skip("chattr cannot make a folder immutable here")
+    try:
+        uri = f"sqlite:///{shared / 'mlflow.db'}"
+        result = CliRunner().invoke(main, ["report", "cmp", "--tracking-uri", uri, "--out", str(tmp_path / "out")])
+    finally:
+        subprocess.run(["chattr", "-i", str(shared)], check=True)
+    assert result.exit_code == 0, result.stderr
+    assert _rows(result.stdout)["fedvpt"][0] == "2"
