@@ -177,12 +177,15 @@ def command_line() -> str:
 
 
 def git_tags(folder: Path = PACKAGE_DIR) -> dict[str, str]:
-    """MLflow's git tags (commit, branch, whether the checkout has uncommitted changes) of the checkout holding
-    ``folder``; none when raysim is not run from a checkout."""
+    """MLflow's git tags (commit, branch, whether the checkout has uncommitted changes) of the checkout whose files
+    ``folder`` is among; none when raysim is not run from a checkout (installed, say, in a virtual environment inside
+    another project's checkout, which does not track it)."""
     try:
         import git
 
         repo = git.Repo(folder, search_parent_directories=True)
+        if not repo.git.ls_files("--", str(folder)):
+            return {}
         tags = {MLFLOW_GIT_COMMIT: repo.head.commit.hexsha, MLFLOW_GIT_DIRTY: str(repo.is_dirty()).lower()}
         if not repo.head.is_detached:
             tags[MLFLOW_GIT_BRANCH] = repo.active_branch.name

@@ -3,6 +3,7 @@ Pure functions of the config (no Ray, no store); the runs themselves are checked
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -98,6 +99,23 @@ def test_provenance_names_the_command_the_checkout_and_the_machine(monkeypatch):
     if head:  # run from a checkout (not an installed wheel): the commit is the package's, whatever argv[0] is
         assert tags["mlflow.source.git.commit"] == head and tags["mlflow.source.git.dirty"] in ("true", "false")
     assert provenance.git_tags(Path("/proc")) == {}  # outside any checkout: no git tags, no error
+
+
+def test_a_package_another_checkout_does_not_track_has_no_git_tags(tmp_path):
+    """raysim installed in a virtual environment inside the user's own project: that project's commit is not the
+    code that ran."""
+    run = functools.partial(subprocess.run, check=True, capture_output=True, cwd=tmp_path)
+    run(["git", "init", "-q"])
+    (tmp_path / ".gitignore").write_text(".venv/\n")
+    package = tmp_path / ".venv" / "site-packages" / "raysim"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    run(["git", "add", ".gitignore"])
+    run(["git", "-c", "user.name=u", "-c", "user.email=u@x", "commit", "-qm", "project"])
+    assert provenance.git_tags(package) == {}
+    run(["git", "add", "-f", ".venv"])  # a checkout that does hold the package
+    run(["git", "-c", "user.name=u", "-c", "user.email=u@x", "commit", "-qm", "vendored"])
+    assert provenance.git_tags(package)["mlflow.source.git.dirty"] == "false"
 
 
 def test_the_gpu_tag_names_the_first_gpu_the_driver_may_use_as_nvidia_smi_lists_it(tmp_path, monkeypatch):
