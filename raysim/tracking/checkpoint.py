@@ -84,8 +84,9 @@ def save(run_folder: str | Path, checkpoint: Checkpoint, client_files: dict[int,
         tensors = {f"{c}/{k}": v for c, state in checkpoint.client_states.items() for k, v in state.items()}
         _write_atomic(run_folder / CLIENTS / name, detached(tensors))
         files.update({c: name for c in checkpoint.client_states})
+    for left in run_folder.glob(f".partial-{final.name}-*"):  # this round's write, cut short by a killed process
+        shutil.rmtree(left, ignore_errors=True)
     partial = run_folder / f".partial-{final.name}-{os.getpid()}"
-    shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir()
     tensors = flattened(checkpoint.state)
     save_file(detached(tensors), str(partial / TENSORS), metadata={"format": str(FORMAT)})
@@ -154,6 +155,8 @@ def _write_atomic(path: Path, tensors: Tensors) -> None:
     from safetensors.torch import save_file
 
     path.parent.mkdir(parents=True, exist_ok=True)
+    for left in path.parent.glob(f".partial-{path.name}-*"):  # the same file's write, cut short by a killed process
+        left.unlink(missing_ok=True)
     partial = path.with_name(f".partial-{path.name}-{os.getpid()}")
     save_file(tensors, str(partial), metadata={"format": str(FORMAT)})
     with open(partial, "rb") as handle:

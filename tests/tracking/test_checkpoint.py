@@ -74,12 +74,14 @@ def test_retention_keeps_the_newest_and_a_partial_write_is_ignored(tmp_path):
         ckpt.prune(tmp_path, keep=2, confirmed=round)
     assert [p.name for p in ckpt.rounds_in(tmp_path)] == ["round-000004", "round-000005"]
     (tmp_path / ".partial-round-000006-1").mkdir()  # a crash mid-write leaves only this
+    (tmp_path / "clients" / ".partial-round-000006.safetensors-1").write_bytes(b"cut short")
     assert ckpt.load(tmp_path).round == 5
     for round in range(6, 9):
         ckpt.save(tmp_path, _checkpoint(round))
         ckpt.prune(tmp_path, keep=0, confirmed=round)
     assert len(ckpt.rounds_in(tmp_path)) == 5
     assert ckpt.load(tmp_path / "round-000006").round == 6  # a round folder loads that round
+    assert not list(tmp_path.rglob(".partial-*"))  # round 6 written again: what the crash left is gone
 
 
 def test_the_checkpoint_a_recovery_needs_outlives_the_next_one_until_its_report_arrives(tmp_path):
