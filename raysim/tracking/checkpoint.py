@@ -16,6 +16,7 @@ first tensor read or written: a Ray run's driver reads only manifests (``load(..
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -106,7 +107,7 @@ def save(run_folder: str | Path, checkpoint: Checkpoint, client_files: dict[int,
         "client_acc": _str_keys(checkpoint.client_acc),
         **({} if checkpoint.contributions is None else {"contributions": _str_keys(checkpoint.contributions)}),
         "client_files": {str(c): name for c, name in sorted(files.items())},
-        "client_sha256": {name: _sha256(run_folder / CLIENTS / name) for name in sorted(set(files.values()))},
+        "client_sha256": {name: _client_sha256(run_folder / CLIENTS / name) for name in sorted(set(files.values()))},
     }
     (partial / MANIFEST).write_text(json.dumps(manifest, indent=1))
     for path in (partial / TENSORS, partial / MANIFEST):
@@ -337,6 +338,18 @@ def _unflatten(tensors: Tensors, order: list[str]) -> GlobalState:
         kind, rest = key.split("/", 1)
         (params if kind == "params" else server)[rest] = tensors[key]
     return GlobalState(params=params, server=server)
+
+
+def _client_sha256(path: Path) -> str:
+    """A client-state file's SHA-256, read once: every later checkpoint that refers to the unchanged file (its size
+    and modification time the same) reuses it."""
+    stat = path.stat()
+    return _sha256_once(str(path), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=4096)
+def _sha256_once(path: str, size: int, mtime_ns: int) -> str:
+    return _sha256(Path(path))
 
 
 def _sha256(path: Path) -> str:

@@ -4,6 +4,7 @@ foreign folders."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -240,3 +241,19 @@ def test_a_format_1_checkpoint_still_loads(tmp_path):
     loaded = ckpt.load(tmp_path)
     assert list(loaded.state.params) == ["p"] and list(loaded.state.server) == ["v"]
     assert torch.equal(loaded.client_states[4]["h"], torch.full((3,), 2.0))
+
+
+def test_a_client_state_file_is_hashed_once_however_many_checkpoints_refer_to_it(tmp_path, monkeypatch):
+    hashed = []
+    real = ckpt._sha256
+    monkeypatch.setattr(ckpt, "_sha256", lambda path: hashed.append(Path(path).name) or real(path))
+    files = None
+    for round in range(1, 5):  # every round one client's state changes: one new file each
+        checkpoint = _checkpoint(round)
+        checkpoint.client_states = {7: checkpoint.client_states[7]} if files else checkpoint.client_states
+        ckpt.save(tmp_path, checkpoint, client_files=files)
+        files = checkpoint.client_files
+    assert sorted(name for name in hashed if name.startswith("round-")) == [
+        f"round-00000{r}.safetensors" for r in range(1, 5)
+    ]
+    assert ckpt.load(tmp_path).client_states[3]["z_prev"].equal(torch.eye(2))  # the files still check
