@@ -19,6 +19,7 @@ from raysim.base.command_group import CommandGroup, given_on_command_line
 from raysim.base.errors import BadUpdateError, ConfigError, RunInterrupted, SweepError, Terminated
 from raysim.base.paths import unwritable
 from raysim.base.settings import default_of
+from raysim.base.sole_runner import sole_runner
 from raysim.base.stop_signals import take_sigterm
 from raysim.config import (
     TrackingConfig,
@@ -36,7 +37,6 @@ from raysim.config.sections import SECTIONS, flagged_fields
 from raysim.core.registry import FAMILIES, METHODS
 from raysim.data.partition import PARTITIONERS
 from raysim.data.sources import SOURCES
-from raysim.sweep.sole_runner import sole_runner
 
 RUN_ONLY = ("run_name",)  # flags that name one run; a sweep names its trials itself
 
@@ -218,7 +218,9 @@ def run(method, resume, preset, overrides, progress, **flags):
     if tracked:
         raise ConfigError(f"{tracked[0]} cannot change when resuming (the run keeps its experiment and name); drop it")
     layers = [{section: values for section, values in layer.items() if section != "tracking"} for layer in layers]
-    run_simulation(resuming.resumed_config(found, method, layers), show_progress=progress, resume=found)
+    run_folder = found.folder.parent
+    with sole_runner(run_folder, f"run {found.run_id}", f"resume it with: raysim run --resume {run_folder}"):
+        run_simulation(resuming.resumed_config(found, method, layers), show_progress=progress, resume=found)
 
 
 @main.command(context_settings={"max_content_width": 100})

@@ -26,6 +26,7 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 from rich.console import Console
 
 from raysim.base.errors import ConfigError, RunInterrupted, SweepError
+from raysim.base.sole_runner import sole_runner
 from raysim.config import NOT_COMPUTED, Config, beside_store, build_config, load_preset, preset_for_method
 from raysim.core.registry import get_method
 from raysim.engine.driver import run
@@ -33,7 +34,6 @@ from raysim.engine.ray_connect import connect_ray
 from raysim.engine.setup import prepare_shards, resolved
 from raysim.ops.metrics import SUMMARY_WINDOW, reported_metrics
 from raysim.sweep.lost_checkpoints import ForgetLostCheckpoints
-from raysim.sweep.sole_runner import sole_runner
 from raysim.sweep.space import BUDGET_KEYS, SearchSpace, as_layer, default_space_file, load_space, with_private_levers
 from raysim.sweep.trial_progress import RoundsToTune, SweepProgress
 from raysim.sweep.tune_console import fit, quiet_trial_exit, quiet_trial_logs, stopped_at

@@ -16,8 +16,8 @@ from click.testing import CliRunner
 from mlflow.tracking import MlflowClient
 from scipy import stats
 
+from raysim.base.sole_runner import sole_runner
 from raysim.cli import main
-from raysim.sweep.sole_runner import sole_runner
 from raysim.testing.console import own_lines
 from raysim.tracking.comparison import TUNING_SEED, tuning_seeds
 

@@ -13,9 +13,9 @@ import pytest
 from click.testing import CliRunner
 from mlflow.tracking import MlflowClient
 
+from raysim.base.sole_runner import sole_runner
 from raysim.cli import main
 from raysim.sweep import tune as sweeping
-from raysim.sweep.sole_runner import sole_runner
 from raysim.sweep.space import SearchSpace
 from raysim.testing.console import own_lines
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,12 +17,15 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 import yaml
+from click.testing import CliRunner
 from mlflow.tracking import MlflowClient
 from PIL import Image
 from rich.console import Console
 
 from raysim.algorithms._group_prompts import INSTABILITY, GroupDiagnostics
 from raysim.base.errors import ConfigError
+from raysim.base.sole_runner import sole_runner
+from raysim.cli import main
 from raysim.config import build_config
 from raysim.core.protocol import CachesRowFeatures, Personalised, SendsExtras, SplitLearning
 from raysim.core.registry import METHODS, get_method
@@ -168,6 +172,13 @@ def test_resume_refuses_changes_that_would_change_the_numbers(ray_session, track
     legacy = dataclasses.replace(found, config=older)
     assert resume.resumed_config(legacy, None, [{"federation": {"rounds": 5}}]).train.precision == "fp32"
     assert resume.find(found.run_id, checkpoint_dir=str(tmp_path / "ck")).round == 3
+    # and a run another process resumes is not resumed twice at once (the second would prune the first's checkpoints)
+    with sole_runner(folder, "the first", "resume it"):
+        second = CliRunner().invoke(main, ["run", "--resume", str(folder), "--rounds", "5"])
+    assert second.exit_code == 2 and len(second.stderr.strip().splitlines()) == 1, second.stderr
+    assert f"raysim: error: run {found.run_id} is running in process {os.getpid()} ({folder}/running.lock)" in (
+        second.stderr
+    )
 
 
 def test_a_run_resumes_only_on_the_data_it_started_on(ray_session, tracking_uri, tmp_path, monkeypatch):

@@ -1,7 +1,8 @@
-"""One process at a time per comparison or sweep folder: an ``flock`` on the folder's ``running.lock``.
+"""One process at a time per comparison, sweep or resumed run folder: an ``flock`` on the folder's ``running.lock``.
 
 A second process on the same comparison would take the first's RUNNING cells for a killed comparison's and end them;
-a second on the same sweep would write into the first's Tune experiment. The kernel releases an ``flock`` when its
+a second on the same sweep would write into the first's Tune experiment; a second resume of a run would prune the
+first's newer checkpoints. The kernel releases an ``flock`` when its
 process ends, however it ends, so a crashed run needs nothing before it resumes."""
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ LOCK_FILE = "running.lock"
 @contextmanager
 def sole_runner(folder: str | Path, what: str, resume: str) -> Iterator[None]:
     """Hold ``folder``'s lock while the body runs, or stop at once with a one-line error that names the process
-    holding it (``what`` names the comparison or sweep; ``resume`` says how to resume it)."""
+    holding it (``what`` names the comparison, sweep or run; ``resume`` says how to resume it)."""
     path = Path(folder) / LOCK_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a+") as held:
