@@ -69,6 +69,7 @@ def read_parquet(cfg):
         raise ConfigError(f"dataset {where} has no rows")
     domains = _whole_numbers(small, "domain", where) if "domain" in columns else np.zeros(len(labels), np.int64)
     is_test = _test_rows(small, where) if "split" in columns else fixed_test_split(labels, domains)
+    _check_labels(labels, is_test, where)
     _check_domains(domains, is_test, where)
     images, digests = _decoded_images(dataset, len(labels), cfg, where)
     info = DatasetInfo("parquet", int(labels.max()) + 1, int(domains.max()) + 1, tuple(images.shape[1:]))
@@ -110,6 +111,17 @@ def _test_rows(table: pa.Table, where: str) -> np.ndarray:
             "(mark about a fifth of the rows 'test', or drop the column for a fixed 20% test split)"
         )
     return is_test
+
+
+def _check_labels(labels: np.ndarray, is_test: np.ndarray, where: str) -> None:
+    """Every class from 0 to the largest label has training rows: a class without them would still be dealt to
+    clients (``--partition pathological`` gives each client s classes) and scored on."""
+    empty = np.flatnonzero(np.bincount(labels[~is_test], minlength=int(labels.max()) + 1) == 0)
+    if len(empty):
+        raise ConfigError(
+            f"{where}: column 'label' has no training row of class {empty[0]} (classes are numbered 0 to "
+            f"{labels.max()}); number the classes that have rows 0, 1, 2, ... without gaps"
+        )
 
 
 def _check_domains(domains: np.ndarray, is_test: np.ndarray, where: str) -> None:

@@ -171,6 +171,13 @@ def test_domains_numbered_with_a_gap_are_refused_naming_the_empty_one(tmp_path):
         read(written(tmp_path, cells, labels=[0, 1] * 3, domain=[1, 2] * 3))
 
 
+def test_classes_numbered_with_a_gap_are_refused_naming_the_empty_one(tmp_path):
+    """Labels 1 to 3: class 0 would be a class without rows, which a pathological partition still deals out."""
+    cells = [encoded(Image.new("L", (4, 4)))] * 6
+    with pytest.raises(ConfigError, match="column 'label' has no training row of class 0 .*numbered 0 to 3"):
+        read(written(tmp_path, cells, labels=[1, 2, 3] * 2))
+
+
 def test_a_copy_another_decoder_wrote_is_removed(tmp_path):
     """A decoded copy is keyed by the decoder; one that an older decoder (or Pillow release) wrote is never read
     again, so reading any parquet set removes it."""
