@@ -63,6 +63,7 @@ def read_parquet(cfg):
         raise ConfigError(f"could not read {where} (no parquet files there); expected {PARQUET_LAYOUT}")
     if not {"image", "label"} <= columns:
         raise ConfigError(f"{where} has columns {sorted(columns)}; expected {PARQUET_LAYOUT}")
+    _check_files_alike(dataset, where)
     small = dataset.to_table(columns=[c for c in ("label", "domain", "split") if c in columns])
     labels = _whole_numbers(small, "label", where)
     if not len(labels):
@@ -111,6 +112,44 @@ def _test_rows(table: pa.Table, where: str) -> np.ndarray:
             "(mark about a fifth of the rows 'test', or drop the column for a fixed 20% test split)"
         )
     return is_test
+
+
+def _check_files_alike(dataset, where: str) -> None:
+    """Every file of a folder has the columns of the first, of the same kinds (whole numbers, floats, text, bytes,
+    lists; the data set's schema is the first file's, and a later file that differs would fail mid-read)."""
+    import pyarrow.parquet
+
+    first = None
+    for path in dataset.files:
+        with dataset.filesystem.open_input_file(path) as source:
+            schema = pyarrow.parquet.read_schema(source)
+        kinds = {
+            field.name: _kind(field.type) for field in schema if field.name in ("image", "label", "domain", "split")
+        }
+        if first is None:
+            first = path, kinds
+            continue
+        for name in sorted({*kinds, *first[1]}):
+            here, there = kinds.get(name), first[1].get(name)
+            if here != there:
+                said = f"has column {name!r} as {here}" if here else f"has no column {name!r}"
+                raise ConfigError(
+                    f"{where}: {path} {said}, where {first[0]} has {f'it as {there}' if there else 'none'}; write "
+                    "every file with the same columns and types"
+                )
+
+
+def _kind(kind: pa.DataType) -> str:
+    for name, test in (
+        ("whole numbers", pa.types.is_integer),
+        ("floats", pa.types.is_floating),
+        ("text", lambda t: pa.types.is_string(t) or pa.types.is_large_string(t)),
+        ("bytes", lambda t: pa.types.is_binary(t) or pa.types.is_large_binary(t)),
+        ("lists", lambda t: pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)),
+    ):
+        if test(kind):
+            return name
+    return str(kind)
 
 
 def _check_labels(labels: np.ndarray, is_test: np.ndarray, where: str) -> None:

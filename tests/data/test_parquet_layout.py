@@ -178,6 +178,25 @@ def test_classes_numbered_with_a_gap_are_refused_naming_the_empty_one(tmp_path):
         read(written(tmp_path, cells, labels=[1, 2, 3] * 2))
 
 
+@pytest.mark.parametrize(
+    "second, said",
+    [
+        ({"label": ["a", "b"]}, "b.parquet has column 'label' as text, where {first} has it as whole numbers"),
+        ({"picture": "image"}, "b.parquet has no column 'image', where {first} has it as bytes"),
+    ],
+)
+def test_a_folder_whose_files_differ_in_columns_is_refused_naming_the_file(tmp_path, second, said):
+    cells = [encoded(Image.new("L", (4, 4)))] * 2
+    pq.write_table(pa.table({"image": cells, "label": [0, 1]}), tmp_path / "a.parquet")
+    columns = {"image": cells, "label": [0, 1]}
+    for name, value in second.items():
+        columns[name] = columns.pop(value) if isinstance(value, str) else value
+    pq.write_table(pa.table(columns), tmp_path / "b.parquet")
+    with pytest.raises(ConfigError) as info:
+        read(tmp_path)
+    assert said.format(first=tmp_path / "a.parquet") in str(info.value) and "\n" not in str(info.value)
+
+
 def test_a_copy_another_decoder_wrote_is_removed(tmp_path):
     """A decoded copy is keyed by the decoder; one that an older decoder (or Pillow release) wrote is never read
     again, so reading any parquet set removes it."""
