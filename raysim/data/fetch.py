@@ -99,6 +99,8 @@ def downloads() -> Path:
 def url_of(archive: Archive) -> str:
     """The archive's URL, or ``$RAYSIM_DATA_MIRROR/<file>`` where that is set."""
     mirror = os.environ.get(MIRROR_ENV)
+    if mirror and not mirror.startswith(("http://", "https://", "file://")):
+        raise ConfigError(f"{MIRROR_ENV}={mirror} is not a URL; set it to one, e.g. https://mirror.example/datasets")
     return f"{mirror.rstrip('/')}/{archive.file}" if mirror else archive.url
 
 

@@ -34,7 +34,10 @@ VALIDATION_SEED = SPLIT_SEED + 1  # the validation rows' draw, apart from the te
 
 def cache_dir() -> Path:
     """Where generated and decoded data sets are cached: ``$RAYSIM_CACHE``, default ``~/.cache/raysim``."""
-    return Path(os.environ.get("RAYSIM_CACHE", "~/.cache/raysim")).expanduser()
+    folder = Path(os.environ.get("RAYSIM_CACHE", "~/.cache/raysim")).expanduser()
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"the data cache {folder} is a file, not a folder; set RAYSIM_CACHE to a folder")
+    return folder
 
 
 TEST_FRACTION = 0.2

@@ -303,3 +303,22 @@ def test_a_zip_member_outside_its_folder_is_refused(server, monkeypatch, tmp_pat
     with pytest.raises(ConfigError, match="'../../escaped.txt', which would unpack outside its folder"):
         fetch("evil", evil)
     assert not list(tmp_path.rglob("escaped.txt")) and leftovers(tmp_path) == ["evil.zip"]
+
+
+def test_a_mirror_that_is_not_a_url_or_a_cache_that_is_a_file_is_refused_in_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("RAYSIM_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv(MIRROR_ENV, "mirror.example/datasets")
+    result = CliRunner().invoke(main, ["data", "fetch", "cifar10"])
+    assert result.exit_code == 2, result.stderr
+    assert result.stderr == (
+        f"raysim: error: {MIRROR_ENV}=mirror.example/datasets is not a URL; set it to one, e.g. "
+        "https://mirror.example/datasets\n"
+    )
+
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("RAYSIM_CACHE", str(tmp_path / "file"))
+    monkeypatch.delenv(MIRROR_ENV)
+    result = CliRunner().invoke(main, ["data", "fetch", "cifar10"])
+    assert result.exit_code == 2, result.stderr
+    said = f"the data cache {tmp_path / 'file'} is a file, not a folder; set RAYSIM_CACHE to a folder"
+    assert result.stderr == f"raysim: error: {said}\n"
