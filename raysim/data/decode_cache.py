@@ -15,6 +15,7 @@ import hashlib
 import json
 import logging
 import os
+import socket
 import uuid
 from pathlib import Path
 
@@ -47,10 +48,18 @@ def note(copy: Path, files: Stamp, decoder: list) -> None:
     os.replace(partial, copy.with_suffix(".json"))
 
 
+def partial_path(copy: Path) -> Path:
+    """Where ``copy`` is written before it takes its name, named by the writing process and host: :func:`prune` tells
+    a write cut short (its process gone) from one under way."""
+    return copy.with_name(f".{copy.name}.{os.getpid()}.{uuid.uuid4().hex}.{socket.gethostname()}")
+
+
 def prune(folder: Path, decoder: list) -> None:
     """Remove every decoded copy in ``folder`` whose files changed or are gone, or that another ``decoder`` (the
     source's decoding, the Pillow release) wrote, with its note: no run reads those again. Copies written before
-    notes existed are left alone (nothing says what they came from)."""
+    notes existed are left alone (nothing says what they came from). Partial copies whose writer on this host is
+    gone (killed mid-decode) go too."""
+    _remove_cut_short(folder)
     for recorded in folder.glob("parquet-*.json"):
         try:
             written = json.loads(recorded.read_text())
@@ -68,3 +77,24 @@ def prune(folder: Path, decoder: list) -> None:
         copy.with_suffix(".digests").unlink(missing_ok=True)  # its rows' digests (raysim.data.row_digests)
         recorded.unlink(missing_ok=True)
         log.info("removed %s (%.0f MB): its parquet files changed or are gone, or its decoder did", copy, size / 1e6)
+
+
+def _remove_cut_short(folder: Path) -> None:
+    host = socket.gethostname()
+    for partial in folder.glob(".parquet-*.npy.*"):
+        named = partial.name.split(".npy.", 1)[1].split(".", 2)  # pid, a unique hex, the host (see partial_path)
+        if len(named) != 3 or named[2] != host or not named[0].isdigit() or _alive(int(named[0])):
+            continue
+        size = partial.stat().st_size if partial.exists() else 0
+        partial.unlink(missing_ok=True)
+        log.info("removed %s (%.0f MB): a decode its killed process left", partial, size / 1e6)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True

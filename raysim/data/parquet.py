@@ -8,7 +8,6 @@ from __future__ import annotations
 import io
 import itertools
 import os
-import uuid
 from pathlib import Path
 
 import numpy as np
@@ -185,7 +184,7 @@ def _decoded_images(dataset, rows: int, cfg, where: str) -> tuple[np.ndarray, np
     if path.exists():
         images = np.load(path, mmap_mode="r")
         return images, row_digests.kept_row_digests(path, images)
-    partial = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
+    partial = decode_cache.partial_path(path)
     batches = (images for images in _decoded_batches(dataset, cfg.image_size, where) if len(images))
     first = next(batches)  # the labels' rows are the images' rows: there is one
     shape = first[0].shape

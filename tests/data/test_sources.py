@@ -260,6 +260,32 @@ print(int(peak_kib) * 1024, images.shape[0], int(images[0].sum()), int(images[-1
 """
 
 
+def test_a_decode_its_killed_process_left_is_removed_and_one_under_way_is_not(tmp_path, monkeypatch):
+    """A partial copy is named by its process and host: reading any parquet set removes those whose process on this
+    host is gone, never one still being written (here, or by a process of this name on another host)."""
+    import socket
+
+    from raysim.data import decode_cache
+
+    monkeypatch.setenv("RAYSIM_CACHE", str(tmp_path / "cache"))
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    copy = tmp_path / "cache" / "parquet-0123456789abcdef.npy"
+    copy.parent.mkdir()
+    host = socket.gethostname()
+    left = {
+        "killed": copy.with_name(f".{copy.name}.{gone.stdout.strip()}.1a2b.{host}"),
+        "under way": decode_cache.partial_path(copy),
+        "other host": copy.with_name(f".{copy.name}.{gone.stdout.strip()}.1a2b.another.{host}"),
+    }
+    for path in left.values():
+        path.write_bytes(b"partial")
+    pq.write_table(
+        pa.table({"image": [_png(np.zeros((4, 4, 3), np.uint8))] * 4, "label": [0, 1] * 2}), tmp_path / "d.pq"
+    )
+    load_dataset(DataConfig(dataset="parquet", data_dir=str(tmp_path / "d.pq")))
+    assert {what for what, path in left.items() if path.exists()} == {"under way", "other host"}
+
+
 def test_a_parquet_of_one_large_row_group_decodes_in_bounded_memory(tmp_path):
     """A fixed-shape tensor column written as one row group of 50,000 32x32 images (154 MB): reading it by row group
     took about 13 bytes of memory per byte of file (2.4 GB of peak RSS here); its pages are read through a small
