@@ -24,6 +24,7 @@ import pickle
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 KBIT = 1024 / 8  # bytes a second in one of FedScale's kbit/s (its model size is bytes / 1024 * 8 kbits)
@@ -50,6 +51,8 @@ def convert(capacity: dict, behaviour: dict, clients: int | None = None) -> pd.D
     rows = []
     for new_id, old_id in enumerate(ids):
         device, trace = capacity[old_id], behaviour[old_id]
+        if not float(device["computation"]) > 0:
+            raise ValueError(f"client {old_id}'s computation is {device['computation']!r}, not a latency > 0 ms")
         period = float(trace["finish_time"])
         spans = [(float(a), min(float(b), period)) for a, b in zip(trace["active"], trace["inactive"])]
         rows.append(
@@ -59,10 +62,16 @@ def convert(capacity: dict, behaviour: dict, clients: int | None = None) -> pd.D
                 "downlink": float(device["communication"]) * KBIT,
                 "uplink": float(device["communication"]) * KBIT,
                 "period_s": period,
-                "online": " ".join(f"{a!r}-{b!r}" for a, b in spans if a < b),
+                "online": " ".join(f"{_exact(a)}-{_exact(b)}" for a, b in spans if a < b),
             }
         )
     return pd.DataFrame(rows)
+
+
+def _exact(seconds: float) -> str:
+    """``seconds`` as the trace reader takes a time: its exact value, without an exponent (``5e-05-50.0`` would read
+    as a bad interval)."""
+    return np.format_float_positional(seconds, trim="0")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out", help="the trace to write (.csv or .parquet)")
     parser.add_argument("--clients", type=int, default=None, help="keep the first N clients")
     args = parser.parse_args(argv)
+    if args.clients is not None and args.clients < 1:
+        parser.error(f"--clients {args.clients} must be at least 1")
     try:
         table = convert(load_plain(args.capacity), load_plain(args.behaviour), args.clients)
     except (OSError, pickle.UnpicklingError, KeyError, TypeError, ValueError) as error:

@@ -169,6 +169,27 @@ def test_fedscale_interval_times_are_converted_exactly(tmp_path):
     path = tmp_path / "fs.csv"
     table.to_csv(path, index=False)
     assert draw_profiles(systems(trace=str(path)), 1, seed=0).online_left(1234568.0).tolist() == [1700001.0 - 1234568.0]
+    tiny = fedscale.convert(capacity, {1: {"active": [5e-05], "inactive": [50.0], "finish_time": 60.0}})
+    assert tiny.online[0] == "0.00005-50.0"  # no exponent, which the trace reader would take for a bad interval
+    tiny.to_csv(path, index=False)
+    assert draw_profiles(systems(trace=str(path)), 1, seed=0).online_left(1.0).tolist() == [49.0]
+
+
+@pytest.mark.parametrize(
+    "capacity, options, said",
+    [
+        ({1: {"computation": 0.0, "communication": 1.0}}, [], "client 1's computation is 0.0, not a latency > 0 ms"),
+        ({1: {"computation": 1.0, "communication": 1.0}}, ["--clients", "0"], "--clients 0 must be at least 1"),
+    ],
+)
+def test_the_fedscale_converter_refuses_what_it_cannot_convert_in_one_line(tmp_path, capsys, capacity, options, said):
+    (tmp_path / "cap").write_bytes(pickle.dumps(capacity))
+    (tmp_path / "beh").write_bytes(pickle.dumps({1: {"active": [0], "inactive": [5], "finish_time": 10}}))
+    try:
+        code = fedscale.main([str(tmp_path / "cap"), str(tmp_path / "beh"), str(tmp_path / "out.csv"), *options])
+    except SystemExit as exit:  # argparse's own usage errors
+        code = exit.code
+    assert code == 2 and said in capsys.readouterr().err and not (tmp_path / "out.csv").exists()
 
 
 def test_the_fedscale_converter_refuses_pickled_code(tmp_path, capsys):
