@@ -432,6 +432,8 @@ def _log_unlogged_rounds(tracker: Tracker, history: list[dict[str, float]]) -> N
     steps: dict[str, set[int]] = {}  # a metric's logged rounds, read once
     for entry in history:
         metrics = {key: value for key, value in entry.items() if key != "round"}
+        if not metrics:
+            continue
         key = min(metrics)
         if key not in steps:
             steps[key] = {m.step for m in tracker.client.get_metric_history(tracker.run_id, key)}
