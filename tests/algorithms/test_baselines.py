@@ -117,6 +117,19 @@ def test_pfedpg_heads_stay_personal_and_prompts_come_from_the_generator():
     assert not torch.equal(states[1].server["gen.base"], states[0].server["gen.base"])
 
 
+def test_pfedpg_steps_the_generator_towards_the_prompt_a_client_trained():
+    """dP = P - P~ (generated minus trained) is the generator's gradient: one server step brings the client's
+    generated prompt nearer the prompt it trained, never away from it."""
+    states, _, _, method = rounds("pfedpg")
+    state, client = states[-1], 0
+    generated = method.configure(3, state, [client]).instructions[client]["prompts.shallow"]
+    trained = generated + 0.1 * torch.randn(generated.shape, generator=torch.Generator().manual_seed(0))
+    head = {k: state.params[k] for k in ("vit.head.weight", "vit.head.bias")}
+    after = method.aggregate(3, state, [ClientUpdate(client, 4, {"prompts.shallow": trained, **head})])
+    moved = method.configure(4, after, [client]).instructions[client]["prompts.shallow"]
+    assert (moved - trained).norm() < (generated - trained).norm()
+
+
 def test_fedem_clients_keep_mixture_weights_and_predict_with_them():
     states, _, client_states, method = rounds("fedem")
     weights = torch.stack([s["extra.mixture"] for s in client_states.values()])

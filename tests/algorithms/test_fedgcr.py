@@ -177,11 +177,13 @@ def received_forward(method, model, x, data):
     return method.customized(model, x, torch.as_tensor(data.features["cls"]))
 
 
-@pytest.mark.parametrize("method, contrast", [("fedgcr", False), ("fedgcr", True), ("fedgr", False)])
+@pytest.mark.parametrize(
+    "method, contrast", [("fedgcr", None), ("fedgcr", "paper"), ("fedgcr", "code"), ("fedgr", None)]
+)
 def test_local_client_loss_is_algorithm_1s_objective_over_the_last_epoch_per_row(method, contrast):
     # lr 1e-12: the parameters stay the received ones, so Algorithm 1's L, the last epoch's objective summed over
     # its rows, divided by 5, is the received model's objective over all rows, computed here by hand in float64
-    instance, model, data, ctx, received, x = one_client(method, 1e-12)
+    instance, model, data, ctx, received, x = one_client(method, 1e-12, **({"contrast": contrast} if contrast else {}))
     logits, z, h = received_forward(instance, model, x, data)
     y = torch.as_tensor(data.labels)
     expected = torch.nn.functional.cross_entropy(logits.double(), y)  # CE alone: no centres yet (line 9)
@@ -193,11 +195,15 @@ def test_local_client_loss_is_algorithm_1s_objective_over_the_last_epoch_per_row
         broadcast, state = Broadcast(received, {"gc_centres": centres}), {"h_prev": h_prev, "z_prev": z_prev}
         ctx.instructions["gc_cluster"] = torch.tensor(1)
         h, z, centres, h_prev, z_prev = (t.double() for t in (h, z, centres, h_prev, z_prev))
+        ra_tau = TAU
+        if contrast == "code":  # the authors' code: cosine similarities, and no temperature in l_RA
+            h, z, centres, h_prev, z_prev = (t / t.norm(dim=-1, keepdim=True) for t in (h, z, centres, h_prev, z_prev))
+            ra_tau = 1.0
         # Eq. 7: -log exp(h.H_1/tau) / (exp(h.h_prev/tau) + sum_t exp(h.H_t/tau))
         anchors = torch.cat([h @ h_prev[:, None], h @ centres.T], dim=1) / TAU
         l_gc = (torch.logsumexp(anchors, dim=1) - h @ centres[1] / TAU).mean()
         # Eq. 8 with z0 = z (the received parameters): -log exp(z.z0/tau) / (exp(z.z0/tau) + exp(z.z_prev/tau))
-        s0, s_prev = (z * z).sum(1) / TAU, (z * z_prev).sum(1) / TAU
+        s0, s_prev = (z * z).sum(1) / ra_tau, (z * z_prev).sum(1) / ra_tau
         l_ra = (torch.logaddexp(s0, s_prev) - s0).mean()
         assert l_gc > 0.1 and l_ra > 0.1
         expected = expected + LAMBDA1 * l_gc + LAMBDA2 * l_ra

@@ -24,6 +24,11 @@ def test_fedgr_paper_weights_hand_computed():
     # omega = 1/4, 1/4, 2/4 -> 0.375, 0.75, 8 -> normalised by 9.125
     w = fairness.fedgr_weights([1.0, 2.0, 4.0], [1, 1, 2], [0, 0, 1], beta=0.5, q=1.0)
     assert w.tolist() == pytest.approx([0.375 / 9.125, 0.75 / 9.125, 8 / 9.125])
+    # Eq. 3's Lbar is the plain mean over the cluster's clients, not weighted by their data: with sizes 1, 3, 2 the
+    # cluster {0, 1} still has Lbar 1.5 (a data-weighted mean would be 1.75); omega = 1/6, 3/6, 2/6 -> 0.25, 1.5,
+    # 16/3 -> normalised by 85/12
+    w = fairness.fedgr_weights([1.0, 2.0, 4.0], [1, 3, 2], [0, 0, 1], beta=0.5, q=1.0)
+    assert w.tolist() == pytest.approx([3 / 85, 18 / 85, 64 / 85])
 
 
 def test_fedgr_with_beta_zero_is_individual_q_ffl_reweighting():
