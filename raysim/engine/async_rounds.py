@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from raysim.base.errors import ConfigError
+from raysim.base.errors import BadUpdateError, ConfigError
 from raysim.base.seeding import Purpose, rng
 from raysim.core.messages import Broadcast, ClientUpdate, Tensors, split_prefixed, unprefixed
 from raysim.core.protocol import SendsExtras
@@ -42,6 +42,7 @@ from raysim.systems.clock import finish_times
 PREFIX = "async/"  # the schedule's tensors in a checkpoint's server state
 TABLE, TIMES, NEXT = f"{PREFIX}inflight", f"{PREFIX}times", f"{PREFIX}dispatched"
 FAILURES_IN_A_ROW = 1000  # dispatches that fail one after another before a run stops: devices that never finish
+REJECTED_IN_A_ROW = 100  # updates the server rejects one after another before a run stops: a run that diverged
 
 
 def split_schedule(server_state: Tensors) -> tuple[Tensors, Tensors]:
@@ -108,7 +109,7 @@ class AsyncSchedule:
         """Run the clock until K updates are accepted: server version ``round`` (1-based)."""
         sim = self.sim
         now = started = sim.sim_time
-        buffered, rejected, down, up, dropouts, failed_in_a_row = [], {}, 0.0, 0.0, 0, 0
+        buffered, rejected, down, up, dropouts, failed_in_a_row, rejected_in_a_row = [], {}, 0.0, 0.0, 0, 0, 0
         extras = sim.method.uplink_extras(sim.state) if isinstance(sim.method, SendsExtras) else None
         while len(buffered) < self.buffer:
             down += self._fill(round, now)
@@ -148,7 +149,15 @@ class AsyncSchedule:
                 rejected.update(why)
                 if sim.uplink is not None:
                     sim.uplink.residuals.pop(arrival.client, None)
+                rejected_in_a_row += 1
+                if rejected_in_a_row == REJECTED_IN_A_ROW:  # no version would ever fill its buffer
+                    raise BadUpdateError(
+                        f"server version {round}: the last {rejected_in_a_row} updates were all rejected, the last "
+                        f"of {next(iter(why.values()))}; the run diverged or its clients send malformed updates "
+                        "(lower train.lr, say)"
+                    )
                 continue
+            rejected_in_a_row = 0
             sim.keep_state(update, arrival.state)
             staleness = round - 1 - arrival.version
             buffered.append(Arrival(update, arrival.broadcast.params, staleness, arrival.model))

@@ -5,13 +5,14 @@ clients in flight, and one-line errors."""
 from __future__ import annotations
 
 import io
+import logging
 
 import pytest
 import torch
 from click.testing import CliRunner
 from rich.console import Console
 
-from raysim.base.errors import ConfigError
+from raysim.base.errors import BadUpdateError, ConfigError
 from raysim.cli import main
 from raysim.config import build_config
 from raysim.core.messages import ClientUpdate, GlobalState
@@ -229,3 +230,14 @@ def test_devices_that_never_finish_stop_the_run_in_one_line(tmp_path):
     )
     with pytest.raises(ConfigError, match="1000 clients in a row went offline or dropped out before finishing"):
         run_rounds(config)
+
+
+def test_a_run_whose_updates_are_all_rejected_stops_in_one_line(caplog):
+    """No server version fills its buffer when every update is rejected (a diverged run): it stops, not spins."""
+    config = build_config("fedvpt", [FAST, ASYNC, {"train": {"lr": 1e20}, "resources": {"backend": "sequential"}}])
+    with caplog.at_level(logging.ERROR, logger="raysim"), pytest.raises(BadUpdateError) as stopped:
+        run_rounds(config)  # (the hundred warnings are not the point here)
+    said = str(stopped.value)
+    assert said.startswith("server version 1: the last 100 updates were all rejected, the last of client ")
+    assert said.endswith("; the run diverged or its clients send malformed updates (lower train.lr, say)")
+    assert "\n" not in said
