@@ -218,9 +218,9 @@ def run(method, resume, preset, overrides, progress, **flags):
     if tracked:
         raise ConfigError(f"{tracked[0]} cannot change when resuming (the run keeps its experiment and name); drop it")
     layers = [{section: values for section, values in layer.items() if section != "tracking"} for layer in layers]
-    run_folder = found.folder.parent
-    with sole_runner(run_folder, f"run {found.run_id}", f"resume it with: raysim run --resume {run_folder}"):
-        run_simulation(resuming.resumed_config(found, method, layers), show_progress=progress, resume=found)
+    config, run_folder = resuming.resumed_config(found, method, layers), found.folder.parent
+    with sole_runner(run_folder, f"run {found.run_id}", f"resume it with: raysim run --resume {run_folder}", True):
+        run_simulation(config, show_progress=progress, resume=found)
 
 
 @main.command(context_settings={"max_content_width": 100})

@@ -1,4 +1,5 @@
-"""One process at a time per comparison, sweep or resumed run folder: an ``flock`` on the folder's ``running.lock``.
+"""One process at a time per comparison, sweep or resumed run folder: an ``flock`` on the folder's ``running.lock``
+(on a run's checkpoint folder itself, which a refused resume must leave as it was).
 
 A second process on the same comparison would take the first's RUNNING cells for a killed comparison's and end them;
 a second on the same sweep would write into the first's Tune experiment; a second resume of a run would prune the
@@ -19,21 +20,26 @@ LOCK_FILE = "running.lock"
 
 
 @contextmanager
-def sole_runner(folder: str | Path, what: str, resume: str) -> Iterator[None]:
+def sole_runner(folder: str | Path, what: str, resume: str, in_place: bool = False) -> Iterator[None]:
     """Hold ``folder``'s lock while the body runs, or stop at once with a one-line error that names the process
-    holding it (``what`` names the comparison, sweep or run; ``resume`` says how to resume it)."""
-    path = Path(folder) / LOCK_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a+") as held:
+    holding it (``what`` names the comparison, sweep or run; ``resume`` says how to resume it). ``in_place``: lock
+    the existing folder itself, creating nothing in it (the holder then goes unnamed)."""
+    path = Path(folder) if in_place else Path(folder) / LOCK_FILE
+    if not in_place:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    held = os.open(path, os.O_RDONLY if in_place else os.O_RDWR | os.O_CREAT, 0o644)
+    try:
         try:
             fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            held.seek(0)
-            holder = held.read().strip() or "another process"
+            holder = "" if in_place else os.pread(held, 200, 0).decode(errors="replace").strip()
             raise ConfigError(
-                f"{what} is running in {holder} ({path}); wait for it to end, or stop it and {resume}"
+                f"{what} is running in {holder or 'another process'} ({path}); wait for it to end, or stop it and "
+                f"{resume}"
             ) from None
-        held.truncate(0)
-        held.write(f"process {os.getpid()}")
-        held.flush()
+        if not in_place:
+            os.ftruncate(held, 0)
+            os.pwrite(held, f"process {os.getpid()}".encode(), 0)
         yield
+    finally:
+        os.close(held)

@@ -43,3 +43,31 @@ def kept_sigterm() -> Iterator[None]:
     finally:
         if callable(handler) and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, handler)
+
+
+@contextmanager
+def finishing(notify) -> Iterator[None]:
+    """Around work that must end whole once begun (a finished run's results, logged in seconds): the first Ctrl-C (or
+    SIGTERM, where the process takes it) only says so through ``notify``; the second stops at once, as usual. Only
+    the main thread owns signal handlers; elsewhere this changes nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signums = (signal.SIGINT, signal.SIGTERM) if takes_sigterm() else (signal.SIGINT,)
+    previous = {signum: signal.getsignal(signum) for signum in signums}
+
+    def noted(signum, frame):
+        for each in signums:
+            signal.signal(each, previous[each])  # the second stops at once
+        notify(
+            f"{'SIGTERM' if signum == signal.SIGTERM else 'Ctrl-C'}: the rounds are done; logging their results, "
+            "then the run ends (again to stop at once, without them)"
+        )
+
+    for signum in signums:
+        signal.signal(signum, noted)
+    try:
+        yield
+    finally:
+        for signum in signums:
+            signal.signal(signum, previous[signum])

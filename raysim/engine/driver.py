@@ -33,6 +33,7 @@ from raysim.base.memory import trim_memory
 from raysim.base.paths import ray_job_working_dir, sqlite_file, unwritable
 from raysim.base.precision import native_bf16_cpu
 from raysim.base.ray_start import wait_for_ray
+from raysim.base.stop_signals import finishing
 from raysim.config import Config, build_config, dump_yaml
 from raysim.core.registry import get_method
 from raysim.data.partition_plot import PartitionArtifacts, partition_artifacts
@@ -317,7 +318,8 @@ def run(
                         ray_lost=outcome.abandoned,
                     )
                 summary = summarise(last.history)
-                _log_results(tracker, config, last, summary, shards, outcome.results)
+                with finishing(progress.note):
+                    _log_results(tracker, config, last, summary, shards, outcome.results)
             finally:
                 shutil.rmtree(results_folder, ignore_errors=True)  # logged to MLflow
             print_summary(summary, run_id, config, console, last.history)

@@ -7,6 +7,7 @@ import dataclasses
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -173,12 +174,11 @@ def test_resume_refuses_changes_that_would_change_the_numbers(ray_session, track
     assert resume.resumed_config(legacy, None, [{"federation": {"rounds": 5}}]).train.precision == "fp32"
     assert resume.find(found.run_id, checkpoint_dir=str(tmp_path / "ck")).round == 3
     # and a run another process resumes is not resumed twice at once (the second would prune the first's checkpoints)
-    with sole_runner(folder, "the first", "resume it"):
+    with sole_runner(folder, "the first", "resume it", in_place=True):
         second = CliRunner().invoke(main, ["run", "--resume", str(folder), "--rounds", "5"])
     assert second.exit_code == 2 and len(second.stderr.strip().splitlines()) == 1, second.stderr
-    assert f"raysim: error: run {found.run_id} is running in process {os.getpid()} ({folder}/running.lock)" in (
-        second.stderr
-    )
+    assert f"raysim: error: run {found.run_id} is running in another process ({folder}); wait for it" in second.stderr
+    assert not [p.name for p in folder.iterdir() if not p.name.startswith("round-")]  # nothing left in the folder
 
 
 def test_a_run_resumes_only_on_the_data_it_started_on(ray_session, tracking_uri, tmp_path, monkeypatch):
@@ -258,3 +258,37 @@ def test_a_round_checkpointed_but_never_logged_is_logged_when_the_run_resumes(tr
     history = client.get_metric_history(found.run_id, "global_acc")
     assert sorted(m.step for m in history) == [1, 2, 3]
     assert [m.value for m in history if m.step == 2] == [pytest.approx(found.history[1]["global_acc"])]
+
+
+def test_a_ctrl_c_while_a_finished_run_logs_its_results_lets_them_in(tracking_uri, tmp_path, monkeypatch):
+    """The rounds are done: the first Ctrl-C while their results go to MLflow is noted, not obeyed (the run's final
+    state and figures exist nowhere else once it ends)."""
+    from raysim.engine import driver
+    from raysim.tracking.mlflow import Tracker
+
+    logged = Tracker.log_artifact
+    sent = []
+
+    def log_artifact(self, *args, **kwargs):
+        if not sent:
+            sent.append(os.kill(os.getpid(), signal.SIGINT))  # the user's Ctrl-C, in the middle of the results
+        return logged(self, *args, **kwargs)
+
+    layers = [
+        {k: v for k, v in SMALL.items() if k in ("federation", "data", "model", "resources", "checkpoint")},
+        {"tracking": {"tracking_uri": tracking_uri}, "checkpoint": {"dir": str(tmp_path / "ck")}},
+    ]
+    config = build_config("fedvpt", layers)
+    real_results = driver._log_results
+
+    def results_with_a_ctrl_c(*args, **kwargs):
+        monkeypatch.setattr(Tracker, "log_artifact", log_artifact)
+        return real_results(*args, **kwargs)
+
+    monkeypatch.setattr(driver, "_log_results", results_with_a_ctrl_c)
+    shown = io.StringIO()
+    finished = run(config, show_progress=False, console=Console(file=shown))
+    client = MlflowClient(tracking_uri)
+    assert sent and client.get_run(finished.run_id).info.status == "FINISHED"
+    assert "summary.json" in {a.path for a in client.list_artifacts(finished.run_id)}
+    assert "Ctrl-C: the rounds are done; logging their results, then the run ends" in shown.getvalue()
