@@ -48,19 +48,22 @@ def positive(why: str = "") -> Check:
     return (lambda v: v > 0, "must be > 0" + (f" ({why})" if why else ""))
 
 
+FLOAT32_MAX = 3.4028234663852886e38  # torch's float32 overflows past it
 NON_NEGATIVE: Check = non_negative()
 POSITIVE: Check = positive()
 
 
 def validate(section) -> None:
     """Run every field's choices and checks; the first failure raises a one-line ConfigError. No setting takes an
-    infinite or NaN number (``.inf`` in YAML, ``1e400`` on the command line)."""
+    infinite or NaN number (``.inf`` in YAML, ``1e400`` on the command line), nor one beyond float32's range."""
     for spec in fields(section):
         value = getattr(section, spec.name)
         if value is None:
             continue
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"{spec.name}={value} must be a finite number")
+        if isinstance(value, float) and abs(value) > FLOAT32_MAX:
+            raise ConfigError(f"{spec.name}={value} is beyond float32's range (3.4e38), in which the clients compute")
         choices = spec.metadata.get("choices", ())
         if choices and value not in choices:
             raise ConfigError(f"{spec.name}={value!r} is not one of {', '.join(map(str, choices))}")
