@@ -37,8 +37,9 @@ SETTLE_S = 20.0  # how long a reservation the cluster could hold waits for resou
 
 
 def pool_size(config) -> int:
-    """``--workers``, or as many workers as the cluster's free CPUs (and GPUs) fit, capped at the round's clients;
-    inside a placement group (a ``raysim tune`` trial) ``--workers`` (at least 1), which the group already holds."""
+    """``--workers``, or as many workers as the cluster's free CPUs (and GPUs) fit, capped at the clients that train
+    at once (a round's selected clients; in asynchronous mode, those in flight); inside a placement group (a ``raysim
+    tune`` trial) ``--workers`` (at least 1), which the group already holds."""
     res = config.resources
     if res.workers or ray.util.get_current_placement_group() is not None:
         return max(1, res.workers)
@@ -52,7 +53,8 @@ def pool_size(config) -> int:
     ]
     if res.gpus_per_client:
         fits.append(how_many(available.get("GPU", 0.0), res.gpus_per_client))
-    return max(1, min(config.federation.clients_per_round, *fits))
+    fed = config.federation
+    return max(1, min(fed.concurrent_clients if fed.asynchronous else fed.clients_selected, *fits))
 
 
 RAY_UNIT = 10_000  # Ray counts a resource in 1/10,000ths

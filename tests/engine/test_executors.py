@@ -4,6 +4,7 @@ resources, many clients."""
 from __future__ import annotations
 
 import sys
+import time
 
 import pytest
 import ray
@@ -12,7 +13,7 @@ import torch
 from raysim.base.errors import ConfigError
 from raysim.config import build_config
 from raysim.engine.executors import RayExecutor, balance
-from raysim.engine.ray_session import PoolReservation, how_many
+from raysim.engine.ray_session import PoolReservation, how_many, pool_size
 from raysim.engine.setup import prepare_shards
 from raysim.testing.smoke import FAST, TINY, open_simulation, prepared, run_rounds, smoke_layers
 
@@ -202,3 +203,24 @@ def test_the_servers_math_sums_with_the_clients_threads_on_both_backends(ray_ses
 def test_a_pool_fills_the_cluster_with_as_many_workers_as_ray_can_place(available, each, fits):
     """Counted in Ray's units: in floats 2.0 // 0.4 is 4, one worker fewer than fit."""
     assert how_many(available, each) == fits
+
+
+@pytest.mark.parametrize(
+    "federation, workers",
+    [
+        ({}, 2),  # m = 2 clients a round
+        ({"over_select": 1.0}, 4),  # 4 selected, the first 2 kept: all 4 train
+        ({"mode": "async", "concurrency": 4}, 4),  # 4 in flight
+    ],
+)
+def test_an_automatic_pool_holds_as_many_workers_as_clients_train_at_once(ray_session, federation, workers):
+    """2 free CPUs hold four workers of 0.5 CPU; the pool takes as many as clients train at once, no more."""
+    layers = [
+        {"federation": {"clients": 20, "participation": 0.1, **federation}, "systems": {"speed": "lognormal:2,0.7"}},
+        {"resources": {"backend": "ray", "cpus_per_client": 0.5}},
+    ]
+    deadline = time.monotonic() + 30  # an earlier test's workers give their CPUs back as Ray ends them
+    while ray.available_resources().get("CPU") != 2.0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert ray.available_resources().get("CPU") == 2.0  # nothing else holds the test session's CPUs
+    assert pool_size(build_config("fedvpt", layers)) == workers
