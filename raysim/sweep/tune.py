@@ -522,8 +522,8 @@ def plan(
 
 def pinned_layer(probe: Config, experiment: str) -> dict[str, dict[str, Any]]:
     """The config layer every trial of a sweep (or cell of a comparison) ends with. Trials run in their own working
-    folders: the store, the experiment and the checkpoints are pinned to absolute paths (the data's and the weights'
-    are absolute in every config); the precision is resolved once,
+    folders: the store, the experiment and every path are pinned to absolute ones (a config makes the data's and the
+    weights' absolute where it is built, here the command's folder); the precision is resolved once,
     here, so every trial computes alike; a trial keeps the checkpoints back to its last evaluated round (the one
     Tune would restore)."""
     return {
@@ -534,6 +534,8 @@ def pinned_layer(probe: Config, experiment: str) -> dict[str, dict[str, Any]]:
             "dir": str(probe.checkpoint.root(probe.tracking.resolved_uri)),
         },
         "train": {"precision": resolved(probe).train.precision},
+        "data": {"data_dir": probe.data.data_dir},
+        "model": {"weights": probe.model.weights},
     }
 
 

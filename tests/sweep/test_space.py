@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from raysim.base.errors import ConfigError
-from raysim.config import yaml12
+from raysim.config import build_config, yaml12
 from raysim.core.registry import METHODS
 from raysim.sweep.space import default_space_file, load_space, shipped_spaces, with_private_levers
 
@@ -162,3 +162,25 @@ def test_a_space_that_samples_the_privacy_budget_is_one_line(tmp_path):
     path = space_file(tmp_path, "space:\n  privacy.target_epsilon: {choice: [1.0, 8.0]}\n  train.lr: {choice: [0.1]}\n")
     with pytest.raises(ConfigError, match="sets the privacy budget, and a sweep ranks its trials by accuracy"):
         plan("fedavg", path, 2, None, "global_acc", "max", "fifo", None, None, [PRIVATE])
+
+
+def test_a_trial_reads_the_files_the_command_named_from_its_own_folder(tmp_path, monkeypatch):
+    """Tune runs each trial in a folder of its own: the relative --weights and --data-dir of the command are pinned
+    to where the command ran."""
+    from raysim.sweep.tune import pinned_layer
+
+    (tmp_path / "cli").mkdir()
+    (tmp_path / "trial").mkdir()
+    (tmp_path / "cli" / "w.safetensors").write_bytes(b"")
+    monkeypatch.chdir(tmp_path / "cli")
+    flags = [
+        {"model": {"weights": "w.safetensors"}, "data": {"dataset": "parquet", "data_dir": "rows.parquet"}},
+        {"tracking": {"tracking_uri": f"sqlite:///{tmp_path}/m.db"}},
+    ]
+    after = [*flags, pinned_layer(build_config("fedvpt", flags), "exp")]
+    monkeypatch.chdir(tmp_path / "trial")
+    trial = build_config("fedvpt", after)
+    assert (trial.model.weights, trial.data.data_dir) == (
+        str(tmp_path / "cli" / "w.safetensors"),
+        str(tmp_path / "cli" / "rows.parquet"),
+    )
