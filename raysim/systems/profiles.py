@@ -66,7 +66,7 @@ class Profiles:
         opening within :func:`slack` of ``now`` is open: ``now`` may be the clock advanced by :meth:`next_online`."""
         left = np.where(self.offline_by_default, 0.0, np.inf)
         if len(self.owner):
-            phase = np.mod(now, self.period[self.owner])
+            phase = phase_of(now, self.period[self.owner])
             inside = (self.start <= phase + slack(now)) & (phase < self.end)
             np.maximum.at(left, self.owner[inside], (self.end - phase + self.carried_over)[inside])
         return left
@@ -79,9 +79,16 @@ class Profiles:
             return np.inf
         period = self.period[self.owner[mine]]
         start = self.start[mine]
-        phase = np.mod(now, period)
+        phase = phase_of(now, period)
         wait = np.where(start > phase + slack(now), start - phase, period - phase + start)
         return float(wait[wait > 0].min(initial=np.inf))
+
+
+def phase_of(now: float, period: np.ndarray) -> np.ndarray:
+    """Where ``now`` falls in each ``period``: in [0, period), but a phase within :func:`slack` below the period's end
+    is the next period's start (a clock advanced to an interval opening at 0 lands there as often as not)."""
+    phase = np.mod(now, period)
+    return np.where(period - phase <= slack(now), phase - period, phase)
 
 
 def slack(now: float) -> float:
