@@ -139,6 +139,8 @@ def _check_files_alike(dataset, where: str) -> None:
 
 
 def _kind(kind: pa.DataType) -> str:
+    if pa.types.is_dictionary(kind):  # dictionary-encoded (pandas' category): read as its values
+        kind = kind.value_type
     for name, test in (
         ("whole numbers", pa.types.is_integer),
         ("floats", pa.types.is_floating),

@@ -178,6 +178,16 @@ def test_classes_numbered_with_a_gap_are_refused_naming_the_empty_one(tmp_path):
         read(written(tmp_path, cells, labels=[1, 2, 3] * 2))
 
 
+def test_a_folder_whose_files_encode_a_column_differently_reads(tmp_path):
+    """Text stored plainly in one file and dictionary-encoded (pandas' category) in another is one kind."""
+    cells = [encoded(Image.new("L", (4, 4)))] * 4
+    split = pa.array(["train", "train", "test", "test"])
+    pq.write_table(pa.table({"image": cells, "label": [0, 1, 0, 1], "split": split}), tmp_path / "a.parquet")
+    encoded_split = split.dictionary_encode()
+    pq.write_table(pa.table({"image": cells, "label": [0, 1, 0, 1], "split": encoded_split}), tmp_path / "b.parquet")
+    assert read(tmp_path).shape[0] == 8
+
+
 @pytest.mark.parametrize(
     "second, said",
     [
