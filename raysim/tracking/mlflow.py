@@ -8,6 +8,7 @@ logged before were ``summary.<metric>.<stat>``, and :func:`summary_key` reads bo
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import functools
 import json
@@ -128,9 +129,9 @@ def created(uri: str) -> None:
         with open(f"{path}.lock", "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # waits for the process creating the tables
             MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
-    except PermissionError:
-        if not path.is_file():
-            raise  # an existing store in a folder this user cannot write is read as it is
+    except OSError as error:  # an existing store in a folder this user cannot write, or on a read-only disk: as it is
+        if error.errno not in (errno.EACCES, errno.EPERM, errno.EROFS) or not path.is_file():
+            raise
 
 
 def check_run_store(uri: str, whose: str = "") -> None:
