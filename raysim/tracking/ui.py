@@ -60,11 +60,8 @@ def check_port(host: str, port: int) -> None:
         with socket.socket(family) as probe:
             probe.bind((host, port))
     except OSError as error:
-        fix = (
-            "pass --port with a free port"
-            if error.errno == errno.EADDRINUSE
-            else "pass --host with an address of this machine"
-        )
+        elsewhere = isinstance(error, socket.gaierror) or error.errno == errno.EADDRNOTAVAIL  # no such address here
+        fix = "pass --host with an address of this machine" if elsewhere else "pass --port with a free port"
         raise ConfigError(f"cannot listen on {host}:{port} ({error.strerror or error}); {fix}") from None
 
 
