@@ -16,7 +16,7 @@ from pathlib import Path
 from mlflow.exceptions import MlflowException
 
 from raysim.base.errors import ConfigError
-from raysim.config import Config, build_config, yaml12
+from raysim.config import Config, as_recorded, build_config, yaml12
 from raysim.core.messages import GlobalState, Tensors, unprefixed
 from raysim.tracking.mlflow import check_run_store, store_client
 from raysim.tracking.participation import PARTICIPATION, load_participation
@@ -63,7 +63,7 @@ def recorded_config(uri: str, run_id: str) -> Config:
     of Ray workers: docs/architecture.md), so that an attack replays it in this process."""
     with tempfile.TemporaryDirectory() as folder:
         layer = yaml12.load(_artifact(uri, run_id, CONFIG, folder).read_text())
-    config = build_config(layer["method"], [layer])
+    config = build_config(layer["method"], [as_recorded(layer)])
     resources = dataclasses.replace(config.resources, backend="sequential", address=None, workers=1)
     return dataclasses.replace(config, resources=resources)
 

@@ -7,6 +7,7 @@ engine.
 from raysim.config.build import (  # noqa: F401
     NOT_COMPUTED,
     Config,
+    as_recorded,
     build_config,
     dump_yaml,
     load_preset,

@@ -34,6 +34,7 @@ from raysim.config.sections import (
     TrainConfig,
 )
 from raysim.core.registry import METHODS, NoOptions, get_method, require_tiers
+from raysim.data import FROM_DISK
 from raysim.privacy import calibration, channels
 
 NOT_COMPUTED = ("tracking", "resources", "checkpoint")  # where and how a run goes, not what it computes
@@ -303,6 +304,15 @@ def _build_section(cls, name: str, values: Mapping[str, Any]):
         if message.split("=", 1)[0] in valid:
             raise ConfigError(f"{name}.{message}") from None
         raise
+
+
+def as_recorded(layer: Mapping[str, Any]) -> dict[str, Any]:
+    """A config an earlier run recorded, as this version builds it: what that version took and ignored, and this one
+    refuses, dropped (``data.data_dir`` of a built-in data set, which reads no files)."""
+    data = layer.get("data", {})
+    if data.get("data_dir") and data.get("dataset", DataConfig.dataset) not in FROM_DISK:
+        return {**layer, "data": {k: v for k, v in data.items() if k != "data_dir"}}
+    return dict(layer)
 
 
 def build_config(method: str, layers: list[Mapping[str, Any]]) -> Config:

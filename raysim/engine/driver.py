@@ -34,7 +34,7 @@ from raysim.base.paths import ray_job_working_dir, sqlite_file, unwritable
 from raysim.base.precision import native_bf16_cpu
 from raysim.base.ray_start import wait_for_ray
 from raysim.base.stop_signals import finishing
-from raysim.config import Config, build_config, dump_yaml
+from raysim.config import Config, as_recorded, build_config, dump_yaml
 from raysim.core.registry import get_method
 from raysim.data.partition_plot import PartitionArtifacts, partition_artifacts
 from raysim.data.shards import ShardStore
@@ -449,7 +449,7 @@ def _record_extension(
     """``config``, resumed with another ``--rounds``, as the run now records it: its ``config.yaml``, its
     description and, where raysim named the run, its name (that of a run of the new length: the rounds it shares with
     one ran alike). MLflow keeps a param's first value, so the params still say the rounds the run started with."""
-    started = build_config(config.method, [resume.config, {"tracking": {"run_name": None}}])
+    started = build_config(config.method, [as_recorded(resume.config), {"tracking": {"run_name": None}}])
     if config.tracking.run_name == provenance.run_name(started):
         config = named(dataclasses.replace(config, tracking=dataclasses.replace(config.tracking, run_name=None)))
         tracker.client.update_run(tracker.run_id, name=config.tracking.run_name)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from raysim.base.errors import ConfigError
-from raysim.config import CheckpointConfig, Config, TrackingConfig, build_config
+from raysim.config import CheckpointConfig, Config, TrackingConfig, as_recorded, build_config
 from raysim.tracking import checkpoint as ckpt
 
 CHANGEABLE = {("federation", "rounds"), ("checkpoint", "every"), ("checkpoint", "keep")}
@@ -53,7 +53,7 @@ def resumed_config(found: ckpt.Checkpoint, method: str | None, layers: list[Mapp
     # checkpoints older than train.precision ran in float32; "auto" must not pick bf16 for their remaining rounds
     saved_precision = found.config.get("train", {}).get("precision", "fp32")
     pinned = {"tracking": {"tracking_uri": found.tracking_uri}, "train": {"precision": saved_precision}}
-    config = build_config(found.method, [found.config, *layers, pinned])
+    config = build_config(found.method, [as_recorded(found.config), *layers, pinned])
     saved_threads = found.config.get("resources", {}).get("threads", 0)
     if saved_threads and config.resources.threads != saved_threads:
         raise ConfigError(

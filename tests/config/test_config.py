@@ -5,6 +5,7 @@ import yaml
 
 from raysim.base.errors import ConfigError
 from raysim.config import (
+    as_recorded,
     build_config,
     dump_yaml,
     load_preset,
@@ -122,6 +123,17 @@ def test_paths_are_absolute_in_the_config_whatever_folder_it_was_built_in(tmp_pa
     )
     tracking = {"tracking_uri": "http://127.0.0.1:5000"}
     assert build_config("fedvpt", [{"tracking": tracking}]).tracking.resolved_uri == "http://127.0.0.1:5000"
+
+
+def test_a_recorded_config_with_a_data_dir_its_built_in_data_set_ignored_still_builds():
+    """Runs recorded before --data-dir was refused for built-in data sets resume and replay: the key did nothing."""
+    recorded = {"data": {"dataset": "digits", "data_dir": "/data/digit_five", "partition": "iid"}}
+    assert (
+        build_config("fedavg", [as_recorded(recorded)]).data
+        == build_config("fedavg", [{"data": {"dataset": "digits", "partition": "iid"}}]).data
+    )
+    on_disk = {"data": {"dataset": "parquet", "data_dir": "/data/rows.parquet"}}
+    assert as_recorded(on_disk) == on_disk
 
 
 def test_unknown_method_lists_valid_names():
