@@ -60,22 +60,25 @@ class Devices:
         up = np.array([u.bytes_up + protocol[1] for u in received], dtype=float)
         samples = np.array([u.metrics.get("samples", 0) for u in received], dtype=float)
         finish = finish_times(down, samples, up, p.speed[ids], p.downlink[ids], p.uplink[ids])
-        # a client whose device goes offline before it is done fails mid-round; under partial it is done when the work
-        # it gets through by the deadline is (a straggler's cut update arrives at the deadline at the latest)
-        cut = fed.stragglers == "partial" and fed.deadline_s > 0
-        online = (np.minimum(finish, fed.deadline_s) if cut else finish) <= p.online_left(now)[ids]
-        late = online & (finish > fed.deadline_s) if fed.deadline_s > 0 else np.zeros(len(ids), dtype=bool)
-        usable = online & (~late if fed.stragglers == "drop" else True)
-        updates = {u.client_id: u for u in received}
-        if fed.stragglers == "partial" and late.any():
+        left = p.online_left(now)[ids]
+        overdue = finish > fed.deadline_s if fed.deadline_s > 0 else np.zeros(len(ids), dtype=bool)
+        online = finish <= left  # a client whose device goes offline before its update arrives fails mid-round
+        updates, done = {u.client_id: u for u in received}, set()
+        if fed.stragglers == "partial" and overdue.any():
             communication = down / p.downlink[ids] + up / p.uplink[ids]
             work = work_by_deadline(fed.deadline_s, communication, samples, p.speed[ids])
-            redone = retrain([(int(c), float(w)) for c, w, cut in zip(ids, work, late) if cut and w > 0])
+            could = overdue & (work > 0) & (communication <= left)  # a cut update might arrive while it is online
+            redone = retrain([(int(c), float(w)) for c, w, cut in zip(ids, work, could) if cut])
             for update in redone:
                 i = int(np.flatnonzero(ids == update.client_id)[0])
                 updates[update.client_id] = update
                 finish[i] = communication[i] + update.metrics.get("samples", 0) / p.speed[ids[i]]
             done = {u.client_id for u in redone if u.metrics.get("steps", 0) > 0}
+            # a straggler is online while its cut update arrives (one with no work: at the deadline, sending nothing)
+            online = np.where(overdue, np.minimum(finish, fed.deadline_s) <= left, online)
+        late = online & overdue
+        usable = online & (~late if fed.stragglers == "drop" else True)
+        if fed.stragglers == "partial":
             usable = online & (~late | np.isin(ids, list(done)))
         dropouts = failed + int((~online).sum())
         outcome = settle(

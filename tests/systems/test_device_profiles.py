@@ -232,17 +232,26 @@ def test_the_clock_advanced_by_the_wait_finds_the_client_online_whatever_its_rou
         assert profiles.online_left(now)[0] > 0, (period, start, now)
 
 
-@pytest.mark.parametrize("stragglers, kept, late, dropouts", [("partial", [0], 1.0, 0.0), ("drop", [], 0.0, 1.0)])
+@pytest.mark.parametrize(
+    "stragglers, online, kept, late, dropouts",
+    [
+        ("partial", "0-25", [0], 1.0, 0.0),
+        ("partial", "0-19.5", [0], 1.0, 0.0),  # offline before the deadline, after its cut update arrived (18 s)
+        ("partial", "0-17.5", [], 0.0, 1.0),  # offline before even that
+        ("drop", "0-25", [], 0.0, 1.0),
+    ],
+)
 def test_under_partial_a_client_online_until_its_cut_work_arrives_is_a_straggler_not_a_dropout(
-    tmp_path, stragglers, kept, late, dropouts
+    tmp_path, stragglers, online, kept, late, dropouts
 ):
-    """Online for 25 s, 30 s of work at 1 sample/s, a 20 s deadline: the 20 samples it gets through by the deadline
-    arrive while it is online (partial); its whole work would not (drop: offline before it is done)."""
+    """30 s of work at 1 sample/s, a 20 s deadline, batches of 6: the 18 samples it gets through by the deadline
+    arrive at 18 s, while it is online (partial) unless it went offline before; its whole work would not (drop:
+    offline before it is done)."""
     from types import SimpleNamespace
 
     from raysim.engine.devices import Devices
 
-    rows = {"client": [0], "period_s": [100], "online": ["0-25"], "speed": [1.0]}
+    rows = {"client": [0], "period_s": [100], "online": [online], "speed": [1.0]}
     layers = [
         {"systems": {"trace": write(tmp_path, rows)}, "federation": {"clients": 1, "participation": 1.0}},
         {"federation": {"deadline_s": 20.0, "stragglers": stragglers}},
@@ -258,7 +267,7 @@ def test_under_partial_a_client_online_until_its_cut_work_arrives_is_a_straggler
 
     def retrain(work):
         asked.extend(work)
-        return [update(round(30 * fraction)) for _, fraction in work]
+        return [update(int(30 * fraction) // 6 * 6) for _, fraction in work]
 
     updates, metrics = devices.settle(0.0, broadcast, [update(30)], 0, retrain)
     assert [u.client_id for u in updates] == kept
