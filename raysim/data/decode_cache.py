@@ -15,9 +15,10 @@ import hashlib
 import json
 import logging
 import os
-import socket
 import uuid
 from pathlib import Path
+
+from raysim.base.owned_files import owner_gone, owner_tag
 
 log = logging.getLogger("raysim")
 
@@ -51,7 +52,7 @@ def note(copy: Path, files: Stamp, decoder: list) -> None:
 def partial_path(copy: Path) -> Path:
     """Where ``copy`` is written before it takes its name, named by the writing process and host: :func:`prune` tells
     a write cut short (its process gone) from one under way."""
-    return copy.with_name(f".{copy.name}.{os.getpid()}.{uuid.uuid4().hex}.{socket.gethostname()}")
+    return copy.with_name(f".{copy.name}.{owner_tag()}")
 
 
 def prune(folder: Path, decoder: list) -> None:
@@ -80,21 +81,9 @@ def prune(folder: Path, decoder: list) -> None:
 
 
 def _remove_cut_short(folder: Path) -> None:
-    host = socket.gethostname()
     for partial in folder.glob(".parquet-*.npy.*"):
-        named = partial.name.split(".npy.", 1)[1].split(".", 2)  # pid, a unique hex, the host (see partial_path)
-        if len(named) != 3 or named[2] != host or not named[0].isdigit() or _alive(int(named[0])):
+        if not owner_gone(partial.name.split(".npy.", 1)[1]):
             continue
         size = partial.stat().st_size if partial.exists() else 0
         partial.unlink(missing_ok=True)
         log.info("removed %s (%.0f MB): a decode its killed process left", partial, size / 1e6)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import socket
-import uuid
 import weakref
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -23,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from raysim.base.owned_files import owner_gone, owner_tag
 from raysim.data.npy_file import read_rows, read_through, whole_file, write_npy
 from raysim.data.partition import Partition
 from raysim.data.row_digests import ROWS_AT_A_TIME, partition_digest, row_digests
@@ -229,7 +228,7 @@ def _gather(images: np.ndarray, order: np.ndarray, folder: Path) -> np.memmap:
     folder.mkdir(parents=True, exist_ok=True)
     remove_orphans(folder)
     chunks = (read_rows(images, order[start : start + GATHER_ROWS]) for start in range(0, len(order), GATHER_ROWS))
-    path = folder / f"shards-{os.getpid()}-{uuid.uuid4().hex}-{socket.gethostname()}.npy"
+    path = folder / f"shards-{owner_tag()}.npy"
     try:
         return write_npy(path, images.dtype, (len(order), *images.shape[1:]), chunks)
     except BaseException:  # a full disk, Ctrl-C: no half-written block stays behind
@@ -242,19 +241,8 @@ def remove_orphans(folder: Path) -> None:
     leaves its block, as large as the data set. A block's name holds the process that maps it for its run and that
     process's machine (a shared home folder holds other machines' blocks, whose processes are not seen here)."""
     for path in folder.glob("shards-*.npy"):
-        pid, _, host = (path.name[len("shards-") : -len(".npy")].split("-", 2) + ["", ""])[:3]
-        if host == socket.gethostname() and pid.isdigit() and not _alive(int(pid)):
+        if owner_gone(path.name[len("shards-") : -len(".npy")]):
             path.unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
 
 
 def _mapped_store(path: str, fields: dict) -> ShardStore:

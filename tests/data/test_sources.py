@@ -273,9 +273,9 @@ def test_a_decode_its_killed_process_left_is_removed_and_one_under_way_is_not(tm
     copy.parent.mkdir()
     host = socket.gethostname()
     left = {
-        "killed": copy.with_name(f".{copy.name}.{gone.stdout.strip()}.1a2b.{host}"),
+        "killed": copy.with_name(f".{copy.name}.{gone.stdout.strip()}-1a2b-{host}"),
         "under way": decode_cache.partial_path(copy),
-        "other host": copy.with_name(f".{copy.name}.{gone.stdout.strip()}.1a2b.another.{host}"),
+        "other host": copy.with_name(f".{copy.name}.{gone.stdout.strip()}-1a2b-another.{host}"),
     }
     for path in left.values():
         path.write_bytes(b"partial")
