@@ -225,6 +225,9 @@ def accuracy(argv: list[str]) -> None:
 
 
 def main() -> None:
+    if {"-h", "--help"} & set(sys.argv[1:]):
+        print(__doc__)
+        return
     if "--measure" in sys.argv:
         measure()
         return
