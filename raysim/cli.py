@@ -219,7 +219,8 @@ def run(method, resume, preset, overrides, progress, **flags):
         raise ConfigError(f"{tracked[0]} cannot change when resuming (the run keeps its experiment and name); drop it")
     layers = [{section: values for section, values in layer.items() if section != "tracking"} for layer in layers]
     config, run_folder = resuming.resumed_config(found, method, layers), found.folder.parent
-    with sole_runner(run_folder, f"run {found.run_id}", f"resume it with: raysim run --resume {run_folder}", True):
+    resume_line = f"resume it with: raysim run --resume {run_folder}"
+    with sole_runner(run_folder, f"run {found.run_id}", resume_line, in_place=True):
         run_simulation(config, show_progress=progress, resume=found)
 
 

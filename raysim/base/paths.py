@@ -1,5 +1,5 @@
-"""Where a run writes: the file of a SQLite store, and whether a folder can be written and will outlive the command,
-checked before the run exists (creates nothing that stays)."""
+"""Where a run reads and writes: paths made absolute, the file of a SQLite store, and whether a folder can be written
+and will outlive the command, checked before the run exists (creates nothing that stays)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,11 @@ from pathlib import Path
 
 RAY_JOB_CONFIG = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # what Ray gives a job's entrypoint: its runtime env, as JSON
 SQLITE = "sqlite:///"
+
+
+def absolute(path: str | Path) -> str:
+    """``path`` with ``~`` expanded, made absolute (symbolic links resolved)."""
+    return str(Path(path).expanduser().resolve())
 
 
 def sqlite_file(uri: str) -> Path | None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from raysim.base.errors import ConfigError, unknown_name
-from raysim.base.paths import sqlite_file
+from raysim.base.paths import absolute, sqlite_file
 from raysim.base.settings import NON_NEGATIVE, POSITIVE, at_least, differs, positive, setting, validate
 from raysim.data import FROM_DISK
 from raysim.data.partition import CLASS_SETS, PACHINKO_FORMS, PARTITIONERS
@@ -265,11 +265,6 @@ class TrainConfig:
         validate(self)
 
 
-def absolute(path: str) -> str:
-    """``path`` with ``~`` expanded, made absolute."""
-    return str(Path(path).expanduser().resolve())
-
-
 @dataclass(frozen=True)
 class ModelConfig:
     """The frozen backbone: a timm name, and where its weights come from.
@@ -283,9 +278,10 @@ class ModelConfig:
     pretrained: bool = setting(True, "Load pretrained weights (shipped, or the hub's for timm names).")
 
     def __post_init__(self):
-        if self.weights is not None:  # absolute: a run resumed or replayed from another folder loads the same file
-            object.__setattr__(self, "weights", absolute(self.weights))
-        if self.weights is not None and not Path(self.weights).is_file():
+        if self.weights is None:
+            return
+        object.__setattr__(self, "weights", absolute(self.weights))  # a run resumed from elsewhere loads this file
+        if not Path(self.weights).is_file():
             raise ConfigError(
                 f"weights file {self.weights} does not exist; pass a safetensors file saved from "
                 f"backbone {self.backbone}"
@@ -492,7 +488,7 @@ class CheckpointConfig:
     def root(self, tracking_uri: str) -> Path:
         """The folder that holds one sub-folder of checkpoints per run."""
         if self.dir:
-            return Path(self.dir).expanduser().resolve()
+            return Path(absolute(self.dir))
         return beside_store(tracking_uri) / "checkpoints"
 
 

@@ -67,7 +67,7 @@ class Layout:
         folder in the data cache, downloaded there first where it has a public archive (:mod:`raysim.data.fetch`)."""
         if not data_dir:
             return self.fetched()
-        base = Path(data_dir).expanduser().resolve()
+        base = Path(data_dir)  # absolute already (DataConfig)
         for root in (base, base / folder):
             if (root / marker).exists():
                 return root
@@ -333,7 +333,7 @@ def read_folders(spec: FolderDataset, cfg) -> tuple:
     every (domain, class) cell.
     """
     layout = spec.layout
-    base = Path(cfg.data_dir).expanduser().resolve() if cfg.data_dir else None
+    base = Path(cfg.data_dir) if cfg.data_dir else None  # absolute already (DataConfig)
     if base is None or not any((base / domain).is_dir() for domain in spec.domains):
         raise layout.missing(cfg.data_dir)
     items = [item for d, domain in enumerate(spec.domains) for item in _domain_items(base, d, domain, spec)]

@@ -77,9 +77,12 @@ class Devices:
             # a straggler is online while its cut update arrives (one with no work: at the deadline, sending nothing)
             online = np.where(overdue, np.minimum(finish, fed.deadline_s) <= left, online)
         late = online & overdue
-        usable = online & (~late if fed.stragglers == "drop" else True)
-        if fed.stragglers == "partial":
+        if fed.stragglers == "drop":
+            usable = online & ~late
+        elif fed.stragglers == "partial":
             usable = online & (~late | np.isin(ids, list(done)))
+        else:  # wait
+            usable = online
         dropouts = failed + int((~online).sum())
         outcome = settle(
             ids[online].tolist(), finish[online], usable[online], fed.clients_per_round, fed.deadline_s, dropouts

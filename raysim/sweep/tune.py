@@ -26,6 +26,7 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 from rich.console import Console
 
 from raysim.base.errors import ConfigError, RunInterrupted, SweepError
+from raysim.base.paths import absolute
 from raysim.base.sole_runner import sole_runner
 from raysim.config import NOT_COMPUTED, Config, beside_store, build_config, load_preset, preset_for_method
 from raysim.core.registry import get_method
@@ -385,7 +386,7 @@ def refuse_unsaved(sweep: Sweep, folder: Path) -> None:
 
 def load_sweep(target: str) -> tuple[Sweep, Path]:
     """The sweep in folder ``target`` (``<storage>/<name>``, as printed when it started; relative to here or not)."""
-    folder = Path(target).expanduser().resolve()  # Ray Tune restores from absolute paths or URIs only
+    folder = Path(absolute(target))  # Ray Tune restores from absolute paths or URIs only
     try:
         record = json.loads((folder / SWEEP_FILE).read_text())
     except (OSError, ValueError):
@@ -523,9 +524,9 @@ def plan(
 def pinned_layer(probe: Config, experiment: str) -> dict[str, dict[str, Any]]:
     """The config layer every trial of a sweep (or cell of a comparison) ends with. Trials run in their own working
     folders: the store, the experiment and every path are pinned to absolute ones (a config makes the data's and the
-    weights' absolute where it is built, here the command's folder); the precision is resolved once,
-    here, so every trial computes alike; a trial keeps the checkpoints back to its last evaluated round (the one
-    Tune would restore)."""
+    weights' absolute where it is built, here the command's folder); the precision is resolved once, here, so every
+    trial computes alike; a trial keeps the checkpoints back to its last evaluated round (the one Tune would
+    restore)."""
     return {
         "tracking": {"tracking_uri": probe.tracking.resolved_uri, "experiment": experiment},
         "checkpoint": {
