@@ -155,9 +155,11 @@ def drive(
     checkpoints every ``checkpoint.every`` rounds, after the last and when a callback stops the run early, and after
     the last round its results into ``results_folder``; the driver keeps the ``checkpoint.keep`` newest of those
     whose round's report it holds (:func:`~raysim.tracking.checkpoint.prune`), so a recovery finds its checkpoint.
+    The rounds a recovery replays give the same numbers and reach the callbacks once, the first time they ran.
     ``coordinator``: the one :func:`start_coordinator` started for the first simulation (a recovery starts anew)."""
     rounds, keep = config.federation.rounds, config.checkpoint.keep
     last_folder, last_round, failures, graceful = None, start.round, 0, False
+    reported = start.round  # the last round whose report the callbacks have had
 
     def simulate(point: ckpt.Checkpoint, coordinator=None):
         checkpointing = Checkpointing(run_folder, start.tracking_uri, point.client_files)
@@ -188,7 +190,11 @@ def drive(
                 round = last_round + 1
                 continue
             failures = 0
-            stopped = any([callback.after_round(round, report) for callback in callbacks]) and round < rounds
+            if round > reported:
+                stopped = any([callback.after_round(round, report) for callback in callbacks]) and round < rounds
+                reported = round
+            else:  # a round replayed after a recovery: its report already reached the callbacks
+                stopped = any(callback.stopping for callback in callbacks) and round < rounds
             folder = report.checkpoint or (simulation.checkpoint() if stopped else None)
             if folder:
                 last_folder, last_round = folder, round

@@ -8,6 +8,7 @@ import io
 import threading
 
 import pytest
+from mlflow import MlflowClient
 from rich.console import Console
 
 from raysim.config import build_config
@@ -86,12 +87,14 @@ def test_worker_killed_mid_round_is_replaced_and_the_round_rerun(clean, tracking
 
 
 def test_killed_coordinator_is_recovered_from_the_last_checkpoint(clean, tracking_uri, tmp_path):
-    """Checkpoints every 2 rounds, one kept: round 3 is lost and replayed from round 2's. The driver prunes, once a
-    round's report is in its hands: when round 4's report arrives, round 2's checkpoint is still there, so a
-    coordinator dying after writing round 4's, before its report came back, would still find it."""
+    """Checkpoints every 2 rounds, one kept: round 3 is lost and replayed from round 2's, and reaches the driver's
+    callbacks (MLflow's, the test's) once. The driver prunes, once a round's report is in its hands: when round 4's
+    report arrives, round 2's checkpoint is still there, so a coordinator dying after writing round 4's, before its
+    report came back, would still find it."""
     killed, seen = [], {}
 
     def kill_after_round_3(round):
+        assert round not in seen, f"round {round} reached the callbacks twice"  # the replayed round 3 did not
         seen[round] = sorted(path.name for path in (tmp_path / "ray").glob("*/round-*"))
         if round == 3 and not killed:
             killed.append(chaos.kill_actor("Coordinator"))
@@ -99,6 +102,8 @@ def test_killed_coordinator_is_recovered_from_the_last_checkpoint(clean, trackin
     recovered = quiet(config_for(tracking_uri, tmp_path, every=2, keep=1), kill_after_round_3)
     assert killed and killed[0] is not None
     assert metrics_of(recovered) == clean
+    logged = MlflowClient(tracking_uri).get_metric_history(recovered.run_id, "global_acc")
+    assert sorted(point.step for point in logged) == [1, 2, 3, 4]  # one point a round, the replayed one's included
     assert seen[4] == ["round-000002", "round-000004"]
     assert sorted(path.name for path in (tmp_path / "ray").glob("*/round-*")) == ["round-000004"]
 
