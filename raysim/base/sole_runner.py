@@ -1,9 +1,10 @@
-"""One process at a time per comparison, sweep or resumed run folder: an ``flock`` on the folder's ``running.lock``
-(on a run's checkpoint folder itself, which a refused resume must leave as it was).
+"""One process at a time per comparison, sweep or run: an ``flock`` on the folder's ``running.lock``, or on a run's
+checkpoint folder itself (which a refused resume must leave as it was), held by a run from when its MLflow run opens
+and by ``raysim run --resume`` before it changes anything.
 
 A second process on the same comparison would take the first's RUNNING cells for a killed comparison's and end them;
-a second on the same sweep would write into the first's Tune experiment; a second resume of a run would prune the
-first's newer checkpoints. The kernel releases an ``flock`` when its
+a second on the same sweep would write into the first's Tune experiment; a resume of a run that is still running, or
+that another process is resuming, would prune its newer checkpoints. The kernel releases an ``flock`` when its
 process ends, however it ends, so a crashed run needs nothing before it resumes."""
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import shutil
 import signal
 import tempfile
 import time
-from contextlib import nullcontext
+from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -33,6 +33,7 @@ from raysim.base.memory import trim_memory
 from raysim.base.paths import ray_job_working_dir, sqlite_file, unwritable
 from raysim.base.precision import native_bf16_cpu
 from raysim.base.ray_start import wait_for_ray
+from raysim.base.sole_runner import sole_runner
 from raysim.base.stop_signals import finishing
 from raysim.config import Config, as_recorded, build_config, dump_yaml
 from raysim.core.registry import get_method
@@ -275,7 +276,7 @@ def run(
         placed = shards
         if pool is not None:
             placed, shards = shared(shards)
-        status = "FAILED"
+        status, held = "FAILED", ExitStack()
         try:
             if resume is None:
                 record = recorded(config, pool)
@@ -286,6 +287,10 @@ def run(
                 )
                 start = ckpt.Checkpoint(run_id, 0, config.to_dict(), initial, {}, uri)
                 run_folder = config.checkpoint.root(uri) / run_id
+                run_folder.mkdir(parents=True, exist_ok=True)
+                # held while the run runs, as `raysim run --resume` holds it: a resume started meanwhile is refused
+                resume_line = f"resume it with: raysim run --resume {run_folder}"
+                held.enter_context(sole_runner(run_folder, f"run {run_id}", resume_line, in_place=True))
                 _log_setup(tracker, record, drawn[0] if drawn else partition_artifacts(shards))
                 tracker.log_metrics({TRAINABLE: trainable, **noise_of(config, shards)}, step=0)
             else:
@@ -338,6 +343,7 @@ def run(
         finally:
             end_coordinator(coordinator)  # stopped with its rounds; here if they never began
             tracker.end(status)
+            held.close()
 
 
 def checked(config: Config, resume: ckpt.Checkpoint | None = None) -> Config:

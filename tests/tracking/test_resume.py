@@ -30,6 +30,7 @@ from raysim.cli import main
 from raysim.config import build_config
 from raysim.core.protocol import CachesRowFeatures, Personalised, SendsExtras, SplitLearning
 from raysim.core.registry import METHODS, get_method
+from raysim.engine.callbacks import Callback
 from raysim.engine.driver import run
 from raysim.ops import selection as sel
 from raysim.ops.metrics import TIMING_KEYS
@@ -179,6 +180,29 @@ def test_resume_refuses_changes_that_would_change_the_numbers(ray_session, track
     assert second.exit_code == 2 and len(second.stderr.strip().splitlines()) == 1, second.stderr
     assert f"raysim: error: run {found.run_id} is running in another process ({folder}); wait for it" in second.stderr
     assert not [p.name for p in folder.iterdir() if not p.name.startswith("round-")]  # nothing left in the folder
+
+
+def test_a_run_still_running_is_not_resumed_by_another_process(ray_session, tracking_uri, tmp_path):
+    """A resume started while the run is still running (its round 1 checkpointed) stops in one line and changes
+    nothing: the run goes on to its last round."""
+
+    class ResumeAfterRound1(Callback):
+        def after_round(self, round, report) -> bool:
+            if round == 1:
+                folder = next((tmp_path / "ck").iterdir())
+                tried.append(CliRunner().invoke(main, ["run", "--resume", str(folder), "--rounds", "5"]))
+            return False
+
+    tried = []
+    layers = [
+        {k: v for k, v in SMALL.items() if k in ("federation", "data", "model", "resources", "checkpoint")},
+        {"tracking": {"tracking_uri": tracking_uri}, "checkpoint": {"dir": str(tmp_path / "ck")}},
+    ]
+    result = quiet_run(build_config("fedavg", layers), callbacks=[ResumeAfterRound1()])
+    (second,) = tried
+    assert second.exit_code == 2 and len(second.stderr.strip().splitlines()) == 1, second.stderr
+    assert f"raysim: error: run {result.run_id} is running in another process" in second.stderr
+    assert len(result.history) == 3 and ckpt.load(tmp_path / "ck" / result.run_id).round == 3
 
 
 def test_a_run_resumes_only_on_the_data_it_started_on(ray_session, tracking_uri, tmp_path, monkeypatch):
