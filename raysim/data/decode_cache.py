@@ -1,8 +1,9 @@
 """Bookkeeping for the parquet decode cache: where a data set's decoded copy lives, and removing copies nothing can
 read any more.
 
-A decoded copy (``parquet-<key>.npy`` in the data cache) is keyed by its files' paths, sizes and modification
-times, and by the decoder (the source's decoding and the Pillow release), so a rewritten or deleted parquet file is
+A decoded copy (``parquet-<key>.npy`` in the data cache) is keyed by its files' paths, sizes, modification times
+and status-change times (which no copy or archive tool can set back, as ``cp -p`` sets the modification time), and by
+the decoder (the source's decoding and the Pillow release), so a rewritten or deleted parquet file is
 never read through its old copy, and that copy, as large as the decoded images, would stay on disk for good. Each
 copy therefore carries a note of its files and decoder (``parquet-<key>.json``) and its rows' digests
 (``parquet-<key>.digests``, :mod:`raysim.data.row_digests`); reading any parquet data set removes the copies whose
@@ -22,7 +23,7 @@ from raysim.base.owned_files import owner_gone, owner_tag
 
 log = logging.getLogger("raysim")
 
-Stamp = list[list]  # [absolute path, size in bytes, modification time in ns] per file
+Stamp = list[list]  # [absolute path, size in bytes, modification time in ns, status-change time in ns] per file
 
 
 def stamp(files: list[str]) -> Stamp:
@@ -30,7 +31,7 @@ def stamp(files: list[str]) -> Stamp:
     stamped = []
     for file in sorted(os.path.abspath(f) for f in files):
         status = os.stat(file)
-        stamped.append([file, status.st_size, status.st_mtime_ns])
+        stamped.append([file, status.st_size, status.st_mtime_ns, status.st_ctime_ns])
     return stamped
 
 
@@ -65,7 +66,7 @@ def prune(folder: Path, decoder: list) -> None:
         try:
             written = json.loads(recorded.read_text())
             files = written["files"]
-            current = stamp([path for path, _, _ in files])
+            current = stamp([file[0] for file in files])
         except FileNotFoundError:
             current = None  # a file is gone (or the note was removed by another run's prune)
         except (OSError, ValueError, KeyError, TypeError):

@@ -187,8 +187,9 @@ def test_sources_that_do_not_parallelise_never_import_ray_data(tmp_path):
 
 
 def test_decoded_copies_of_changed_or_deleted_parquet_files_are_removed(tmp_path, monkeypatch):
-    """A rewritten file gets a new decoded copy and its old copy goes; a deleted file's copy goes at the next read of
-    any parquet set; an unchanged file's copy stays (and is mapped, not decoded again)."""
+    """A rewritten file gets a new decoded copy and its old copy goes (one rewritten with its size and modification
+    time too); a deleted file's copy goes at the next read of any parquet set; an unchanged file's copy stays (and is
+    mapped, not decoded again)."""
     monkeypatch.setenv("RAYSIM_CACHE", str(tmp_path / "cache"))
 
     def copies():
@@ -217,6 +218,15 @@ def test_decoded_copies_of_changed_or_deleted_parquet_files_are_removed(tmp_path
     assert copies() == sorted(set(first) & set(second))
     assert sorted(p.stem for p in (tmp_path / "cache").glob("parquet-*.json")) == [Path(c).stem for c in copies()]
     assert sorted(p.stem for p in (tmp_path / "cache").glob("parquet-*.digests")) == [Path(c).stem for c in copies()]
+    # rewritten with the same size and its modification time set back (as cp -p does): the rows in another order
+    swapped = tmp_path / "swapped.parquet"
+    pngs = [_png(np.full((4, 4, 3), value, np.uint8)) for value in (5, 6)]
+    pq.write_table(pa.table({"image": pngs * 2, "label": [0, 1] * 2}), swapped)
+    assert (read(swapped)[0] == 5).all()
+    status = swapped.stat()
+    pq.write_table(pa.table({"image": pngs[::-1] * 2, "label": [0, 1] * 2}), swapped)
+    os.utime(swapped, ns=(status.st_atime_ns, status.st_mtime_ns))
+    assert swapped.stat().st_size == status.st_size and (read(swapped)[0] == 6).all()
 
 
 def test_a_decoded_copy_keeps_its_rows_digests_and_the_partition_digest_does_not_depend_on_the_layout(
