@@ -229,8 +229,18 @@ def _read_weights(path: Path, name: str) -> dict[str, torch.Tensor]:
 
 
 def _load_state(vit: VisionTransformer, name: str, path: Path, state: dict[str, torch.Tensor]) -> None:
-    """Strictly load ``state`` (read from ``path``) into the headless ``vit``."""
-    problems = state_mismatches({key: value.shape for key, value in vit.state_dict().items()}, state)
+    """Strictly load ``state`` (read from ``path``) into the headless ``vit``: the same keys and shapes, and floating
+    point wherever the backbone is (a quantised file's integers would be cast into weights silently)."""
+    own = vit.state_dict()
+    problems = state_mismatches({key: value.shape for key, value in own.items()}, state)
+    if not problems:
+        integral = [
+            f"{key} {value.dtype}"
+            for key, value in state.items()
+            if own[key].is_floating_point() and not value.is_floating_point()
+        ]
+        if integral:
+            problems = f"integer tensors where the backbone's are floating point: {', '.join(integral[:_SHOWN_KEYS])}"
     if problems:
         raise ConfigError(
             f"weights file {path} does not match backbone {name}: {problems}; "

@@ -93,6 +93,18 @@ def test_weights_file_from_another_architecture(tmp_path):
     assert "shape (given vs expected) blocks.0.attn.proj.bias (32,) vs (192,)" in message
 
 
+def test_weights_file_of_integer_tensors(tmp_path):
+    vit = build_backbone(DEFAULT_BACKBONE, pretrained=False)
+    state = {key: value.contiguous() for key, value in vit.state_dict().items()}
+    state["blocks.0.attn.qkv.weight"] = (state["blocks.0.attn.qkv.weight"] * 100).to(torch.int8)
+    path = tmp_path / "quantised.safetensors"
+    save_file(state, str(path))
+    message = one_line_error(
+        lambda: build_backbone(DEFAULT_BACKBONE, weights=path), f"does not match backbone {DEFAULT_BACKBONE}"
+    )
+    assert "integer tensors where the backbone's are floating point: blocks.0.attn.qkv.weight torch.int8" in message
+
+
 def test_unknown_name_lists_the_valid_ones():
     message = one_line_error(lambda: build_backbone("vit_nonsense"), "unknown backbone 'vit_nonsense'")
     assert all(name in message for name in BACKBONES)
