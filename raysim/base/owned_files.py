@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import socket
 import uuid
+from collections.abc import Callable
+from pathlib import Path
 
 
 def owner_tag() -> str:
@@ -18,6 +20,12 @@ def owner_gone(tag: str) -> bool:
     """Whether the process an :func:`owner_tag` names has ended: only one of this machine can be seen to have."""
     pid, _, host = (tag.split("-", 2) + ["", ""])[:3]
     return host == socket.gethostname() and pid.isdigit() and not _alive(int(pid))
+
+
+def abandoned(folder: Path, pattern: str, tag_of: Callable[[str], str]) -> list[Path]:
+    """The files or folders in ``folder`` matching the glob ``pattern`` whose owner, the :func:`owner_tag` that
+    ``tag_of`` reads off a name, is gone."""
+    return [path for path in folder.glob(pattern) if owner_gone(tag_of(path.name))]
 
 
 def _alive(pid: int) -> bool:

@@ -19,7 +19,7 @@ import os
 import uuid
 from pathlib import Path
 
-from raysim.base.owned_files import owner_gone, owner_tag
+from raysim.base.owned_files import abandoned, owner_tag
 
 log = logging.getLogger("raysim")
 
@@ -82,9 +82,7 @@ def prune(folder: Path, decoder: list) -> None:
 
 
 def _remove_cut_short(folder: Path) -> None:
-    for partial in folder.glob(".parquet-*.npy.*"):
-        if not owner_gone(partial.name.split(".npy.", 1)[1]):
-            continue
+    for partial in abandoned(folder, ".parquet-*.npy.*", lambda name: name.split(".npy.", 1)[1]):
         size = partial.stat().st_size if partial.exists() else 0
         partial.unlink(missing_ok=True)
         log.info("removed %s (%.0f MB): a decode its killed process left", partial, size / 1e6)

@@ -18,7 +18,6 @@ import http.client
 import os
 import shutil
 import tarfile
-import tempfile
 import urllib.error
 import urllib.request
 import zipfile
@@ -29,6 +28,7 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
 from raysim.base.errors import ConfigError
+from raysim.base.owned_files import abandoned, owner_tag
 from raysim.data.sources import cache_dir
 
 MIRROR_ENV = "RAYSIM_DATA_MIRROR"
@@ -238,8 +238,13 @@ def _check(path: Path, archive: Archive) -> None:
 
 
 def _unpack(path: Path, archive: Archive, target: Path) -> None:
-    """Unpack ``path`` into a temporary folder beside ``target``, then move its ``archive.folder`` to ``target``."""
-    staging = Path(tempfile.mkdtemp(prefix=f".{archive.folder}.", dir=target.parent))
+    """Unpack ``path`` into a temporary folder beside ``target``, then move its ``archive.folder`` to ``target``; the
+    temporary folders of unpackings whose process was killed go first."""
+    prefix = f".{archive.folder}."
+    for left in abandoned(target.parent, f"{prefix}*", lambda name: name[len(prefix) :]):
+        shutil.rmtree(left, ignore_errors=True)
+    staging = target.parent / f"{prefix}{owner_tag()}"
+    staging.mkdir()
     try:
         try:
             if path.suffix == ".zip":

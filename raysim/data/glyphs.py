@@ -37,7 +37,6 @@ import hashlib
 import logging
 import os
 import time
-import uuid
 import zlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -48,6 +47,7 @@ import numpy as np
 import pyarrow as pa
 
 from raysim.base.errors import ConfigError
+from raysim.base.owned_files import abandoned, owner_tag
 from raysim.data.shards import DatasetInfo
 from raysim.data.sources import cache_dir, fixed_test_split, ray_data, rows_table, sklearn_digits
 
@@ -531,7 +531,9 @@ def _write_atomically(table, path: Path) -> None:
     import pyarrow.parquet as pq
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    for left in abandoned(path.parent, ".*.parquet.*", lambda name: name.split(".parquet.", 1)[1]):
+        left.unlink(missing_ok=True)  # a write its killed process left
+    temporary = path.with_name(f".{path.name}.{owner_tag()}")
     try:
         pq.write_table(table, temporary)
         os.replace(temporary, path)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from raysim.base.owned_files import owner_gone, owner_tag
+from raysim.base.owned_files import abandoned, owner_tag
 from raysim.data.npy_file import read_rows, read_through, whole_file, write_npy
 from raysim.data.partition import Partition
 from raysim.data.row_digests import ROWS_AT_A_TIME, partition_digest, row_digests
@@ -240,9 +240,8 @@ def remove_orphans(folder: Path) -> None:
     """Remove the blocks in ``folder`` whose process is gone: one killed before it could (SIGKILL, the OOM killer)
     leaves its block, as large as the data set. A block's name holds the process that maps it for its run and that
     process's machine (a shared home folder holds other machines' blocks, whose processes are not seen here)."""
-    for path in folder.glob("shards-*.npy"):
-        if owner_gone(path.name[len("shards-") : -len(".npy")]):
-            path.unlink(missing_ok=True)
+    for path in abandoned(folder, "shards-*.npy", lambda name: name[len("shards-") : -len(".npy")]):
+        path.unlink(missing_ok=True)
 
 
 def _mapped_store(path: str, fields: dict) -> ShardStore:

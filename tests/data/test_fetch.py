@@ -9,7 +9,10 @@ import dataclasses
 import hashlib
 import http.server
 import io
+import os
 import re
+import socket
+import subprocess
 import tarfile
 import threading
 import zipfile
@@ -284,11 +287,19 @@ def test_offline_the_error_is_one_line_saying_what_to_download_and_where(monkeyp
 
 
 def test_an_archive_put_in_downloads_by_hand_is_checked_and_unpacked(served, tmp_path):
+    """Unpacked without a download; an unpacking folder its killed process left goes, one under way stays."""
     downloads = tmp_path / "cache" / "downloads"
     downloads.mkdir(parents=True)
     (downloads / "cifar-100-binary.tar.gz").write_bytes(served.files["cifar-100-binary.tar.gz"])
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a pid no process holds now
+    killed = downloads / f".cifar-100-binary.{gone.pid}-{'0' * 32}-{socket.gethostname()}"
+    running = downloads / f".cifar-100-binary.{os.getpid()}-{'1' * 32}-{socket.gethostname()}"
+    for folder in (killed, running):
+        (folder / "cifar-100-binary").mkdir(parents=True)
+        (folder / "cifar-100-binary" / "part.bin").write_bytes(b"unpacked so far")
     fetch("cifar100")
-    assert served.requests == [] and leftovers(tmp_path) == ["cifar-100-binary"]
+    assert served.requests == [] and leftovers(tmp_path) == sorted([running.name, "cifar-100-binary"])
 
 
 def test_a_zip_member_outside_its_folder_is_refused(server, monkeypatch, tmp_path):

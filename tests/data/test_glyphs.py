@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from raysim.base.errors import ConfigError
@@ -234,3 +236,18 @@ def test_held_out_clients_leave_each_domain_one_that_trains(generated):
     assert np.bincount(np.delete(shards.client_domain, shards.unseen), minlength=5).tolist() == [1] * 5
     with pytest.raises(ConfigError, match="hold out at most 17"):
         prepare_shards(build_config("fedvpt", [preset, {"federation": {"unseen_fraction": 0.8}}]))
+
+
+def test_a_generated_file_its_killed_process_left_half_written_goes_at_the_next_write(tmp_path):
+    """The partial file is named by its process and machine: the next write removes one whose process is gone (a
+    SIGKILLed generation could not), and leaves one still being written."""
+    table = pa.table({"label": [0, 1]})
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a pid no process holds now
+    host = socket.gethostname()
+    killed = tmp_path / f".glyphs62-v1-0.parquet.{gone.pid}-{'0' * 32}-{host}"
+    running = tmp_path / f".glyphs62-v1-0.parquet.{os.getpid()}-{'1' * 32}-{host}"
+    for path in (killed, running):
+        path.write_bytes(b"part of a table")
+    glyphs._write_atomically(table, tmp_path / "digits-v1-0.parquet")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([running.name, "digits-v1-0.parquet"])
