@@ -14,7 +14,7 @@ from pathlib import Path
 
 from raysim.base.errors import ConfigError, unknown_name
 from raysim.base.paths import absolute, sqlite_file
-from raysim.base.settings import NON_NEGATIVE, POSITIVE, at_least, differs, positive, setting, validate
+from raysim.base.settings import FLOAT32_MAX, NON_NEGATIVE, POSITIVE, at_least, differs, positive, setting, validate
 from raysim.data import FROM_DISK
 from raysim.data.partition import CLASS_SETS, PACHINKO_FORMS, PARTITIONERS
 from raysim.data.sources import SOURCES
@@ -230,6 +230,9 @@ class FederationConfig:
         return bool(self.eval_clients) and self.clients > self.eval_clients
 
 
+ADAMW_BETA1 = 0.9  # torch's, which the clients' AdamW keeps
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """Local training on a client: epochs, batch size, the client optimiser, and the precision of client compute."""
@@ -263,6 +266,12 @@ class TrainConfig:
 
     def __post_init__(self):
         validate(self)
+        first_step = self.lr / (1 - ADAMW_BETA1)  # AdamW's bias-corrected step size at step 1
+        if self.optimizer == "adamw" and first_step > FLOAT32_MAX:
+            raise ConfigError(
+                f"train.lr={self.lr:g} overflows float32 in AdamW's first step (lr / (1 - {ADAMW_BETA1}) = "
+                f"{first_step:.3g}, beyond 3.4e38); pass a smaller train.lr"
+            )
 
 
 @dataclass(frozen=True)
