@@ -398,23 +398,40 @@ def _cell(
 def finished_cells(comparison: Comparison, tuned: dict) -> set[tuple[str, int]]:
     """The (method, seed) cells that already have a FINISHED run of the same config; a finished cell of another
     config (the experiment holds a comparison of other settings) is a one-line error."""
+    return {(label, seed) for label, seed, _ in _checked_cells(comparison, lambda label, _: tuned.get(label))}
+
+
+def refuse_other_settings(comparison: Comparison) -> None:
+    """Before any tuning: a one-line error where the experiment holds a finished cell that this comparison, tuned to
+    that cell's own values, would not run as it ran (a comparison of other settings), instead of after the tuning;
+    cells that do not record their tuned values are checked after it."""
+    _checked_cells(
+        comparison, lambda _, found: json.loads(found.data.tags[TUNED]) if TUNED in found.data.tags else None
+    )
+
+
+def _checked_cells(comparison: Comparison, tuned_of) -> list[tuple[str, int, Any]]:
+    """(label, seed, run) of the experiment's FINISHED cells of ``comparison``'s methods whose config is the one
+    ``comparison`` runs with the values ``tuned_of(label, run)`` (None: a method not asked for, passed over);
+    a cell of another config is a one-line error."""
     client = store_client(comparison.uri)
     experiment = client.get_experiment_by_name(comparison.name)
     if experiment is None:
-        return set()
+        return []
     query = f"attributes.status = 'FINISHED' and tags.`{NAME}` = {literal(comparison.name)}"
-    done = set()
+    cells = []
     for found in every_run(client, experiment.experiment_id, query):
         label, seed = found.data.tags.get(VARIANT, found.data.tags["method"]), int(found.data.tags["seed"])
-        if label not in tuned:
+        tuned = tuned_of(label, found) if label in comparison.methods else None
+        if tuned is None:
             continue
-        if found.data.tags.get(HASH) != provenance.config_hash(comparison.config(label, seed, tuned[label])):
+        if found.data.tags.get(HASH) != provenance.config_hash(comparison.config(label, seed, tuned)):
             raise ConfigError(
                 f"experiment {comparison.name!r} already holds a comparison of other settings ({label} seed {seed} "
                 f"ran with another config); name a new one with --experiment NAME"
             )
-        done.add((label, seed))
-    return done
+        cells.append((label, seed, found))
+    return cells
 
 
 def open_run(comparison: Comparison, scored: dict[str, str]) -> Tracker:
@@ -453,6 +470,7 @@ def open_run(comparison: Comparison, scored: dict[str, str]) -> Tracker:
 def execute(comparison: Comparison) -> tuple[str, list[Path]]:
     """Tune (if asked), run the missing cells, and write the report (inside ``sole_runner``, which the CLI holds);
     the comparison's run ends FINISHED with the report, FAILED, or KILLED after Ctrl-C."""
+    refuse_other_settings(comparison)
     tuned, scored = tuned_values(comparison)
     tracker = open_run(comparison, scored)
     end_stopped_cells(comparison, tracker.run_id)  # a killed comparison's cells: RUNNING in MLflow beside their reruns

@@ -18,11 +18,13 @@ from raysim.sweep.compare import (
     default_name,
     end_stopped_cells,
     folder_name,
+    refuse_other_settings,
     scoring,
     tuned_values,
     tuning_plan,
 )
 from raysim.sweep.space import default_space_file, load_space
+from raysim.tracking import provenance
 
 
 def test_an_arm_is_a_method_and_its_own_settings():
@@ -154,6 +156,32 @@ def test_cells_a_stopped_comparison_left_running_end_killed(tracking_uri):
     end_stopped_cells(Comparison("c", ("fedavg",), (0,), None, [], pinned, 0, "unused"), own.info.run_id)
     status = {run: client.get_run(run.info.run_id).info.status for run in (own, stopped, done, other)}
     assert [status[r] for r in (own, stopped, done, other)] == ["RUNNING", "KILLED", "FINISHED", "RUNNING"]
+
+
+def test_a_comparison_into_an_experiment_of_other_settings_is_refused_before_it_tunes(tracking_uri, tmp_path):
+    """A finished cell is checked against this comparison tuned to the cell's own recorded values, so another setting
+    (here 5 rounds, not 3) stops before any trial runs; the same setting passes, whatever its tuning found."""
+    pinned = {"tracking": {"tracking_uri": tracking_uri}}
+
+    def comparison_of(rounds: int) -> Comparison:
+        flags = [{"federation": {"rounds": rounds}}]
+        return Comparison("c", ("fedavg",), (0,), None, flags, pinned, 4, str(tmp_path))
+
+    tuned = {"train.lr": 0.01}
+    client = MlflowClient(tracking_uri)
+    experiment = client.create_experiment("c")
+    tags = {
+        "raysim.compare": "c",
+        "method": "fedavg",
+        "seed": "0",
+        "raysim.config_hash": provenance.config_hash(comparison_of(3).config("fedavg", 0, tuned)),
+        "raysim.tuned": json.dumps(tuned),
+    }
+    cell = client.create_run(experiment, tags=tags)
+    client.set_terminated(cell.info.run_id, status="FINISHED")
+    refuse_other_settings(comparison_of(3))
+    with pytest.raises(ConfigError, match="experiment 'c' already holds a comparison of other settings"):
+        refuse_other_settings(comparison_of(5))
 
 
 def test_a_long_comparison_gets_a_short_folder_that_stays_unique():
