@@ -421,6 +421,8 @@ def _checked_cells(comparison: Comparison, tuned_of) -> list[tuple[str, int, Any
     query = f"attributes.status = 'FINISHED' and tags.`{NAME}` = {literal(comparison.name)}"
     cells = []
     for found in every_run(client, experiment.experiment_id, query):
+        if found.data.tags.get(KIND) == COMPARE:  # the comparison's own run (finished, before it is reopened)
+            continue
         label, seed = found.data.tags.get(VARIANT, found.data.tags["method"]), int(found.data.tags["seed"])
         tuned = tuned_of(label, found) if label in comparison.methods else None
         if tuned is None:

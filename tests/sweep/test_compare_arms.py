@@ -25,6 +25,7 @@ from raysim.sweep.compare import (
 )
 from raysim.sweep.space import default_space_file, load_space
 from raysim.tracking import provenance
+from raysim.tracking.mlflow import COMPARE, KIND
 
 
 def test_an_arm_is_a_method_and_its_own_settings():
@@ -178,7 +179,9 @@ def test_a_comparison_into_an_experiment_of_other_settings_is_refused_before_it_
         "raysim.tuned": json.dumps(tuned),
     }
     cell = client.create_run(experiment, tags=tags)
-    client.set_terminated(cell.info.run_id, status="FINISHED")
+    own = client.create_run(experiment, tags={"raysim.compare": "c", KIND: COMPARE})  # the comparison's, finished
+    for run in (cell, own):
+        client.set_terminated(run.info.run_id, status="FINISHED")
     refuse_other_settings(comparison_of(3))
     with pytest.raises(ConfigError, match="experiment 'c' already holds a comparison of other settings"):
         refuse_other_settings(comparison_of(5))
