@@ -54,6 +54,8 @@ import numpy as np
 from dp_accounting.rdp import rdp_privacy_accountant
 from scipy import optimize
 
+from raysim.base.errors import ConfigError
+
 ACCOUNTANTS = ("rdp", "pld")
 SAMPLINGS = ("fixed", "poisson")
 RDP_ORDERS = tuple(rdp_privacy_accountant.DEFAULT_RDP_ORDERS)
@@ -96,7 +98,13 @@ def epsilon(event: dp_accounting.DpEvent, delta: float, accountant: str = "rdp")
             )
         raise ValueError(f"accountant={accountant!r} cannot account {event}; build it with user_event or record_event")
     if accountant == "pld":
-        return float(fresh.compose(event).get_epsilon(delta))
+        try:
+            return float(fresh.compose(event).get_epsilon(delta))
+        except (MemoryError, OverflowError):  # a privacy-loss distribution too wide to discretise (z near 0)
+            raise ConfigError(
+                f"the PLD accountant cannot discretise {event}'s privacy loss (the noise is too small); pass "
+                "privacy.accountant=rdp"
+            ) from None
     count = 1
     while isinstance(event, dp_accounting.SelfComposedDpEvent):
         count, event = count * event.count, event.event
@@ -104,7 +112,8 @@ def epsilon(event: dp_accounting.DpEvent, delta: float, accountant: str = "rdp")
         step_rdp = _rdp(event)
     except TypeError:  # an unhashable event (a ComposedDpEvent holds a list) is not cached
         step_rdp = _rdp.__wrapped__(event)
-    return float(rdp_privacy_accountant.compute_epsilon(RDP_ORDERS, count * step_rdp, delta)[0])
+    rdp = np.where(np.isnan(step_rdp), np.inf, count * np.asarray(step_rdp))  # NaN: a noise too small to compute
+    return float(rdp_privacy_accountant.compute_epsilon(RDP_ORDERS, rdp, delta)[0])
 
 
 def worst_epsilon(events, delta: float, accountant: str = "rdp") -> float:

@@ -6,6 +6,7 @@ import math
 import dp_accounting as dpa
 import pytest
 
+from raysim.base.errors import ConfigError
 from raysim.privacy import accounting
 
 DELTA = 1e-5
@@ -96,6 +97,15 @@ def test_no_noise_spends_infinite_epsilon(build, sampling):
     assert accounting.epsilon(build(0.0, 10, 100, 5, sampling), DELTA) == math.inf
     if sampling == "poisson":
         assert accounting.epsilon(build(0.0, 10, 100, 5, sampling), DELTA, "pld") == math.inf
+
+
+@pytest.mark.parametrize("sampling", ["fixed", "poisson"])
+def test_a_noise_too_small_to_compute_spends_infinite_epsilon_not_zero(sampling):
+    """dp-accounting's RDP of z = 1e-160 is NaN at every order, which its conversion would read as epsilon 0."""
+    assert accounting.epsilon(accounting.user_event(1e-160, 10, 100, 5, sampling), DELTA) == math.inf
+    if sampling == "poisson":
+        with pytest.raises(ConfigError, match="the PLD accountant cannot discretise .* pass privacy.accountant=rdp"):
+            accounting.epsilon(accounting.user_event(1e-160, 10, 100, 5, sampling), DELTA, "pld")
 
 
 def classical_rdp_bound(sigma, rounds):
