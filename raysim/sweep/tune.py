@@ -175,6 +175,28 @@ def _describe(resources: dict[str, float]) -> str:
 
 
 DATA_KEYS = ("federation.clients", "federation.seed", "federation.unseen_fraction")  # and every data.* key
+# what the privacy accountant reads, per privacy mode: sampled under a fixed noise multiplier, each trial would spend
+# another epsilon
+ACCOUNTED_KEYS = {
+    "user": ("federation.participation", "federation.rounds", "federation.sampling"),
+    "record": ("federation.rounds", "train.local_epochs", "train.batch_size"),
+}
+
+
+def refuse_spending_samplers(space: SearchSpace, probe: Config) -> None:
+    """One line for a space that samples what the accountant reads while the trials' noise multiplier is fixed
+    (``probe``: a trial's config before sampling): its trials would spend different budgets and be ranked by
+    accuracy. Under ``privacy.target_epsilon`` each trial calibrates its own noise to the same budget."""
+    privacy = probe.privacy
+    if not privacy.private or privacy.target_epsilon is not None:
+        return
+    for key in space.samplers:
+        if key in ACCOUNTED_KEYS.get(privacy.mode, ()):
+            raise ConfigError(
+                f"{Path(space.source).name}: space key {key!r} changes the epsilon each trial spends at "
+                f"privacy.noise_multiplier={privacy.noise_multiplier:g}, and a sweep ranks its trials by accuracy; "
+                f"set privacy.target_epsilon (each trial then calibrates its noise to it), or fix {key}"
+            )
 
 
 def _trial(params: dict[str, Any], sweep: Sweep, shards) -> None:
@@ -497,6 +519,7 @@ def plan(
                 f"'fixed:' or with its flag (e.g. --workers, --cpus-per-client)"
             )
     probe = build_config(method, [*before, as_layer(space.fixed), *flag_layers])
+    refuse_spending_samplers(space, probe)
     refuse_server_resources(probe)
     name = name or f"{method}-{time.strftime('%Y%m%d-%H%M%S')}"
     check_store(probe.tracking.resolved_uri)

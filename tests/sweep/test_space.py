@@ -164,6 +164,25 @@ def test_a_space_that_samples_the_privacy_budget_is_one_line(tmp_path):
         plan("fedavg", path, 2, None, "global_acc", "max", "fifo", None, None, [PRIVATE])
 
 
+@pytest.mark.parametrize(
+    "mode, key, values",
+    [("user", "federation.participation", "[0.2, 1.0]"), ("record", "train.local_epochs", "[1, 20]")],
+)
+def test_a_space_that_samples_what_the_accountant_reads_at_a_fixed_noise_is_one_line(tmp_path, mode, key, values):
+    """At a fixed noise multiplier each trial would spend another epsilon; under a target epsilon each calibrates
+    its own noise to it, so the same space plans."""
+    from raysim.sweep.tune import refuse_spending_samplers
+
+    fixed = {"privacy": {"mode": mode, "noise_multiplier": 1.0, "delta": 1e-5}, "federation": {"clients": 10}}
+    path = space_file(tmp_path, f"space:\n  {key}: {{choice: {values}}}\n  train.lr: {{choice: [0.1]}}\n")
+    space = load_space(path, "fedavg", [], [fixed])
+    with pytest.raises(ConfigError, match=f"space key '{key}' changes the epsilon each trial spends at privacy"):
+        refuse_spending_samplers(space, build_config("fedavg", [fixed]))
+    target = {**fixed, "privacy": {"mode": mode, "target_epsilon": 4.0, "delta": 1e-5}}
+    refuse_spending_samplers(space, build_config("fedavg", [target]))
+    refuse_spending_samplers(space, build_config("fedavg", [{"federation": {"clients": 10}}]))
+
+
 def test_a_trial_reads_the_files_the_command_named_from_its_own_folder(tmp_path, monkeypatch):
     """Tune runs each trial in a folder of its own: the relative --weights and --data-dir of the command are pinned
     to where the command ran."""
