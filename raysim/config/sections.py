@@ -547,6 +547,12 @@ class PrivacyConfig:
         "share being the noised fraction of the cohort whose update norm is at most C.",
         checks=(POSITIVE,),
     )
+    clip_start: float = setting(
+        1.0,
+        "Adaptive clipping's C at the first round (TensorFlow Federated's adaptive clipping, Andrew et al.'s "
+        "authors', starts at 0.1).",
+        checks=(POSITIVE,),
+    )
     count_noise: float | None = setting(
         None,
         "Adaptive clipping: standard deviation of the noise on the count of unclipped clients (null: m / 20, "
@@ -577,7 +583,7 @@ class PrivacyConfig:
         quantile = adaptive_quantile(self.clip)
         # one spelling per value (1, 1.0 and "1.0" are one clip), so a run's name and hash do not depend on it
         object.__setattr__(self, "clip", f"adaptive:{quantile:g}" if quantile is not None else f"{float(self.clip):g}")
-        unused = {key for key in ("clip_lr", "count_noise") if quantile is None and differs(self, key)}
+        unused = {key for key in ("clip_lr", "clip_start", "count_noise") if quantile is None and differs(self, key)}
         if self.mode == "none":
             unused |= {
                 k for k in ("clip", "noise_multiplier", "target_epsilon", "delta", "accountant") if differs(self, k)
@@ -592,7 +598,7 @@ class PrivacyConfig:
         if unused:
             key = sorted(unused)[0]
             needs = {"min_survivors": "privacy.secure_aggregation=true", "clip_lr": "privacy.clip=adaptive:QUANTILE"}
-            needs["count_noise"] = needs["clip_lr"]
+            needs["count_noise"] = needs["clip_start"] = needs["clip_lr"]
             raise ConfigError(
                 f"privacy.{key} is set but does nothing without {needs.get(key, 'privacy.mode=user or record')}"
             )
@@ -620,8 +626,8 @@ class PrivacyConfig:
 
     @property
     def initial_clip(self) -> float:
-        """C at the first round: the fixed clip, or adaptive clipping's start (1.0, as Andrew et al.'s)."""
-        return 1.0 if self.adaptive is not None else float(self.clip)
+        """C at the first round: the fixed clip, or adaptive clipping's start (``clip_start``)."""
+        return self.clip_start if self.adaptive is not None else float(self.clip)
 
 
 def adaptive_quantile(clip: str) -> float | None:

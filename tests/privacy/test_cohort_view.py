@@ -9,6 +9,7 @@ from typing import ClassVar
 import pytest
 import torch
 
+from raysim.base.errors import ConfigError
 from raysim.config import build_config
 from raysim.core.messages import ClientUpdate, GlobalState
 from raysim.core.protocol import SendsExtras
@@ -88,6 +89,14 @@ def test_adaptive_clipping_counts_the_unclipped_clients_and_steps_c():
     assert metrics["privacy_next_clip"] == pytest.approx(1.0 * math.exp(-0.2 * ((3 - 2) / 4 + 0.5 - 0.5)))
     _, metrics = view.view(2, STATE, [update(0, [9.0, 1.0])], 1.0)  # one client arrived, clipped
     assert metrics["privacy_next_clip"] == pytest.approx(math.exp(-0.2 * ((0 - 0.5) / 4 + 0.5 - 0.5)))
+
+
+def test_adaptive_clipping_starts_at_clip_start_which_a_fixed_clip_refuses():
+    assert config(noise_multiplier=1.0, clip="adaptive:0.5").privacy.initial_clip == 1.0
+    assert config(noise_multiplier=1.0, clip="adaptive:0.5", clip_start=0.1).privacy.initial_clip == 0.1
+    assert config(noise_multiplier=1.0, clip="2").privacy.initial_clip == 2.0
+    with pytest.raises(ConfigError, match="privacy.clip_start is set but does nothing without privacy.clip=adaptive"):
+        config(noise_multiplier=1.0, clip="2", clip_start=0.1)
 
 
 def test_secure_aggregation_passes_a_sum_of_enough_survivors_and_loses_a_round_of_too_few():
