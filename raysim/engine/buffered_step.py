@@ -8,7 +8,8 @@ applied to the current model with a weight that decays with its staleness tau (s
   ``federation.server_lr`` eta_g. With FedAvg's sample-weighted mean, s = 1 and eta_g = 1 this is
   x + sum_i p_i Delta_i, a synchronous round's step on the same updates.
 - K = 1, FedAsync (Xie et al., "Asynchronous Federated Optimization", 2019, Algorithm 1): the arrived model x_i
-  mixes into the current one, x <- (1 - a) x + a x_i with a = ``federation.async_alpha`` s(tau); the method's
+  mixes into the current one, x <- (1 - a) x + a x_i with a = ``federation.async_alpha`` s(tau + 1) (their
+  staleness t - tau counts the version the update lands in, so an update from the newest model has 1); the method's
   aggregation of the one update gives x_i (and its server state). Under ``compression.downlink`` the client
   trained from the public model x^_tau, not from x_tau: its model is taken as x_tau + (x_i - x^_tau), what it would
   have trained from x_tau, so that the server's residual x_tau - x^_tau is not lost (:mod:`raysim.engine.downlink`).
@@ -55,7 +56,8 @@ def buffered_step(
         (arrival,) = arrivals
         update = arrival.update if arrival.model is None else moved(arrival.model, arrival.update, arrival.received)
         mixed = method.aggregate(round, state, [update])
-        rate = fed.async_alpha * staleness(arrival.staleness)
+        # Xie et al.'s staleness t - tau counts the version the update lands in: 1 for the newest model's client
+        rate = fed.async_alpha * staleness(arrival.staleness + 1)
     else:
         moved_updates = [moved(state.params, a.update, a.received, staleness(a.staleness)) for a in arrivals]
         mixed = method.aggregate(round, state, moved_updates)

@@ -7,6 +7,9 @@ them before anything heavy loads.
   FedBuff's default is A = 0.5, 1/sqrt(1 + tau): Nguyen et al., "Federated Learning with Buffered Asynchronous
   Aggregation", AISTATS 2022, Sec. 5).
 - ``hinge:A,B``: s(tau) = 1 for tau <= B, else 1 / (A (tau - B) + 1) (Xie et al., Sec. 5.2).
+
+FedBuff's tau is the versions since the download; FedAsync's step (:mod:`raysim.engine.buffered_step`) passes Xie et
+al.'s t - tau, one more.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ clients in flight, and one-line errors."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import logging
 
@@ -75,11 +76,17 @@ def test_fedbuff_moves_each_delta_onto_the_current_model_weighted_by_its_stalene
 
 
 def test_fedasync_mixes_the_arrived_model_with_alpha_times_its_staleness_weight():
+    """Xie et al.'s staleness t - tau counts the version the update lands in: tau + 1 here (5 versions passed since
+    the download: 6; none: 1)."""
     state = GlobalState({"w": torch.tensor([10.0])}, {"steps": torch.tensor(0)})
     arrival = Arrival(ClientUpdate(0, 5, {"w": torch.tensor([2.0])}), {"w": torch.tensor([0.0])}, 5)
     step = buffered_step(Mean(), 2, state, [arrival], fed(buffer=1, async_alpha=0.5), parse_staleness("hinge:1,4"))
-    # a = 0.5 * s(5) = 0.5 / (1 * (5 - 4) + 1) = 0.25; x = 0.75 * 10 + 0.25 * 2
-    assert step.params["w"].tolist() == pytest.approx([8.0])
+    # a = 0.5 * s(6) = 0.5 / (1 * (6 - 4) + 1) = 1/6; x = 5/6 * 10 + 1/6 * 2
+    assert step.params["w"].tolist() == pytest.approx([52 / 6])
+    fresh = dataclasses.replace(arrival, staleness=0)
+    step = buffered_step(Mean(), 2, state, [fresh], fed(buffer=1, async_alpha=0.5), parse_staleness("polynomial:0.5"))
+    rate = 0.5 * 2**-0.5  # a = 0.5 * (1 + 1)^-0.5
+    assert step.params["w"].tolist() == pytest.approx([(1 - rate) * 10 + rate * 2])
 
 
 def test_fedasync_under_a_compressed_broadcast_mixes_the_model_the_client_would_have_trained_from_the_servers():
