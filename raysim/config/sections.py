@@ -660,8 +660,9 @@ class CompressionConfig:
 
     uplink: str = setting(
         "none",
-        "none, qsgd:BITS (unbiased stochastic quantisation, BITS in 1..16), topk:FRACTION or randk:FRACTION (the "
-        "fraction of each tensor's coordinates kept, in (0, 1]).",
+        "none, qsgd:BITS (unbiased stochastic quantisation, BITS in 1..16; qsgd:BITS,BUCKET: a norm per BUCKET "
+        "numbers, not per tensor), topk:FRACTION or randk:FRACTION (the fraction of each tensor's coordinates kept, "
+        "in (0, 1]).",
     )
     error_feedback: bool = setting(
         False, "Each client adds what its last encoding lost to its next update (error feedback)."

@@ -5,6 +5,9 @@ Codecs (``compression.uplink``):
         NeurIPS 2017): with s = 2^B - 1 levels, each coordinate v_i becomes ||v|| sign(v_i) l_i / s, l_i the level
         below s |v_i| / ||v|| or the one above, drawn with the probability that makes it unbiased
         (E[decoded] = v). Sent: the norm (float32), one sign bit and B level bits per coordinate, bit-packed.
+    ``qsgd:B,D``  the same in buckets of D consecutive coordinates, each with its own norm, as Alistarh et al.
+        quantise (the variance bound min(d / s^2, sqrt(d) / s) ||v||^2 then holds per bucket of d = D): a norm
+        (float32) per bucket.
     ``topk:F``  the k = ceil(F d) coordinates of largest magnitude (Aji & Heafield 2017; Stich et al., "Sparsified
         SGD with Memory", NeurIPS 2018), the others zero. Sent: their indices (int32) and values (float32).
     ``randk:F``  k = ceil(F d) coordinates drawn uniformly, unscaled (biased, as top-k; meant with error feedback).
@@ -29,7 +32,7 @@ def encode(codec: Codec, vector: torch.Tensor, generator: torch.Generator) -> En
     seed."""
     v = vector.detach().to(torch.float32).cpu()
     if codec.kind == "qsgd":
-        return _qsgd(v, int(codec.parameter), generator)
+        return _qsgd(v, int(codec.parameter), generator) if not codec.bucket else _bucketed(v, codec, generator)
     k = codec.kept(len(v))
     if codec.kind == "topk":
         index = np.sort(np.argpartition(-np.abs(v.numpy()), k - 1)[:k]).astype(np.int32)
@@ -44,8 +47,8 @@ def decode(codec: Codec, encoded: Encoded, size: int) -> torch.Tensor:
         bits = int(codec.parameter)
         levels = _unpack(encoded["levels"], bits, size).astype(np.float32)
         signs = np.unpackbits(encoded["signs"], count=size).astype(np.float32)
-        scale = encoded["norm"][0] / (2**bits - 1)
-        return torch.from_numpy((1 - 2 * signs) * levels * scale)
+        norms = encoded["norm"] if not codec.bucket else np.repeat(encoded["norm"], codec.bucket)[:size]
+        return torch.from_numpy((1 - 2 * signs) * levels * (norms / np.float32(2**bits - 1)))
     out = np.zeros(size, dtype=np.float32)
     if codec.kind == "topk":
         out[encoded["index"]] = encoded["value"]
@@ -70,6 +73,24 @@ def _qsgd(v: torch.Tensor, bits: int, generator: torch.Generator) -> Encoded:
         "norm": np.array([norm], dtype=np.float32),
         "signs": np.packbits((v < 0).numpy()),
         "levels": _pack(levels, bits),
+    }
+
+
+def _bucketed(v: torch.Tensor, codec: Codec, generator: torch.Generator) -> Encoded:
+    """:func:`_qsgd` with a norm per ``codec.bucket`` consecutive coordinates (the last bucket may be shorter)."""
+    s, width = 2**codec.parameter - 1, codec.bucket
+    rows = -(-len(v) // width)
+    blocks = torch.zeros(rows * width, dtype=torch.float64)
+    blocks[: len(v)] = v.double()
+    norms = torch.linalg.vector_norm(blocks.view(rows, width), dim=1)
+    scaled = (blocks.view(rows, width).abs() / torch.where(norms > 0, norms, 1.0)[:, None] * s).reshape(-1)[: len(v)]
+    floor = scaled.floor()
+    up = torch.rand(len(v), generator=generator, dtype=torch.float64) < scaled - floor
+    levels = (floor + up).clamp(max=s).to(torch.int64).numpy()
+    return {
+        "norm": norms.to(torch.float32).numpy(),
+        "signs": np.packbits((v < 0).numpy()),
+        "levels": _pack(levels, int(codec.parameter)),
     }
 
 
