@@ -38,6 +38,7 @@ from raysim.core.registry import FAMILIES, METHODS
 from raysim.data.partition import PARTITIONERS
 from raysim.data.sources import SOURCES
 
+NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())  # click 8.2+ raises it for a bare group
 RUN_ONLY = ("run_name",)  # flags that name one run; a sweep names its trials itself
 
 
@@ -55,6 +56,9 @@ class OneLineErrors(CommandGroup):
             if isinstance(error, Terminated) or isinstance(error.__cause__, Terminated):
                 leave("raysim: terminated (SIGTERM)", signal.SIGTERM)
             leave("raysim: interrupted")
+        except NO_ARGS_IS_HELP as asked:  # `raysim`, `raysim data`: the help, as click printed it before 8.2
+            click.echo(asked.ctx.get_help())
+            sys.exit(0)
         except click.UsageError as error:
             hint = f" (see '{' '.join(['raysim', *subcommands(error.ctx)])} --help')"
             fail(error.format_message().replace("\n", " ") + hint)
