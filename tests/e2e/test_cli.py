@@ -371,7 +371,7 @@ def test_real_console_script_help_ls_and_one_line_errors(tmp_path):
         assert flag in help_text, flag
     for bare in ([], ["data"]):  # a group without its command prints its help, as click did before 8.2
         shown = raysim(*bare)
-        assert shown.returncode == 0 and shown.stdout.startswith("Usage: raysim") and not shown.stderr, shown.stderr
+        assert shown.returncode == 0 and shown.stdout.startswith("Usage: ") and not shown.stderr, shown.stderr
         assert len(shown.stdout.splitlines()) > 5
     listing = raysim("ls").stdout
     for name in ("fedavg", "fedvpt", "fedvpt-d", "head-tune", "fedprox", "digits", "pathological", "quick"):
