@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from mlflow.entities import DatasetInput, Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
+from mlflow.store.db.db_types import DATABASE_ENGINES
 from mlflow.tracking import MlflowClient
 
 from raysim.base.errors import ConfigError
@@ -63,6 +64,9 @@ def param_value(value: Any) -> str:
     return str(list(value) if isinstance(value, tuple) else value)[:PARAM_LIMIT]
 
 
+STORE_SCHEMES = ("http", "https", "file", "databricks", *DATABASE_ENGINES)  # MLflow's tracking stores (+driver)
+
+
 def check_store(uri: str) -> None:
     """Fail early, with one line, if the store cannot be used; creates nothing.
 
@@ -87,6 +91,11 @@ def check_store(uri: str) -> None:
                 f"MLflow server {uri} does not answer ({getattr(error, 'reason', error)}); start it with "
                 "'mlflow server --host 127.0.0.1 --port 5000' or pass another --tracking-uri"
             ) from None
+    elif "://" in uri and uri.split("://", 1)[0].split("+", 1)[0] not in STORE_SCHEMES:
+        raise ConfigError(
+            f"tracking store {uri!r}: MLflow has no store for {uri.split('://', 1)[0]}://; pass --tracking-uri "
+            "sqlite:///PATH/mlflow.db, an MLflow server's http(s)://HOST:PORT, or a database's (postgresql://...)"
+        )
     elif ("://" not in uri or uri.startswith("file:")) and not os.environ.get("MLFLOW_ALLOW_FILE_STORE"):
         raise ConfigError(
             f"tracking store {uri!r} is a plain folder, which MLflow 3 refuses; pass "
