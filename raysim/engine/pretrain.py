@@ -25,6 +25,7 @@ from safetensors.torch import save_file
 
 from raysim.base.errors import ConfigError
 from raysim.base.memory import reuse_freed_memory
+from raysim.base.paths import unwritable
 from raysim.base.precision import autocast
 from raysim.base.preprocess import to_model_input
 from raysim.config.pretrain_recipe import PretrainRecipe
@@ -83,6 +84,9 @@ def pretrain(
     out = Path(out)
     if not out.parent.exists():
         raise ConfigError(f"output folder {out.parent} does not exist; create it or pass another --out")
+    blocked = unwritable(out.parent)  # before the training, not after it
+    if blocked is not None:
+        raise ConfigError(f"--out {out} cannot be written (no files can be created in {blocked}); pass another --out")
     torch.set_num_threads(recipe.threads)
     reuse_freed_memory()
     start = time.perf_counter()

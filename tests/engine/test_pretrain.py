@@ -81,6 +81,15 @@ def test_an_out_file_that_is_not_safetensors_is_refused_before_any_work(tmp_path
     assert result.stderr.strip() == f"raysim: error: {said}"
 
 
+def test_an_out_folder_that_cannot_be_written_is_refused_before_any_work(tmp_path):
+    (tmp_path / "a-file").write_text("")
+    out = tmp_path / "a-file" / "w.safetensors"
+    result = CliRunner().invoke(main, ["pretrain", "--out", str(out)])
+    assert result.exit_code == 2 and [p.name for p in tmp_path.iterdir()] == ["a-file"]
+    said = f"--out {out} cannot be written (no files can be created in {tmp_path / 'a-file'}); pass another --out"
+    assert result.stderr.strip() == f"raysim: error: {said}"
+
+
 def test_unknown_precision_is_refused():
     with pytest.raises(ConfigError, match="unknown precision 'fp16'; use one of fp32, bf16"):
         PretrainRecipe(precision="fp16")
