@@ -279,7 +279,7 @@ def _coerce(cls, key: str, value: Any, where: str) -> Any:
     for typ in allowed:
         if typ is float and isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
-        if typ is float and isinstance(value, str) and _is_float(value):  # YAML 1.1 reads 1e-4 as a string
+        if typ is float and isinstance(value, str) and _is_float(value):  # "1e-4" given as text (a Python layer)
             return float(value)
         if typ is int and isinstance(value, int) and not isinstance(value, bool):
             return value

@@ -1,18 +1,25 @@
-"""YAML as config values are read everywhere (presets, ``--set``, search spaces): YAML 1.2's booleans and keys.
+"""YAML as config values are read everywhere (presets, ``--set``, search spaces): YAML 1.2's booleans, numbers and
+keys.
 
 PyYAML follows YAML 1.1, where ``on``/``off``/``yes``/``no`` are booleans, so ``--set train.cohort=off`` arrived
-as ``False`` for a field whose choices are ``auto``/``off``. Here only ``true``/``false`` are booleans. YAML 1.2 also
-requires a mapping's keys to be unique, where PyYAML keeps the last of a repeated key: here a repeated key is an error.
+as ``False`` for a field whose choices are ``auto``/``off``. Here only ``true``/``false`` are booleans. Numbers are
+YAML 1.2's core schema too: ``010`` is ten (1.1: octal eight), ``1e-4`` a float (1.1: a string), and ``1_000``,
+``12:30`` (1.1: sexagesimal 750) and ``0b11`` are strings; ``0o17`` and ``0x1f`` are octal and hexadecimal. YAML 1.2
+also requires a mapping's keys to be unique, where PyYAML keeps the last of a repeated key: here a repeated key is an
+error.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
 import yaml
 
 BOOL = "tag:yaml.org,2002:bool"
+INT = "tag:yaml.org,2002:int"
+FLOAT = "tag:yaml.org,2002:float"
 MERGE = "tag:yaml.org,2002:merge"
 
 
@@ -33,11 +40,33 @@ class _Loader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+def _int(loader, node) -> int:
+    text = loader.construct_scalar(node)
+    if text[:2] in ("0o", "0x"):
+        return int(text[2:], 8 if text[1] == "o" else 16)
+    return int(text, 10)
+
+
+def _float(loader, node) -> float:
+    text = loader.construct_scalar(node).lower().lstrip("+")
+    return {".inf": math.inf, "-.inf": -math.inf, ".nan": math.nan}.get(text) or float(text)
+
+
 _Loader.yaml_implicit_resolvers = {
-    first: [(tag, pattern) for tag, pattern in resolvers if tag != BOOL]
+    first: [(tag, pattern) for tag, pattern in resolvers if tag not in (BOOL, INT, FLOAT)]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
 _Loader.add_implicit_resolver(BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+_Loader.add_implicit_resolver(INT, re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"), list("-+0123456789"))
+_Loader.add_implicit_resolver(
+    FLOAT,
+    re.compile(
+        r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+    ),
+    list("-+0123456789."),
+)
+_Loader.add_constructor(INT, _int)
+_Loader.add_constructor(FLOAT, _float)
 
 
 def load(text: str) -> Any:

@@ -107,6 +107,33 @@ def test_yaml_merge_keys_load_and_a_key_given_twice_is_refused():
         parse_override("fedgcr.mix={a: 1, a: 2}")  # not the text itself, as a value YAML cannot read is
 
 
+@pytest.mark.parametrize(
+    "text, value",
+    [
+        ("010", 10),  # YAML 1.1: octal 8
+        ("1e-4", 1e-4),  # YAML 1.1: a string
+        ("-2.5E+3", -2500.0),
+        (".5", 0.5),
+        ("0o17", 15),
+        ("0x1f", 31),
+        ("1_000", "1_000"),  # YAML 1.1: 1000
+        ("12:30", "12:30"),  # YAML 1.1: 750
+        ("0b11", "0b11"),  # YAML 1.1: 3
+        ("[1e-4, 1e-2]", [1e-4, 1e-2]),
+        ("on", "on"),
+    ],
+)
+def test_numbers_are_yaml_1_2s(text, value):
+    assert yaml12.load(text) == value and type(yaml12.load(text)) is type(value)
+
+
+def test_a_seed_with_a_leading_zero_is_that_seed():
+    assert (
+        build_config("fedvpt", [{"federation": {"seed": parse_override("federation.seed=010")[2]}}]).federation.seed
+        == 10
+    )
+
+
 def test_paths_are_absolute_in_the_config_whatever_folder_it_was_built_in(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
