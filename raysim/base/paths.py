@@ -44,3 +44,8 @@ def ray_job_working_dir() -> Path | None:
     except (ValueError, AttributeError):
         return None
     return Path.cwd().resolve() if runtime_env.get("working_dir") else None
+
+
+def why_not_a_file(path: str | Path) -> str:
+    """Why ``path``, which is not a readable file, cannot be read as one: for a one-line error after its name."""
+    return "is a folder, not a file" if Path(path).is_dir() else "does not exist"

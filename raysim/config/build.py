@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from raysim.base.errors import ConfigError, unknown_name
+from raysim.base.paths import why_not_a_file
 from raysim.config import yaml12
 from raysim.config.sections import (
     SECTIONS,
@@ -198,8 +199,11 @@ def load_preset(name_or_path: str) -> dict[str, Any]:
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml") or path.is_file():
         if not path.is_file():
-            raise ConfigError(f"preset file {name_or_path} does not exist")
-        text = path.read_text()
+            raise ConfigError(f"preset file {name_or_path} {why_not_a_file(path)}")
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError:
+            raise ConfigError(f"preset file {name_or_path} is not UTF-8 text; a preset is a YAML file") from None
     elif name_or_path in presets():  # a folder of that name here does not hide it
         text = resources.files("raysim.config.presets").joinpath(f"{name_or_path}.yaml").read_text()
     else:

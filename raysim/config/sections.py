@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from raysim.base.errors import ConfigError, unknown_name
-from raysim.base.paths import absolute, sqlite_file
+from raysim.base.paths import absolute, sqlite_file, why_not_a_file
 from raysim.base.settings import FLOAT32_MAX, NON_NEGATIVE, POSITIVE, at_least, differs, positive, setting, validate
 from raysim.data import FROM_DISK
 from raysim.data.partition import CLASS_SETS, PACHINKO_FORMS, PARTITIONERS
@@ -292,7 +292,7 @@ class ModelConfig:
         object.__setattr__(self, "weights", absolute(self.weights))  # a run resumed from elsewhere loads this file
         if not Path(self.weights).is_file():
             raise ConfigError(
-                f"weights file {self.weights} does not exist; pass a safetensors file saved from "
+                f"weights file {self.weights} {why_not_a_file(self.weights)}; pass a safetensors file saved from "
                 f"backbone {self.backbone}"
             )
 

@@ -27,6 +27,7 @@ import yaml
 from ray import tune
 
 from raysim.base.errors import ConfigError
+from raysim.base.paths import why_not_a_file
 from raysim.config import Config, build_config, yaml12
 from raysim.core.registry import get_method
 
@@ -107,7 +108,9 @@ def load_space(path: str, method: str, before: list[dict], after: list[dict]) ->
     try:
         data = yaml12.load(Path(path).read_text())
     except OSError:
-        raise ConfigError(f"search space file {path} does not exist; see tune_spaces/ for examples") from None
+        raise ConfigError(f"search space file {path} {why_not_a_file(path)}; see tune_spaces/ for examples") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"search space file {path} is not UTF-8 text; a space is a YAML file") from None
     except yaml.YAMLError as error:
         raise ConfigError(f"{where} is not valid YAML: {str(error).splitlines()[0]}") from None
     if not isinstance(data, dict) or not isinstance(data.get("space"), dict) or not data["space"]:

@@ -127,6 +127,15 @@ def test_numbers_are_yaml_1_2s(text, value):
     assert yaml12.load(text) == value and type(yaml12.load(text)) is type(value)
 
 
+def test_a_preset_that_is_not_utf8_text_or_is_a_folder_is_one_line(tmp_path):
+    (tmp_path / "binary.yaml").write_bytes(b"\xff\xfe\x00bad")
+    (tmp_path / "folder.yaml").mkdir()
+    with pytest.raises(ConfigError, match="binary.yaml is not UTF-8 text; a preset is a YAML file"):
+        load_preset(str(tmp_path / "binary.yaml"))
+    with pytest.raises(ConfigError, match="folder.yaml is a folder, not a file"):
+        load_preset(str(tmp_path / "folder.yaml"))
+
+
 def test_a_seed_with_a_leading_zero_is_that_seed():
     assert (
         build_config("fedvpt", [{"federation": {"seed": parse_override("federation.seed=010")[2]}}]).federation.seed
