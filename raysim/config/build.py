@@ -303,6 +303,11 @@ def _build_section(cls, name: str, values: Mapping[str, Any]):
     valid = {f.name for f in fields(cls)}
     for key in values:
         if key not in valid:
+            if not valid:  # a method without options of its own
+                raise ConfigError(
+                    f"unknown key {name}.{key}: {name} has no options of its own (a config key is "
+                    "SECTION.KEY, e.g. train.lr)"
+                )
             raise ConfigError(f"unknown key {name}.{key}; valid keys in {name}: {', '.join(sorted(valid))}")
     kwargs = {key: _coerce(cls, key, value, f"{name}.{key}") for key, value in values.items()}
     try:

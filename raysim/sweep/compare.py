@@ -90,6 +90,8 @@ def arm(label: str) -> tuple[str, dict[str, dict[str, Any]]]:
         if "=" not in pair:
             raise ConfigError(f"{label!r}: {pair!r} must be KEY=VALUE, e.g. sgpt:head_pooling=cls")
         section, key, value = parse_override(pair if "." in pair.split("=", 1)[0] else f"{options}.{pair}")
+        if key in layer.get(section, {}):
+            raise ConfigError(f"{label!r} sets {section}.{key} twice; give each key once")
         layer.setdefault(section, {})[key] = value
     return method, layer
 

@@ -173,6 +173,13 @@ def test_a_recorded_config_with_a_data_dir_its_built_in_data_set_ignored_still_b
     assert as_recorded(on_disk) == on_disk
 
 
+def test_an_option_of_a_method_without_options_says_it_has_none():
+    with pytest.raises(
+        ConfigError, match=r"^unknown key fedavg.bogus: fedavg has no options of its own \(a config key"
+    ):
+        build_config("fedavg", [{"fedavg": {"bogus": 1}}])
+
+
 def test_unknown_method_lists_valid_names():
     with pytest.raises(
         ConfigError,

@@ -40,7 +40,12 @@ def test_an_arm_is_a_method_and_its_own_settings():
 
 @pytest.mark.parametrize(
     ("label", "message"),
-    [("nosuch", "unknown method 'nosuch'"), ("sgpt:groups", "'groups' must be KEY=VALUE")],
+    [
+        ("nosuch", "unknown method 'nosuch'"),
+        ("sgpt:groups", "'groups' must be KEY=VALUE"),
+        ("sgpt:groups=5:groups=6", "'sgpt:groups=5:groups=6' sets sgpt.groups twice; give each key once"),
+        ("fedprox:train.lr=0.1:train.lr=0.2", "sets train.lr twice"),
+    ],
 )
 def test_a_bad_arm_is_one_line(label, message):
     with pytest.raises(ConfigError, match=message):
