@@ -97,6 +97,13 @@ def leave(message: str, signum: int = signal.SIGINT, at_once: bool = False) -> N
     sys.exit(128 + signum)
 
 
+def not_empty(option: str, value: str | None) -> str | None:
+    """``value``, refused where it is empty (a shell variable that was not set): it would mean the default."""
+    if value is not None and not value.strip():
+        raise click.BadParameter(f"{option} '' is empty; give a value or leave {option} out")
+    return value
+
+
 def fail(message: str) -> None:
     click.echo(f"raysim: error: {message}", err=True)
     sys.exit(2)
@@ -126,7 +133,12 @@ def _flag_option(section: str, spec):
 
 FLAGS = {spec.name: (section, spec) for section, cls in SECTIONS.items() for spec in flagged_fields(cls)}
 SHARED_OPTIONS = [
-    click.option("--preset", "preset", help="A preset name (raysim ls presets) or a YAML file."),
+    click.option(
+        "--preset",
+        "preset",
+        callback=lambda _, __, value: not_empty("--preset", value),
+        help="A preset name (raysim ls presets) or a YAML file.",
+    ),
     click.option(
         "--set",
         "overrides",

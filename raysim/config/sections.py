@@ -459,13 +459,19 @@ class TrackingConfig:
     """The MLflow store, experiment and run name."""
 
     tracking_uri: str | None = setting(
-        None, "MLflow store (default sqlite:///./raysim-runs/mlflow.db).", flag="--tracking-uri"
+        None,
+        "MLflow store (default sqlite:///./raysim-runs/mlflow.db).",
+        flag="--tracking-uri",
+        checks=((str.strip, "must not be empty; leave it out for the default store"),),
     )
     experiment: str = setting(
         "raysim", "MLflow experiment name.", flag="--experiment", checks=((str.strip, "must not be empty"),)
     )
     run_name: str | None = setting(
-        None, "MLflow run name (default: method, data, clients, seed and a config hash).", flag="--run-name"
+        None,
+        "MLflow run name (default: method, data, clients, seed and a config hash).",
+        flag="--run-name",
+        checks=((str.strip, "must not be empty; leave it out for raysim's name"),),
     )
 
     def __post_init__(self):
