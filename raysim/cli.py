@@ -60,7 +60,9 @@ class OneLineErrors(CommandGroup):
             click.echo(asked.ctx.get_help())
             sys.exit(0)
         except click.UsageError as error:
-            hint = f" (see '{' '.join(['raysim', *subcommands(error.ctx)])} --help')"
+            argv = kwargs.get("args") or (args[0] if args else None) or sys.argv[1:]
+            named = subcommands(error.ctx) if error.ctx is not None else commands_in(self, list(argv))
+            hint = f" (see '{' '.join(['raysim', *named])} --help')"
             fail(error.format_message().replace("\n", " ") + hint)
         except ConfigError as error:  # raised in a Ray task it arrives wrapped; ``cause`` is the original
             fail(str(getattr(error, "cause", None) or error))
@@ -81,6 +83,18 @@ def subcommands(ctx: click.Context | None) -> list[str]:
         names.append(ctx.info_name)
         ctx = ctx.parent
     return names[::-1]
+
+
+def commands_in(group: click.Group, argv: list[str]) -> list[str]:
+    """The subcommands ``argv`` names, outermost first: for an error click raised before it made their context (an
+    option's missing value)."""
+    names = []
+    for token in argv:
+        if not isinstance(group, click.Group) or token not in group.commands:
+            break
+        names.append(token)
+        group = group.commands[token]
+    return names
 
 
 def leave(message: str, signum: int = signal.SIGINT, at_once: bool = False) -> None:
