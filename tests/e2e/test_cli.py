@@ -238,7 +238,10 @@ BAD_INPUTS = [
     ),
     (["run", "fedvpt", "--tracking-uri", "http://127.0.0.1:9"], "MLflow server http://127.0.0.1:9 does not answer"),
     (["run", "fedvpt", "--tracking-uri", "EMPTY"], "is a plain folder, which MLflow 3 refuses"),
-    (["run", "fedvpt", "--backend"], "Option '--backend' requires an argument. (see 'raysim run --help')"),
+    (
+        ["run", "fedvpt", "--tracking-uri", "sqlite:///never.db", "--backend"],
+        "Option '--backend' requires an argument. (see 'raysim run --help')",
+    ),
     (["run", "fedvpt", "--preset", ""], "--preset '' is empty; give a value or leave --preset out"),
     (["run", "fedvpt", "--tracking-uri", ""], "tracking.tracking_uri= must not be empty; leave it out for the default"),
     (["run", "fedvpt", "--weights", "EMPTY"], "empty is a folder, not a file; pass a safetensors file saved from"),
