@@ -275,6 +275,9 @@ def _is_float(text: str) -> bool:
     return text.strip().lower() not in ("nan", "inf", "-inf", "+inf", "infinity", "-infinity")
 
 
+TYPE_NAMES = {tuple: "a list of whole numbers", type(None): "null", str: "text", int: "int", float: "float"}
+
+
 def _coerce(cls, key: str, value: Any, where: str) -> Any:
     hint = typing.get_type_hints(cls)[key]
     allowed = typing.get_args(hint) or (hint,)
@@ -295,7 +298,9 @@ def _coerce(cls, key: str, value: Any, where: str) -> Any:
             if any(isinstance(item, bool) or not isinstance(item, int) for item in value):
                 raise ConfigError(f"{where}={value!r} must be a list of whole numbers, e.g. [0, 1, 2]")
             return tuple(value)
-    names = "/".join(getattr(t, "__name__", str(t)) for t in allowed)
+    if value is None:  # --set key= with nothing after the =
+        raise ConfigError(f"{where} has no value; give one after the =")
+    names = " or ".join(TYPE_NAMES.get(t, getattr(t, "__name__", str(t))) for t in allowed)
     raise ConfigError(f"{where}={value!r} has the wrong type; expected {names}")
 
 

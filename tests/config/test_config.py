@@ -78,6 +78,8 @@ def test_on_off_yes_no_are_words_and_only_true_false_are_booleans():
         ([{"federation": {"clients": 3}, "resources": {"workers": 4}}], "workers=4 is more than the 3 clients"),
         ([{"federation": {"colour": 1}}], "unknown key federation.colour; valid keys in federation:"),
         ([{"federation": {"rounds": "ten"}}], "federation.rounds='ten' has the wrong type; expected int"),
+        ([{"train": {"lr": None}}], "train.lr has no value; give one after the ="),
+        ([{"systems": {"tiers": [1, 2]}}], "systems.tiers=[1, 2] has the wrong type; expected text or null"),
         ([{"fgpt": {"k": 2}}], "unknown section 'fgpt' for method fedvpt"),
         ([{"fedvpt": {"prompt_length": 0}}], "prompt_length=0 must be at least 1"),
         ([{"federation": {"stragglers": "partial"}}], "federation.stragglers=partial is set but does nothing without"),
