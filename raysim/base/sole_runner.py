@@ -5,11 +5,15 @@ and by ``raysim run --resume`` before it changes anything.
 A second process on the same comparison would take the first's RUNNING cells for a killed comparison's and end them;
 a second on the same sweep would write into the first's Tune experiment; a resume of a run that is still running, or
 that another process is resuming, would prune its newer checkpoints. The kernel releases an ``flock`` when its
-process ends, however it ends, so a crashed run needs nothing before it resumes."""
+process ends, however it ends, so a crashed run needs nothing before it resumes. A filesystem that cannot ``flock`` a
+folder (NFS, where a folder opens read-only; Lustre without ``-o flock``) leaves a run's folder unlocked, with a
+warning."""
 
 from __future__ import annotations
 
+import errno
 import fcntl
+import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,6 +22,8 @@ from pathlib import Path
 from raysim.base.errors import ConfigError
 
 LOCK_FILE = "running.lock"
+UNLOCKABLE = (errno.EBADF, errno.EINVAL, errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP)  # no flock on a folder there
+log = logging.getLogger("raysim")
 
 
 @contextmanager
@@ -38,6 +44,10 @@ def sole_runner(folder: str | Path, what: str, resume: str, in_place: bool = Fal
                 f"{what} is running in {holder or 'another process'} ({path}); wait for it to end, or stop it and "
                 f"{resume}"
             ) from None
+        except OSError as error:  # NFS (a folder opened read-only), Lustre without -o flock, some FUSE mounts
+            if not in_place or error.errno not in UNLOCKABLE:
+                raise
+            log.warning("%s cannot be locked on its filesystem (%s): a second process is not refused", path, error)
         if not in_place:
             os.ftruncate(held, 0)
             os.pwrite(held, f"process {os.getpid()}".encode(), 0)

@@ -20,6 +20,7 @@ import yaml
 
 from raysim.base.errors import ConfigError, unknown_name
 from raysim.base.paths import why_not_a_file
+from raysim.base.settings import type_name
 from raysim.config import yaml12
 from raysim.config.sections import (
     SECTIONS,
@@ -258,8 +259,10 @@ def parse_override(text: str) -> tuple[str, str, Any]:
         raise ConfigError(f"override {text!r} must look like section.key=value, e.g. federation.rounds=10")
     dotted, raw = text.split("=", 1)
     section, key = dotted.strip().split(".", 1)
+    if not raw.strip():  # an unset shell variable after the =
+        raise ConfigError(f"override {text!r} has no value after the =; give one (null for none)")
     try:
-        value = yaml12.load(raw) if raw.strip() else None
+        value = yaml12.load(raw)
     except yaml12.RepeatedKey as error:
         raise ConfigError(f"override {text!r}: {error.problem}; give each key once") from None
     except yaml.YAMLError:  # not YAML: the text itself
@@ -273,9 +276,6 @@ def _is_float(text: str) -> bool:
     except ValueError:
         return False
     return text.strip().lower() not in ("nan", "inf", "-inf", "+inf", "infinity", "-infinity")
-
-
-TYPE_NAMES = {tuple: "a list of whole numbers", type(None): "null", str: "text", int: "int", float: "float"}
 
 
 def _coerce(cls, key: str, value: Any, where: str) -> Any:
@@ -298,10 +298,9 @@ def _coerce(cls, key: str, value: Any, where: str) -> Any:
             if any(isinstance(item, bool) or not isinstance(item, int) for item in value):
                 raise ConfigError(f"{where}={value!r} must be a list of whole numbers, e.g. [0, 1, 2]")
             return tuple(value)
-    if value is None:  # --set key= with nothing after the =
-        raise ConfigError(f"{where} has no value; give one after the =")
-    names = " or ".join(TYPE_NAMES.get(t, getattr(t, "__name__", str(t))) for t in allowed)
-    raise ConfigError(f"{where}={value!r} has the wrong type; expected {names}")
+    if value is None:  # null in a preset, or --set KEY=null
+        raise ConfigError(f"{where} is null; it takes {type_name(cls, key)}")
+    raise ConfigError(f"{where}={value!r} has the wrong type; expected {type_name(cls, key)}")
 
 
 def _build_section(cls, name: str, values: Mapping[str, Any]):

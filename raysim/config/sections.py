@@ -122,8 +122,8 @@ class FederationConfig:
     )
     staleness: str = setting(
         "polynomial:0.5",
-        "Asynchronous mode: an update's weight after tau server versions: constant, polynomial:A ((1 + tau)^-A) "
-        "or hinge:A,B (1 up to B, then 1 / (A (tau - B) + 1)).",
+        "Asynchronous mode: an update's weight s after tau server versions (FedAsync's: s(tau + 1), Xie et al.'s "
+        "t - tau): constant, polynomial:A ((1 + tau)^-A) or hinge:A,B (1 up to B, then 1 / (A (tau - B) + 1)).",
     )
     server_lr: float = setting(
         1.0,

@@ -40,16 +40,30 @@ class _Loader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+def _not_a(text: str, kind: str, node) -> yaml.constructor.ConstructorError:
+    return yaml.constructor.ConstructorError(None, None, f"{text!r} is not a YAML 1.2 {kind}", node.start_mark)
+
+
 def _int(loader, node) -> int:
     text = loader.construct_scalar(node)
-    if text[:2] in ("0o", "0x"):
-        return int(text[2:], 8 if text[1] == "o" else 16)
-    return int(text, 10)
+    try:
+        if text[:2] in ("0o", "0x"):
+            return int(text[2:], 8 if text[1] == "o" else 16)
+        return int(text, 10)
+    except ValueError:  # an explicit !!int on text that is none (0b11, 1_000)
+        raise yaml.constructor.ConstructorError(
+            None, None, f"{text!r} is not a YAML 1.2 int", node.start_mark
+        ) from None
 
 
 def _float(loader, node) -> float:
     text = loader.construct_scalar(node).lower().lstrip("+")
-    return {".inf": math.inf, "-.inf": -math.inf, ".nan": math.nan}.get(text) or float(text)
+    try:
+        return {".inf": math.inf, "-.inf": -math.inf, ".nan": math.nan}.get(text) or float(text)
+    except ValueError:
+        raise yaml.constructor.ConstructorError(
+            None, None, f"{text!r} is not a YAML 1.2 float", node.start_mark
+        ) from None
 
 
 _Loader.yaml_implicit_resolvers = {

@@ -9,6 +9,7 @@ the run ends as if nothing had happened.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import shutil
@@ -217,6 +218,11 @@ def drive(
         stop(simulation, graceful)
 
 
+def _remove_if_empty(folder: Path) -> None:
+    with contextlib.suppress(OSError):  # not empty: the run's checkpoints
+        folder.rmdir()
+
+
 def describe(config: Config, shards: ShardStore) -> str:
     """One line with what is about to run."""
     fed, data, res = config.federation, config.data, config.resources
@@ -288,6 +294,7 @@ def run(
                 start = ckpt.Checkpoint(run_id, 0, config.to_dict(), initial, {}, uri)
                 run_folder = config.checkpoint.root(uri) / run_id
                 run_folder.mkdir(parents=True, exist_ok=True)
+                held.callback(_remove_if_empty, run_folder)  # a run stopped before its first checkpoint: none
                 # held while the run runs, as `raysim run --resume` holds it: a resume started meanwhile is refused
                 resume_line = f"resume it with: raysim run --resume {run_folder}"
                 held.enter_context(sole_runner(run_folder, f"run {run_id}", resume_line, in_place=True))
@@ -341,9 +348,11 @@ def run(
             status = "KILLED"
             raise
         finally:
-            end_coordinator(coordinator)  # stopped with its rounds; here if they never began
-            tracker.end(status)
-            held.close()
+            try:
+                end_coordinator(coordinator)  # stopped with its rounds; here if they never began
+                tracker.end(status)
+            finally:
+                held.close()  # a trial's process lives on: its lock must not
 
 
 def checked(config: Config, resume: ckpt.Checkpoint | None = None) -> Config:

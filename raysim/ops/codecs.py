@@ -31,12 +31,12 @@ def parse(text: str) -> Codec:
         return Codec("none")
     if kind not in CODECS[1:]:
         raise ValueError(f"{text!r} is not one of none, qsgd:BITS[,BUCKET], topk:FRACTION, randk:FRACTION")
-    value, _, bucket = value.partition(",") if kind == "qsgd" else (value, "", "")
-    number, size = _number(value), _number(bucket) if bucket else 0.0
+    value, comma, bucket = value.partition(",") if kind == "qsgd" else (value, "", "")
+    number, size = _number(value), _number(bucket) if comma else 0.0
     if kind == "qsgd":
         if not (number.is_integer() and 1 <= number <= 16):
             raise ValueError(f"{text!r}: qsgd takes whole bits in 1..16, e.g. qsgd:8")
-        if not (size.is_integer() and (size >= 1 or not bucket)):
+        if comma and not (size.is_integer() and size >= 1):
             raise ValueError(f"{text!r}: qsgd's bucket is a whole number of numbers per norm, e.g. qsgd:4,512")
         return Codec(kind, int(number), int(size))
     if not 0 < number <= 1:

@@ -47,7 +47,7 @@ def decode(codec: Codec, encoded: Encoded, size: int) -> torch.Tensor:
         bits = int(codec.parameter)
         levels = _unpack(encoded["levels"], bits, size).astype(np.float32)
         signs = np.unpackbits(encoded["signs"], count=size).astype(np.float32)
-        norms = encoded["norm"] if not codec.bucket else np.repeat(encoded["norm"], codec.bucket)[:size]
+        norms = encoded["norm"] if not codec.bucket else encoded["norm"][np.arange(size) // codec.bucket]
         return torch.from_numpy((1 - 2 * signs) * levels * (norms / np.float32(2**bits - 1)))
     out = np.zeros(size, dtype=np.float32)
     if codec.kind == "topk":
@@ -78,7 +78,7 @@ def _qsgd(v: torch.Tensor, bits: int, generator: torch.Generator) -> Encoded:
 
 def _bucketed(v: torch.Tensor, codec: Codec, generator: torch.Generator) -> Encoded:
     """:func:`_qsgd` with a norm per ``codec.bucket`` consecutive coordinates (the last bucket may be shorter)."""
-    s, width = 2**codec.parameter - 1, codec.bucket
+    s, width = 2**codec.parameter - 1, max(1, min(codec.bucket, len(v)))  # a bucket longer than v: v's length
     rows = -(-len(v) // width)
     blocks = torch.zeros(rows * width, dtype=torch.float64)
     blocks[: len(v)] = v.double()

@@ -405,11 +405,20 @@ def finished_cells(comparison: Comparison, tuned: dict) -> set[tuple[str, int]]:
 
 def refuse_other_settings(comparison: Comparison) -> None:
     """Before any tuning: a one-line error where the experiment holds a finished cell that this comparison, tuned to
-    that cell's own values, would not run as it ran (a comparison of other settings), instead of after the tuning;
-    cells that do not record their tuned values are checked after it."""
-    _checked_cells(
-        comparison, lambda _, found: json.loads(found.data.tags[TUNED]) if TUNED in found.data.tags else None
-    )
+    that cell's own values, would not run as it ran (a comparison of other settings), or that was tuned where this
+    comparison does not tune, or the other way round; cells that do not record their tuned values are checked after
+    the tuning."""
+
+    def recorded(label: str, found) -> dict | None:
+        if TUNED not in found.data.tags:
+            return None
+        values = json.loads(found.data.tags[TUNED])
+        return values if bool(values) == bool(comparison.tune_budget) else OTHER
+
+    _checked_cells(comparison, recorded)
+
+
+OTHER: dict = {"another tuning": True}  # a cell's values that no config of this comparison is run with
 
 
 def _checked_cells(comparison: Comparison, tuned_of) -> list[tuple[str, int, Any]]:
@@ -429,7 +438,13 @@ def _checked_cells(comparison: Comparison, tuned_of) -> list[tuple[str, int, Any
         tuned = tuned_of(label, found) if label in comparison.methods else None
         if tuned is None:
             continue
-        if found.data.tags.get(HASH) != provenance.config_hash(comparison.config(label, seed, tuned)):
+        try:
+            same = tuned is not OTHER and found.data.tags.get(HASH) == provenance.config_hash(
+                comparison.config(label, seed, tuned)
+            )
+        except ConfigError:  # its values do not even build under this comparison's setting
+            same = False
+        if not same:
             raise ConfigError(
                 f"experiment {comparison.name!r} already holds a comparison of other settings ({label} seed {seed} "
                 f"ran with another config); name a new one with --experiment NAME"

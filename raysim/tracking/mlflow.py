@@ -64,7 +64,13 @@ def param_value(value: Any) -> str:
     return str(list(value) if isinstance(value, tuple) else value)[:PARAM_LIMIT]
 
 
-STORE_SCHEMES = ("http", "https", "file", "databricks", *DATABASE_ENGINES)  # MLflow's tracking stores (+driver)
+def store_schemes() -> set[str]:
+    """The URI schemes MLflow has a tracking store for: its registry's (plugins' included), or its own built-in
+    ones where a release keeps the registry elsewhere."""
+    from mlflow.tracking._tracking_service.utils import _tracking_store_registry
+
+    registered = getattr(_tracking_store_registry, "_registry", None)
+    return set(registered) if registered else {"http", "https", "file", "databricks", *DATABASE_ENGINES}
 
 
 def check_store(uri: str) -> None:
@@ -91,7 +97,7 @@ def check_store(uri: str) -> None:
                 f"MLflow server {uri} does not answer ({getattr(error, 'reason', error)}); start it with "
                 "'mlflow server --host 127.0.0.1 --port 5000' or pass another --tracking-uri"
             ) from None
-    elif "://" in uri and uri.split("://", 1)[0].split("+", 1)[0] not in STORE_SCHEMES:
+    elif "://" in uri and uri.split("://", 1)[0].split("+", 1)[0].lower() not in store_schemes():
         raise ConfigError(
             f"tracking store {uri!r}: MLflow has no store for {uri.split('://', 1)[0]}://; pass --tracking-uri "
             "sqlite:///PATH/mlflow.db, an MLflow server's http(s)://HOST:PORT, or a database's (postgresql://...)"

@@ -133,6 +133,8 @@ def config_hash(config: Config) -> str:
     }
     if config.method in REVISIONS:
         setting["revision"] = REVISIONS[config.method]
+    if config.federation.asynchronous and config.federation.buffer_size == 1:
+        setting["fedasync staleness"] = "t - tau"  # s(tau + 1) since 2026-12-07: not the cells of s(tau)
     if rounded_half_up(config.federation):
         setting["rounding"] = "half up"  # the clients a round, or held out, differ from Python's round's
     if config.data.partition == "domains" and config.federation.unseen_fraction > 0:

@@ -1,3 +1,4 @@
+import math
 from importlib import resources
 
 import pytest
@@ -78,8 +79,8 @@ def test_on_off_yes_no_are_words_and_only_true_false_are_booleans():
         ([{"federation": {"clients": 3}, "resources": {"workers": 4}}], "workers=4 is more than the 3 clients"),
         ([{"federation": {"colour": 1}}], "unknown key federation.colour; valid keys in federation:"),
         ([{"federation": {"rounds": "ten"}}], "federation.rounds='ten' has the wrong type; expected int"),
-        ([{"train": {"lr": None}}], "train.lr has no value; give one after the ="),
-        ([{"systems": {"tiers": [1, 2]}}], "systems.tiers=[1, 2] has the wrong type; expected text or null"),
+        ([{"train": {"lr": None}}], "train.lr is null; it takes float"),
+        ([{"systems": {"tiers": [1, 2]}}], "systems.tiers=[1, 2] has the wrong type; expected str or null"),
         ([{"fgpt": {"k": 2}}], "unknown section 'fgpt' for method fedvpt"),
         ([{"fedvpt": {"prompt_length": 0}}], "prompt_length=0 must be at least 1"),
         ([{"federation": {"stragglers": "partial"}}], "federation.stragglers=partial is set but does nothing without"),
@@ -123,6 +124,9 @@ def test_yaml_merge_keys_load_and_a_key_given_twice_is_refused():
         ("0b11", "0b11"),  # YAML 1.1: 3
         ("[1e-4, 1e-2]", [1e-4, 1e-2]),
         ("on", "on"),
+        ("+.5", 0.5),
+        ("-0", 0),
+        ("-.inf", -math.inf),
     ],
 )
 def test_numbers_are_yaml_1_2s(text, value):
@@ -136,6 +140,16 @@ def test_a_preset_that_is_not_utf8_text_or_is_a_folder_is_one_line(tmp_path):
         load_preset(str(tmp_path / "binary.yaml"))
     with pytest.raises(ConfigError, match="folder.yaml is a folder, not a file"):
         load_preset(str(tmp_path / "folder.yaml"))
+
+
+def test_an_explicit_int_tag_on_text_that_is_no_int_is_a_yaml_error():
+    with pytest.raises(yaml.YAMLError, match="'0b11' is not a YAML 1.2 int"):
+        yaml12.load("!!int 0b11")
+
+
+def test_an_override_with_nothing_after_the_equals_sign_is_refused():
+    with pytest.raises(ConfigError, match=r"^override 'tracking.tracking_uri=' has no value after the =; give one"):
+        parse_override("tracking.tracking_uri=")
 
 
 def test_a_seed_with_a_leading_zero_is_that_seed():

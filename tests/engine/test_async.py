@@ -239,6 +239,19 @@ def test_devices_that_never_finish_stop_the_run_in_one_line(tmp_path):
         run_rounds(config)
 
 
+def test_a_tracked_run_stopped_in_its_first_round_leaves_no_checkpoint_folder(tmp_path, caplog):
+    """The run holds its checkpoint folder from its start; stopped before any checkpoint, it removes it."""
+    tracked = {
+        "tracking": {"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"},
+        "checkpoint": {"dir": str(tmp_path)},
+    }
+    diverging = {"train": {"lr": 1e20}, "resources": {"backend": "sequential"}}
+    config = build_config("fedvpt", [FAST, ASYNC, diverging, tracked])
+    with caplog.at_level(logging.ERROR, logger="raysim"), pytest.raises(BadUpdateError):
+        run(config, show_progress=False, console=Console(file=io.StringIO()))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mlflow.db", "mlflow.db.lock"]
+
+
 def test_a_run_whose_updates_are_all_rejected_stops_in_one_line(caplog):
     """No server version fills its buffer when every update is rejected (a diverged run): it stops, not spins."""
     config = build_config("fedvpt", [FAST, ASYNC, {"train": {"lr": 1e20}, "resources": {"backend": "sequential"}}])

@@ -24,6 +24,7 @@ def test_names_parse_and_bad_ones_say_what_is_accepted():
         ("qsgd:4,0", "qsgd's bucket is a whole number of numbers per norm, e.g. qsgd:4,512"),
         ("qsgd:4,2.5", "qsgd's bucket is a whole number"),
         ("qsgd:4,many", "qsgd's bucket is a whole number"),
+        ("qsgd:4,", "qsgd's bucket is a whole number"),
         ("qsgd:0", "whole bits in 1..16"),
         ("qsgd:17", "whole bits in 1..16"),
         ("qsgd:2.5", "whole bits in 1..16"),
@@ -66,6 +67,13 @@ def test_qsgd_in_buckets_scales_each_by_its_own_norm_and_stays_unbiased():
         total += roundtrip("qsgd:1,2", values, seed)[1].double()
     # s = 1: 3 and -4 decode to 0 or +-5, each coordinate's spread at most 5 x 1/2
     assert (total / draws).tolist() == pytest.approx(values, abs=4 * (5 / 2) / draws**0.5)
+
+
+def test_a_qsgd_bucket_longer_than_the_tensor_is_one_bucket_of_the_tensor():
+    whole, _ = roundtrip("qsgd:4", [3.0, -4.0, 1.0])
+    encoded, decoded = roundtrip("qsgd:4,1000000000", [3.0, -4.0, 1.0])  # no bucket-sized buffer either way
+    assert encoded["norm"].tolist() == whole["norm"].tolist() and nbytes(encoded) == nbytes(whole)
+    assert decoded.tolist() == roundtrip("qsgd:4", [3.0, -4.0, 1.0])[1].tolist()
 
 
 def test_qsgd_in_buckets_has_far_less_error_on_a_large_tensor():

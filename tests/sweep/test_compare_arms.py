@@ -190,6 +190,9 @@ def test_a_comparison_into_an_experiment_of_other_settings_is_refused_before_it_
     refuse_other_settings(comparison_of(3))
     with pytest.raises(ConfigError, match="experiment 'c' already holds a comparison of other settings"):
         refuse_other_settings(comparison_of(5))
+    untuned = Comparison("c", ("fedavg",), (0,), None, [{"federation": {"rounds": 3}}], pinned, 0, str(tmp_path))
+    with pytest.raises(ConfigError, match="already holds a comparison of other settings"):
+        refuse_other_settings(untuned)  # its cell was tuned; this comparison would not tune
 
 
 def test_a_long_comparison_gets_a_short_folder_that_stays_unique():
