@@ -249,7 +249,7 @@ def test_a_tracked_run_stopped_in_its_first_round_leaves_no_checkpoint_folder(tm
     config = build_config("fedvpt", [FAST, ASYNC, diverging, tracked])
     with caplog.at_level(logging.ERROR, logger="raysim"), pytest.raises(BadUpdateError):
         run(config, show_progress=False, console=Console(file=io.StringIO()))
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["mlflow.db", "mlflow.db.lock"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["artifacts", "mlflow.db", "mlflow.db.lock"]
 
 
 def test_a_run_whose_updates_are_all_rejected_stops_in_one_line(caplog):
