@@ -278,6 +278,11 @@ def run(
         )
         if resume is None:
             config = named(config)
+        try:  # with its privacy budget: a noise the accountant cannot account stops here, before the run opens
+            header = describe(config, shards)
+        except BaseException:
+            end_coordinator(coordinator)
+            raise
         pool = reservation.start(config, shards.info.num_classes) if reservation is not None else None
         placed = shards
         if pool is not None:
@@ -314,7 +319,7 @@ def run(
             try:
                 with RoundProgress(
                     config.federation.rounds,
-                    describe(config, shards),
+                    header,
                     enabled=show_progress,
                     console=console,
                     done=start.round,

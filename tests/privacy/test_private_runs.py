@@ -180,6 +180,10 @@ BAD = {
         f"{USER} privacy.secure_aggregation=true federation.sampling=poisson",
         "which user-level accounting does not count; use federation.sampling=fixed",
     ),
+    "a noise the PLD accountant cannot discretise": (
+        f"{USER.replace('=1 ', '=1e-160 ')} federation.sampling=poisson privacy.accountant=pld",
+        "the PLD accountant cannot discretise",
+    ),
     "lost rounds at a deadline": (
         f"{USER} privacy.secure_aggregation=true federation.deadline_s=5 systems.speed=lognormal:3,0.5",
         "a client's arrival depends on its rows, which user-level accounting does not count",
