@@ -19,7 +19,7 @@ from raysim.base.command_group import CommandGroup, given_on_command_line
 from raysim.base.errors import BadUpdateError, ConfigError, RunInterrupted, SweepError, Terminated
 from raysim.base.paths import unwritable
 from raysim.base.settings import default_of
-from raysim.base.sole_runner import sole_runner
+from raysim.base.sole_runner import run_lock, sole_runner
 from raysim.base.stop_signals import take_sigterm
 from raysim.config import (
     TrackingConfig,
@@ -249,8 +249,7 @@ def run(method, resume, preset, overrides, progress, **flags):
         raise ConfigError(f"{tracked[0]} cannot change when resuming (the run keeps its experiment and name); drop it")
     layers = [{section: values for section, values in layer.items() if section != "tracking"} for layer in layers]
     config, run_folder = resuming.resumed_config(found, method, layers), found.folder.parent
-    resume_line = f"resume it with: raysim run --resume {run_folder}"
-    with sole_runner(run_folder, f"run {found.run_id}", resume_line, in_place=True):
+    with run_lock(run_folder, found.run_id):
         run_simulation(config, show_progress=progress, resume=found)
 
 

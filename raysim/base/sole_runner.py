@@ -54,3 +54,9 @@ def sole_runner(folder: str | Path, what: str, resume: str, in_place: bool = Fal
         yield
     finally:
         os.close(held)
+
+
+def run_lock(folder: str | Path, run_id: str):
+    """:func:`sole_runner` on run ``run_id``'s checkpoint folder itself, as a run and ``raysim run --resume`` hold
+    it."""
+    return sole_runner(folder, f"run {run_id}", f"resume it with: raysim run --resume {folder}", in_place=True)

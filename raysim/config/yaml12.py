@@ -51,9 +51,7 @@ def _int(loader, node) -> int:
             return int(text[2:], 8 if text[1] == "o" else 16)
         return int(text, 10)
     except ValueError:  # an explicit !!int on text that is none (0b11, 1_000)
-        raise yaml.constructor.ConstructorError(
-            None, None, f"{text!r} is not a YAML 1.2 int", node.start_mark
-        ) from None
+        raise _not_a(text, "int", node) from None
 
 
 def _float(loader, node) -> float:
@@ -61,9 +59,7 @@ def _float(loader, node) -> float:
     try:
         return {".inf": math.inf, "-.inf": -math.inf, ".nan": math.nan}.get(text) or float(text)
     except ValueError:
-        raise yaml.constructor.ConstructorError(
-            None, None, f"{text!r} is not a YAML 1.2 float", node.start_mark
-        ) from None
+        raise _not_a(text, "float", node) from None
 
 
 _Loader.yaml_implicit_resolvers = {

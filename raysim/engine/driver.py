@@ -9,14 +9,13 @@ the run ends as if nothing had happened.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import shutil
 import signal
 import tempfile
 import time
-from contextlib import ExitStack, nullcontext
+from contextlib import ExitStack, nullcontext, suppress
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -34,7 +33,7 @@ from raysim.base.memory import trim_memory
 from raysim.base.paths import ray_job_working_dir, sqlite_file, unwritable
 from raysim.base.precision import native_bf16_cpu
 from raysim.base.ray_start import wait_for_ray
-from raysim.base.sole_runner import sole_runner
+from raysim.base.sole_runner import run_lock
 from raysim.base.stop_signals import finishing
 from raysim.config import Config, as_recorded, build_config, dump_yaml
 from raysim.core.registry import get_method
@@ -219,7 +218,7 @@ def drive(
 
 
 def _remove_if_empty(folder: Path) -> None:
-    with contextlib.suppress(OSError):  # not empty: the run's checkpoints
+    with suppress(OSError):  # not empty: the run's checkpoints
         folder.rmdir()
 
 
@@ -300,9 +299,7 @@ def run(
                 run_folder = config.checkpoint.root(uri) / run_id
                 run_folder.mkdir(parents=True, exist_ok=True)
                 held.callback(_remove_if_empty, run_folder)  # a run stopped before its first checkpoint: none
-                # held while the run runs, as `raysim run --resume` holds it: a resume started meanwhile is refused
-                resume_line = f"resume it with: raysim run --resume {run_folder}"
-                held.enter_context(sole_runner(run_folder, f"run {run_id}", resume_line, in_place=True))
+                held.enter_context(run_lock(run_folder, run_id))  # a resume started while the run runs is refused
                 _log_setup(tracker, record, drawn[0] if drawn else partition_artifacts(shards))
                 tracker.log_metrics({TRAINABLE: trainable, **noise_of(config, shards)}, step=0)
             else:

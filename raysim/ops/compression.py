@@ -66,14 +66,7 @@ def _qsgd(v: torch.Tensor, bits: int, generator: torch.Generator) -> Encoded:
     s = 2**bits - 1
     norm = float(torch.linalg.vector_norm(v.double()))
     scaled = (v.abs().double() / norm * s) if norm > 0 else torch.zeros(len(v), dtype=torch.float64)
-    floor = scaled.floor()
-    up = torch.rand(len(v), generator=generator, dtype=torch.float64) < scaled - floor
-    levels = (floor + up).clamp(max=s).to(torch.int64).numpy()
-    return {
-        "norm": np.array([norm], dtype=np.float32),
-        "signs": np.packbits((v < 0).numpy()),
-        "levels": _pack(levels, bits),
-    }
+    return _rounded(v, scaled, np.array([norm], dtype=np.float32), bits, generator)
 
 
 def _bucketed(v: torch.Tensor, codec: Codec, generator: torch.Generator) -> Encoded:
@@ -84,14 +77,16 @@ def _bucketed(v: torch.Tensor, codec: Codec, generator: torch.Generator) -> Enco
     blocks[: len(v)] = v.double()
     norms = torch.linalg.vector_norm(blocks.view(rows, width), dim=1)
     scaled = (blocks.view(rows, width).abs() / torch.where(norms > 0, norms, 1.0)[:, None] * s).reshape(-1)[: len(v)]
+    return _rounded(v, scaled, norms.to(torch.float32).numpy(), int(codec.parameter), generator)
+
+
+def _rounded(v: torch.Tensor, scaled: torch.Tensor, norms: np.ndarray, bits: int, generator) -> Encoded:
+    """QSGD's message: ``scaled`` (each |v_i| over its norm, times the 2^bits - 1 levels) rounded stochastically to
+    a neighbouring level, unbiased; the float32 ``norms``, v's signs and the levels, bit-packed."""
     floor = scaled.floor()
     up = torch.rand(len(v), generator=generator, dtype=torch.float64) < scaled - floor
-    levels = (floor + up).clamp(max=s).to(torch.int64).numpy()
-    return {
-        "norm": norms.to(torch.float32).numpy(),
-        "signs": np.packbits((v < 0).numpy()),
-        "levels": _pack(levels, int(codec.parameter)),
-    }
+    levels = (floor + up).clamp(max=2**bits - 1).to(torch.int64).numpy()
+    return {"norm": norms, "signs": np.packbits((v < 0).numpy()), "levels": _pack(levels, bits)}
 
 
 def _pack(levels: np.ndarray, bits: int) -> np.ndarray:

@@ -413,12 +413,18 @@ def refuse_other_settings(comparison: Comparison) -> None:
         if TUNED not in found.data.tags:
             return None
         values = json.loads(found.data.tags[TUNED])
-        return values if bool(values) == bool(comparison.tune_budget) else OTHER
+        if bool(values) != bool(comparison.tune_budget):  # tuned where this comparison does not tune, or untuned
+            raise _other_settings(comparison, label, int(found.data.tags["seed"]))
+        return values
 
     _checked_cells(comparison, recorded)
 
 
-OTHER: dict = {"another tuning": True}  # a cell's values that no config of this comparison is run with
+def _other_settings(comparison: Comparison, label: str, seed: int) -> ConfigError:
+    return ConfigError(
+        f"experiment {comparison.name!r} already holds a comparison of other settings ({label} seed {seed} ran with "
+        "another config); name a new one with --experiment NAME"
+    )
 
 
 def _checked_cells(comparison: Comparison, tuned_of) -> list[tuple[str, int, Any]]:
@@ -439,16 +445,11 @@ def _checked_cells(comparison: Comparison, tuned_of) -> list[tuple[str, int, Any
         if tuned is None:
             continue
         try:
-            same = tuned is not OTHER and found.data.tags.get(HASH) == provenance.config_hash(
-                comparison.config(label, seed, tuned)
-            )
+            same = found.data.tags.get(HASH) == provenance.config_hash(comparison.config(label, seed, tuned))
         except ConfigError:  # its values do not even build under this comparison's setting
             same = False
         if not same:
-            raise ConfigError(
-                f"experiment {comparison.name!r} already holds a comparison of other settings ({label} seed {seed} "
-                f"ran with another config); name a new one with --experiment NAME"
-            )
+            raise _other_settings(comparison, label, seed)
         cells.append((label, seed, found))
     return cells
 
