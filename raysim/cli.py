@@ -25,9 +25,11 @@ from raysim.config import (
     TrackingConfig,
     build_config,
     load_preset,
+    other_method_note,
     own_setting,
     parse_override,
     preset_for_method,
+    preset_method,
     presets,
     setting_note,
 )
@@ -223,7 +225,11 @@ def run(method, resume, preset, overrides, progress, **flags):
     --resume command.
     """
     if method is None and resume is None:
-        raise click.UsageError("Missing argument 'METHOD' (raysim ls methods), or --resume RUN_ID_OR_DIR")
+        method = preset_method(preset)  # a run's saved config.yaml names its method
+        if method is None:
+            raise click.UsageError(
+                "Missing argument 'METHOD' (raysim ls methods), --preset FILE that names one, or --resume RUN_ID_OR_DIR"
+            )
     take_sigterm()  # a scheduler's stop is a clean one: as Ctrl-C, exit 143
     if resume is not None and preset:
         raise ConfigError("--preset cannot change a resumed run (it continues its saved config); drop --preset")
@@ -234,6 +240,8 @@ def run(method, resume, preset, overrides, progress, **flags):
         config = build_config(method, layers)  # a typo stops here, before Ray is imported
         if setting:
             click.echo(f"raysim: {setting_note([method], setting)}", err=True)
+        if note := other_method_note(preset, preset_method(preset), [method]) if preset else None:
+            click.echo(f"raysim: {note}", err=True)
         from raysim.engine.ray_connect import connect_ray_during  # imports Ray, not torch or MLflow
 
         run_simulation, shards = connect_ray_during(config.resources, partial(driver_and_data, config))
@@ -287,11 +295,16 @@ def tune(method, space, num_samples, max_concurrent, metric, mode, scheduler, na
             click.echo(f"resuming sweep {found.name} in {folder}", err=True)
             report_best(found, sweeping.execute(found, folder, str(folder)))
         return
+    method = method or preset_method(preset)  # a run's saved config.yaml names its method
     if method is None:
-        raise click.UsageError("Missing argument 'METHOD' (raysim ls methods), or --resume SWEEP_DIR")
+        raise click.UsageError(
+            "Missing argument 'METHOD' (raysim ls methods), --preset FILE that names one, or --resume SWEEP_DIR"
+        )
     found = sweeping.plan(
         method, space, num_samples, max_concurrent, metric, mode, scheduler, name, preset, flag_layers(overrides, flags)
     )
+    if note := other_method_note(preset, preset_method(preset), [method]) if preset else None:
+        click.echo(f"raysim: {note}", err=True)
     folder = sweeping.sweep_folder(found)
     with sweeping.sole_sweep_runner(found, folder, new=True):
         sweeping.refuse_taken(found.name, folder)  # another process may have started this name since the plan
@@ -333,6 +346,8 @@ def compare(methods, seeds, tune_budget, max_concurrent, preset, overrides, **fl
         click.echo(f"raysim: {setting_note(named, setting)}", err=True)
         preset = setting
     found = comparing.plan(tuple(methods), seeds, tune_budget, max_concurrent, preset, given)
+    if note := other_method_note(preset, preset_method(preset), named) if preset else None:
+        click.echo(f"raysim: {note}", err=True)
     what = f"comparison {found.name!r}"
     with sole_runner(found.folder, what, "run this command again to resume"):
         tuning = found.tuning(comparing.scoring(found))

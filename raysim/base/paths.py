@@ -17,6 +17,13 @@ def absolute(path: str | Path) -> str:
     return str(Path(path).expanduser().resolve())
 
 
+def lower_scheme(uri: str) -> str:
+    """``uri`` with its scheme in lower case (``HTTPS://host`` -> ``https://host``), as URL parsers read it; a path
+    without a scheme unchanged."""
+    scheme, separator, rest = uri.partition("://")
+    return f"{scheme.lower()}{separator}{rest}" if separator else uri
+
+
 def sqlite_file(uri: str) -> Path | None:
     """The file of a SQLite MLflow store (``sqlite:///PATH``); None for another store (a server)."""
     return Path(uri[len(SQLITE) :]) if uri.startswith(SQLITE) else None
@@ -46,6 +53,11 @@ def ray_job_working_dir() -> Path | None:
     return Path.cwd().resolve() if runtime_env.get("working_dir") else None
 
 
-def why_not_a_file(path: str | Path) -> str:
-    """Why ``path``, which is not a readable file, cannot be read as one: for a one-line error after its name."""
-    return "is a folder, not a file" if Path(path).is_dir() else "does not exist"
+def why_not_a_file(path: str | Path, error: OSError | None = None) -> str:
+    """Why ``path``, which is not a readable file, cannot be read as one (``error``: what reading it raised): for a
+    one-line error after its name."""
+    if Path(path).is_dir():
+        return "is a folder, not a file"
+    if not Path(path).exists():
+        return "does not exist"
+    return f"cannot be read ({error.strerror if error is not None and error.strerror else 'permission denied'})"

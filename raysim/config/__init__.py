@@ -11,9 +11,11 @@ from raysim.config.build import (  # noqa: F401
     build_config,
     dump_yaml,
     load_preset,
+    other_method_note,
     own_setting,
     parse_override,
     preset_for_method,
+    preset_method,
     presets,
     setting_note,
 )

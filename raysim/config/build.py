@@ -205,6 +205,8 @@ def load_preset(name_or_path: str) -> dict[str, Any]:
             text = path.read_text()
         except UnicodeDecodeError:
             raise ConfigError(f"preset file {name_or_path} is not UTF-8 text; a preset is a YAML file") from None
+        except OSError as error:
+            raise ConfigError(f"preset file {name_or_path} {why_not_a_file(path, error)}") from None
     elif name_or_path in presets():  # a folder of that name here does not hide it
         text = resources.files("raysim.config.presets").joinpath(f"{name_or_path}.yaml").read_text()
     else:
@@ -218,6 +220,28 @@ def load_preset(name_or_path: str) -> dict[str, Any]:
             f"preset {name_or_path} must map section names to mappings, e.g. 'federation: {{rounds: 10}}'"
         )
     return data
+
+
+def preset_method(name_or_path: str | None) -> str | None:
+    """The method a preset names in its top-level ``method:`` key (a run's saved ``config.yaml`` does), or None."""
+    named = load_preset(name_or_path).get("method") if name_or_path else None
+    if named is not None and (not isinstance(named, str) or named not in METHODS):
+        raise ConfigError(
+            f"preset {name_or_path} names method {named!r}, which is not registered; valid methods: "
+            f"{', '.join(sorted(METHODS))}"
+        )
+    return named
+
+
+def other_method_note(preset: str, recorded: str | None, methods: list[str]) -> str | None:
+    """What a run, sweep or comparison says when its preset names a method (``recorded``) that is none of
+    ``methods``: they run on its settings, and its method's own options are not used."""
+    if recorded is None or recorded in methods:
+        return None
+    return (
+        f"preset {preset} was saved for {recorded}; running {', '.join(methods)} on its settings ({recorded}'s own "
+        "options are not used)"
+    )
 
 
 def preset_for_method(preset: Mapping[str, Any], method: str) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from raysim.base.errors import ConfigError, unknown_name
-from raysim.base.paths import absolute, sqlite_file, why_not_a_file
+from raysim.base.paths import absolute, lower_scheme, sqlite_file, why_not_a_file
 from raysim.base.settings import FLOAT32_MAX, NON_NEGATIVE, POSITIVE, at_least, differs, positive, setting, validate
 from raysim.data import FROM_DISK
 from raysim.data.partition import CLASS_SETS, PACHINKO_FORMS, PARTITIONERS
@@ -479,11 +479,12 @@ class TrackingConfig:
 
     @property
     def resolved_uri(self) -> str:
-        """The given URI (a SQLite file's path made absolute, so that a run resumed from another folder finds its
-        store), or a SQLite file under ./raysim-runs."""
-        store = sqlite_file(self.tracking_uri) if self.tracking_uri else Path.cwd() / DEFAULT_TRACKING_DIR / "mlflow.db"
+        """The given URI, its scheme in lower case (a SQLite file's path made absolute, so that a run resumed from
+        another folder finds its store), or a SQLite file under ./raysim-runs."""
+        given = lower_scheme(self.tracking_uri) if self.tracking_uri else None
+        store = sqlite_file(given) if given else Path.cwd() / DEFAULT_TRACKING_DIR / "mlflow.db"
         if store is None:  # a server
-            return self.tracking_uri
+            return given
         return f"sqlite:///{store.expanduser().absolute().as_posix()}"
 
 

@@ -29,6 +29,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 
 from raysim.base.errors import ConfigError
 from raysim.base.owned_files import abandoned, owner_tag
+from raysim.base.paths import lower_scheme
 from raysim.data.sources import cache_dir
 
 MIRROR_ENV = "RAYSIM_DATA_MIRROR"
@@ -99,7 +100,7 @@ def downloads() -> Path:
 def url_of(archive: Archive) -> str:
     """The archive's URL, or ``$RAYSIM_DATA_MIRROR/<file>`` where that is set."""
     mirror = os.environ.get(MIRROR_ENV)
-    if mirror and not mirror.startswith(("http://", "https://", "file://")):
+    if mirror and not lower_scheme(mirror).startswith(("http://", "https://", "file://")):
         raise ConfigError(f"{MIRROR_ENV}={mirror} is not a URL; set it to one, e.g. https://mirror.example/datasets")
     return f"{mirror.rstrip('/')}/{archive.file}" if mirror else archive.url
 

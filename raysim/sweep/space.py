@@ -107,8 +107,10 @@ def load_space(path: str, method: str, before: list[dict], after: list[dict]) ->
     where = Path(path).name if Path(path).parent.name == "tune_spaces" else path
     try:
         data = yaml12.load(Path(path).read_text())
-    except OSError:
-        raise ConfigError(f"search space file {path} {why_not_a_file(path)}; see tune_spaces/ for examples") from None
+    except OSError as error:
+        raise ConfigError(
+            f"search space file {path} {why_not_a_file(path, error)}; see tune_spaces/ for examples"
+        ) from None
     except UnicodeDecodeError:
         raise ConfigError(f"search space file {path} is not UTF-8 text; a space is a YAML file") from None
     except yaml.YAMLError as error:

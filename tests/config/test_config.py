@@ -133,13 +133,16 @@ def test_numbers_are_yaml_1_2s(text, value):
     assert yaml12.load(text) == value and type(yaml12.load(text)) is type(value)
 
 
-def test_a_preset_that_is_not_utf8_text_or_is_a_folder_is_one_line(tmp_path):
+def test_a_preset_that_is_not_utf8_text_is_a_folder_or_cannot_be_read_is_one_line(tmp_path):
     (tmp_path / "binary.yaml").write_bytes(b"\xff\xfe\x00bad")
     (tmp_path / "folder.yaml").mkdir()
     with pytest.raises(ConfigError, match="binary.yaml is not UTF-8 text; a preset is a YAML file"):
         load_preset(str(tmp_path / "binary.yaml"))
     with pytest.raises(ConfigError, match="folder.yaml is a folder, not a file"):
         load_preset(str(tmp_path / "folder.yaml"))
+    # a file that exists and that reading fails on (even for root: offset 0 of a process's memory is unmapped)
+    with pytest.raises(ConfigError, match=r"^preset file /proc/self/mem cannot be read \(Input/output error\)$"):
+        load_preset("/proc/self/mem")
 
 
 def test_an_explicit_int_tag_on_text_that_is_no_int_is_a_yaml_error():
@@ -176,6 +179,12 @@ def test_paths_are_absolute_in_the_config_whatever_folder_it_was_built_in(tmp_pa
     )
     tracking = {"tracking_uri": "http://127.0.0.1:5000"}
     assert build_config("fedvpt", [{"tracking": tracking}]).tracking.resolved_uri == "http://127.0.0.1:5000"
+    # a scheme in capitals is the same store (URL parsers, MLflow's included, read schemes in lower case)
+    for given, resolved in (
+        ("HTTPS://Host:5000/Path", "https://Host:5000/Path"),
+        ("SQLite:///r.db", f"sqlite:///{tmp_path}/r.db"),
+    ):
+        assert build_config("fedvpt", [{"tracking": {"tracking_uri": given}}]).tracking.resolved_uri == resolved
 
 
 def test_a_recorded_config_with_a_data_dir_its_built_in_data_set_ignored_still_builds():

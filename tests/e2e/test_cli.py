@@ -237,6 +237,7 @@ BAD_INPUTS = [
         "is not a readable safetensors file",
     ),
     (["run", "fedvpt", "--tracking-uri", "http://127.0.0.1:9"], "MLflow server http://127.0.0.1:9 does not answer"),
+    (["run", "fedvpt", "--tracking-uri", "HTTPS://127.0.0.1:9"], "MLflow server https://127.0.0.1:9 does not answer"),
     (["run", "fedvpt", "--tracking-uri", "EMPTY"], "is a plain folder, which MLflow 3 refuses"),
     (
         ["run", "fedvpt", "--tracking-uri", "sqlite:///never.db", "--backend"],
@@ -296,6 +297,9 @@ BAD_INPUTS = [
     (["run", "--resume", "/nope/run"], "--resume '/nope/run' is neither a checkpoint folder nor a run"),
     (["run", "--resume", "EMPTY"], "holds no checkpoint (no round-*/manifest.json)"),
     (["run"], "Missing argument 'METHOD'"),
+    (["run", "--preset", "FILE:noname.yaml:federation: {rounds: 1}"], "--preset FILE that names one, or --resume"),
+    (["run", "--preset", "FILE:bad.yaml:method: fedavgg"], "names method 'fedavgg', which is not registered; valid"),
+    (["run", "--preset", "/proc/self/mem"], "preset file /proc/self/mem cannot be read (Input/output error)"),
 ]
 
 
@@ -439,6 +443,23 @@ def finished_run(ray_session, tmp_path_factory):
     assert result.exit_code == 0, result.output
     (run,) = runs_in(uri)
     return uri, run.info.run_id, folder / "checkpoints" / run.info.run_id
+
+
+def test_a_runs_saved_config_is_a_preset_that_names_its_method(finished_run, tmp_path):
+    """``config.yaml`` (logged with every run) reruns the run as a preset, its ``method:`` naming the method; given
+    another method, the run says it runs that one on the preset's settings."""
+    uri, run_id, _ = finished_run
+    saved = MlflowClient(uri).download_artifacts(run_id, "config.yaml", str(tmp_path))
+    again = invoke("run", "--preset", saved, "--no-progress", "--tracking-uri", uri)
+    assert again.exit_code == 0, again.output
+    first, rerun = sorted(runs_in(uri), key=lambda r: r.info.start_time)[:2]
+    assert rerun.data.tags["method"] == "fedvpt" and rerun.data.params == first.data.params
+    other = CliRunner().invoke(main, ["run", "head-tune", "--preset", saved, "--rounds", "1", "--no-progress"])
+    assert other.exit_code == 0, other.output
+    assert (
+        f"raysim: preset {saved} was saved for fedvpt; running head-tune on its settings (fedvpt's own options are "
+        "not used)" in other.stderr
+    )
 
 
 def _copy_with(run_folder, tmp_path, corrupt=False, state=None, **manifest_changes):

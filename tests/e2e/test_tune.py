@@ -143,6 +143,7 @@ BAD = [
         "space key 'resources.cpus_per_client' cannot be sampled: resources.* stay the same for every trial",
     ),
     (["--space", "/nope/space.yaml"], "search space file /nope/space.yaml does not exist"),
+    (["--space", "/proc/self/mem"], "search space file /proc/self/mem cannot be read (Input/output error)"),
     (["--resume", "/nope/sweep"], "--resume '/nope/sweep' is not a raysim sweep folder"),
     (["--resume", "/nope/sweep", "--rounds", "3"], "--resume finishes the sweep as it was planned; drop --rounds"),
     (["--resume", "/nope/sweep", "--num-samples", "9"], "--resume finishes the sweep as it was planned; drop --num"),
