@@ -31,10 +31,12 @@ class ClientWorker:
 
     def train(self, *args):
         """:meth:`ClientRuntime.train <raysim.engine.client.ClientRuntime.train>`."""
+        self.ready()  # a worker Ray restarted where its build is refused says why
         return self.runtime.train(*args)
 
     def evaluate(self, *args):
         """:meth:`ClientRuntime.evaluate <raysim.engine.client.ClientRuntime.evaluate>`."""
+        self.ready()
         return self.runtime.evaluate(*args)
 
     def caches_rows(self) -> bool:

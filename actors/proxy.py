@@ -35,11 +35,17 @@ class ActorProxy:
     def call(self, name: str, *args):
         try:
             return unwrapped(getattr(self.handle, name).remote(*args))
-        except RayActorError as error:
-            raise SimulationLost(f"{self.what} died ({type(error).__name__})") from None
-        except RayTaskError as error:
+        except RayTaskError as error:  # first: a task's error that wraps a lost actor is a RayActorError too
             if isinstance(error.cause, (RayActorError, SimulationLost)):
                 raise SimulationLost(
-                    f"{self.what} lost a worker or service beyond Ray's retries ({type(error.cause).__name__})"
+                    f"{self.what} lost a worker or service beyond Ray's retries ({last_line(error.cause)})"
                 ) from None
             raise
+        except RayActorError as error:
+            raise SimulationLost(f"{self.what} died ({type(error).__name__})") from None
+
+
+def last_line(error: BaseException) -> str:
+    """``error``'s type and the last non-empty line of its message (Ray's carry the dead actor's own error last)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return f"{type(error).__name__}: {lines[-1][:300]}" if lines else type(error).__name__

@@ -16,7 +16,7 @@ import click
 
 from raysim.attacks.cli import attack
 from raysim.base.command_group import CommandGroup, given_on_command_line
-from raysim.base.errors import BadUpdateError, ConfigError, RunInterrupted, SweepError, Terminated
+from raysim.base.errors import BadUpdateError, ConfigError, RunInterrupted, SimulationLost, SweepError, Terminated
 from raysim.base.paths import unwritable
 from raysim.base.settings import default_of
 from raysim.base.sole_runner import run_lock, sole_runner
@@ -70,6 +70,7 @@ class OneLineErrors(CommandGroup):
             fail(str(getattr(error, "cause", None) or error))
         except (
             BadUpdateError,
+            SimulationLost,
             SweepError,
         ) as error:  # on the Ray backend it arrives wrapped; ``cause`` is the original
             click.echo(f"raysim: error: {getattr(error, 'cause', None) or error}", err=True)

@@ -80,7 +80,8 @@ def replayed(run_id: str, round_number: int, clients: str | None, tracking_uri, 
     """(store URI, chosen clients or None, the capture of round ``round_number``) of run ``run_id``, after
     ``refuse(config)``, which raises for a run the attack does not apply to."""
     from raysim.attacks.capture import capture, refuse_uncapturable
-    from raysim.attacks.recorded import recorded_config, rounds_reported
+    from raysim.attacks.recorded import recorded_config
+    from raysim.tracking.mlflow import rounds_reported
 
     chosen = client_ids(clients)
     uri = TrackingConfig(tracking_uri=tracking_uri).resolved_uri

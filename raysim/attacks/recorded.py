@@ -68,11 +68,6 @@ def recorded_config(uri: str, run_id: str) -> Config:
     return dataclasses.replace(config, resources=resources)
 
 
-def rounds_reported(uri: str, run_id: str) -> int:
-    """The last round whose report run ``run_id`` logged (each round logs ``round_time_s`` at its step; 0: none)."""
-    return max((m.step for m in store_client(uri).get_metric_history(run_id, "round_time_s")), default=0)
-
-
 def final_state(uri: str, run_id: str) -> GlobalState:
     """The global state run ``run_id`` ended with."""
     from safetensors.torch import load_file

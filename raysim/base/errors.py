@@ -25,6 +25,15 @@ class SimulationLost(RuntimeError):
     the driver restarts the loop from the last checkpoint."""
 
 
+class RecoveriesExhausted(SimulationLost):
+    """One round lost its process more times in a row than the driver restarts it; ``resumable``: whether a
+    checkpoint of the run was written (the CLI prints the message, exit code 1)."""
+
+    def __init__(self, message: str, resumable: bool):
+        super().__init__(message)
+        self.resumable = resumable
+
+
 class RunInterrupted(RuntimeError):
     """The run stopped after a round at the user's Ctrl-C (or a SIGTERM: ``signum``), with a checkpoint written; the
     message says how to resume. The CLI prints it and exits with 128 + ``signum`` (130 for Ctrl-C, 143 for SIGTERM)."""

@@ -172,13 +172,16 @@ class StopOnCtrlC(Callback):
 
 
 class MLflowLogger(Callback):
-    """Each round's metrics to the run's MLflow store."""
+    """Each round's metrics to the run's MLflow store, from the round after ``logged_through``: a resumed run's store
+    may hold rounds past its checkpoint (its process killed after it logged them), which the resume replays to the
+    same numbers."""
 
-    def __init__(self, tracker):
-        self.tracker = tracker
+    def __init__(self, tracker, logged_through: int = 0):
+        self.tracker, self.logged_through = tracker, logged_through
 
     def after_round(self, round, report) -> bool:
-        self.tracker.log_metrics(report.metrics, step=round)
+        if round > self.logged_through:
+            self.tracker.log_metrics(report.metrics, step=round)
         return False
 
 

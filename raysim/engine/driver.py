@@ -28,7 +28,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raysim.actors.coordinator import Coordinator
 from raysim.actors.proxy import ActorProxy, unwrapped
-from raysim.base.errors import ConfigError, RunInterrupted, SimulationLost, Terminated
+from raysim.base.errors import ConfigError, RecoveriesExhausted, RunInterrupted, SimulationLost, Terminated
 from raysim.base.memory import trim_memory
 from raysim.base.paths import ray_job_working_dir, sqlite_file, unwritable
 from raysim.base.precision import native_bf16_cpu
@@ -56,7 +56,16 @@ from raysim.ops.metrics import summarise
 from raysim.privacy import calibration
 from raysim.tracking import checkpoint as ckpt
 from raysim.tracking import provenance
-from raysim.tracking.mlflow import SUMMARY, TRAINABLE, Tracker, check_run, check_store, import_store, summary_metrics
+from raysim.tracking.mlflow import (
+    SUMMARY,
+    TRAINABLE,
+    Tracker,
+    check_run,
+    check_store,
+    import_store,
+    rounds_reported,
+    summary_metrics,
+)
 from raysim.tracking.plots import plot_accuracy_curves, plot_client_accuracy, plot_type_accuracy, type_accuracy_table
 from raysim.tracking.progress import RoundProgress, print_summary
 
@@ -183,15 +192,18 @@ def drive(
                     break
                 failures += 1
                 if failures > MAX_RECOVERIES:
-                    raise
+                    raise RecoveriesExhausted(
+                        f"round {round} failed {failures} times in a row ({error})",
+                        resumable=last_folder is not None or start.round > 0,
+                    ) from error
                 log.warning("round %d: %s; restarting from the checkpoint of round %d", round, error, last_round)
                 stop(simulation, graceful=False)
                 ckpt.prune(run_folder, keep, confirmed=last_round)  # the lost round's, if it was written
                 simulation = simulate(ckpt.load(last_folder, tensors=False) if last_folder else start)
                 round = last_round + 1
                 continue
-            failures = 0
-            if round > reported:
+            if round > reported:  # progress: a replayed round that succeeds again proves nothing
+                failures = 0
                 stopped = any([callback.after_round(round, report) for callback in callbacks]) and round < rounds
                 reported = round
             else:  # a round replayed after a recovery: its report already reached the callbacks
@@ -322,9 +334,23 @@ def run(
                     done=start.round,
                 ) as progress:
                     stopper = StopOnCtrlC(progress.note)
-                    built_in = [MLflowLogger(tracker), PoolPlacementLogger(tracker), ProgressBar(progress), stopper]
+                    logged = rounds_reported(uri, run_id) if resume is not None else 0
+                    built_in = [
+                        MLflowLogger(tracker, logged),
+                        PoolPlacementLogger(tracker),
+                        ProgressBar(progress),
+                        stopper,
+                    ]
                     every = [*built_in, *callbacks]
-                    outcome = drive(config, placed, start, pool, run_folder, every, results_folder, coordinator)
+                    try:
+                        outcome = drive(config, placed, start, pool, run_folder, every, results_folder, coordinator)
+                    except RecoveriesExhausted as lost:
+                        then = (
+                            f"resume with: {resume_command(config, run_id, run_folder)}"
+                            if lost.resumable
+                            else "no checkpoint was written; run it again"
+                        )
+                        raise RecoveriesExhausted(f"{lost}; {then}", lost.resumable) from lost
                 last = outcome.last
                 if outcome.interrupted:
                     status = "KILLED"

@@ -33,6 +33,9 @@ class Pool:
     server_bundle: int | None = None
 
 
+# Ray restarts a client worker that dies this many times in a run; one that dies again makes its task fail, and the
+# run stops with the command that resumes it instead of waiting on a worker that cannot start (OOM-killed builds)
+WORKER_RESTARTS = 10
 SETTLE_S = 20.0  # how long a reservation the cluster could hold waits for resources other work holds
 
 
@@ -85,14 +88,14 @@ def server_bundle(config) -> dict[str, float] | None:
 def start_workers(config, num_classes: int, pool: Pool) -> Pool:
     """``pool`` with its ``ClientWorker`` actors created, not waited for: each builds its model while the driver
     sets the run up and the coordinator starts, which then waits for them. They belong to the caller, not to a
-    coordinator, so one that dies and is replaced drives the same workers; Ray restarts a worker that dies
-    (``max_restarts=-1``) and re-runs its task."""
+    coordinator, so one that dies and is replaced drives the same workers; Ray restarts a worker that dies (up to
+    :data:`WORKER_RESTARTS` times) and re-runs its task."""
     res = config.resources
     actors = tuple(
         ClientWorker.options(
             num_cpus=res.cpus_per_client,
             num_gpus=res.gpus_per_client,
-            max_restarts=-1,
+            max_restarts=WORKER_RESTARTS,
             max_task_retries=3,
             scheduling_strategy=PlacementGroupSchedulingStrategy(pool.placement_group, pool.first_bundle + i),
         ).remote(config, num_classes)

@@ -122,6 +122,11 @@ def refuse_not_sqlite(uri: str, path: Path) -> None:
         )
 
 
+def rounds_reported(uri: str, run_id: str) -> int:
+    """The last round whose report run ``run_id`` logged (each round logs ``round_time_s`` at its step; 0: none)."""
+    return max((m.step for m in store_client(uri).get_metric_history(run_id, "round_time_s")), default=0)
+
+
 def store_client(uri: str) -> MlflowClient:
     """An MLflow client of the store ``uri``, whose tables exist (:func:`created`)."""
     created(uri)

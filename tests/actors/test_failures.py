@@ -138,3 +138,32 @@ def test_killed_split_server_is_recovered_from_the_last_checkpoint(ray_session, 
         thread.join()
     assert killed and killed[0] is not None
     assert metrics_of(recovered) == metrics_of(clean)
+
+
+def test_a_worker_lost_behind_the_coordinator_is_named_with_its_own_error(ray_session):
+    """A worker that cannot start (its constructor's error) reaches the driver through the coordinator's wait as
+    SimulationLost naming the lost worker and that error, not as the coordinator's death."""
+    import ray
+
+    from raysim.actors.proxy import ActorProxy
+    from raysim.base.errors import SimulationLost
+
+    @ray.remote(num_cpus=0)
+    class Worker:
+        def __init__(self):
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+        def ready(self):
+            return True
+
+    @ray.remote(num_cpus=0)
+    class Waiter:
+        def begin(self, workers):
+            ray.get([worker.ready.remote() for worker in workers])
+
+    waiter = Waiter.remote()
+    try:
+        with pytest.raises(SimulationLost, match=r"lost a worker or service .*RuntimeError: CUDA out of memory"):
+            ActorProxy(waiter, "the coordinator").begin([Worker.remote()])
+    finally:
+        ray.kill(waiter)

@@ -254,15 +254,25 @@ from raysim.engine.driver import run
 logged = callbacks.MLflowLogger.after_round
 
 
-def killed_in_round_2(self, round, report):
-    if round == 2:
-        os._exit(9)  # as the OOM killer would: round 2's checkpoint written, its metrics not yet logged
-    return logged(self, round, report)
+def killed_in_round(self, round, report):  # as the OOM killer would: before or after the round's metrics are logged
+    if round == int(sys.argv[2]) and sys.argv[3] == "before":
+        os._exit(9)
+    logged(self, round, report)
+    if round == int(sys.argv[2]):
+        os._exit(9)
+    return False
 
 
-callbacks.MLflowLogger.after_round = killed_in_round_2
+callbacks.MLflowLogger.after_round = killed_in_round
 run(build_config("fedvpt", json.loads(sys.argv[1])), show_progress=False, console=Console(file=io.StringIO()))
 """
+
+
+def killed(layers, round: int, when: str) -> None:
+    """A run of ``layers`` killed in ``round``, ``when`` ("before" or "after") its metrics reach MLflow."""
+    args = [sys.executable, "-c", KILLED_AFTER_CHECKPOINT, json.dumps(layers), str(round), when]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 9, done.stderr
 
 
 def test_a_round_checkpointed_but_never_logged_is_logged_when_the_run_resumes(tracking_uri, tmp_path):
@@ -270,10 +280,7 @@ def test_a_round_checkpointed_but_never_logged_is_logged_when_the_run_resumes(tr
         {k: v for k, v in SMALL.items() if k in ("federation", "data", "model", "resources", "checkpoint")},
         {"tracking": {"tracking_uri": tracking_uri}, "checkpoint": {"dir": str(tmp_path / "ck")}},
     ]
-    killed = subprocess.run(
-        [sys.executable, "-c", KILLED_AFTER_CHECKPOINT, json.dumps(layers)], capture_output=True, text=True, timeout=300
-    )
-    assert killed.returncode == 9, killed.stderr
+    killed(layers, 2, "before")  # round 2's checkpoint written, its metrics not yet logged
     (folder,) = (tmp_path / "ck").iterdir()
     found = ckpt.load(folder)
     client = MlflowClient(tracking_uri)
@@ -282,6 +289,26 @@ def test_a_round_checkpointed_but_never_logged_is_logged_when_the_run_resumes(tr
     history = client.get_metric_history(found.run_id, "global_acc")
     assert sorted(m.step for m in history) == [1, 2, 3]
     assert [m.value for m in history if m.step == 2] == [pytest.approx(found.history[1]["global_acc"])]
+
+
+def test_rounds_logged_past_the_checkpoint_are_not_logged_again_when_the_run_resumes(tracking_uri, tmp_path):
+    """Checkpoints every 2 rounds, the process killed once round 3 is logged: the resume replays round 3 from round
+    2's checkpoint, and MLflow keeps one point a round."""
+    layers = [
+        {k: v for k, v in SMALL.items() if k in ("federation", "data", "model", "resources")},
+        {"federation": {"rounds": 4}, "checkpoint": {"keep": 0, "every": 2, "dir": str(tmp_path / "ck")}},
+        {"tracking": {"tracking_uri": tracking_uri}},
+    ]
+    killed(layers, 3, "after")
+    (folder,) = (tmp_path / "ck").iterdir()
+    found = ckpt.load(folder)
+    client = MlflowClient(tracking_uri)
+    before = client.get_metric_history(found.run_id, "global_acc")
+    assert found.round == 2 and [m.step for m in before] == [1, 2, 3]
+    quiet_run(resume.resumed_config(found, None, []), resume=found)
+    history = client.get_metric_history(found.run_id, "global_acc")
+    assert sorted(m.step for m in history) == [1, 2, 3, 4]
+    assert [m.value for m in history if m.step == 3] == [before[2].value]
 
 
 def test_a_ctrl_c_while_a_finished_run_logs_its_results_lets_them_in(tracking_uri, tmp_path, monkeypatch):
