@@ -19,9 +19,17 @@ from raysim.core.messages import Tensors
 PATCH_WEIGHT, POSITIONS = "vit.patch_embed.proj.weight", "vit.pos_embed"
 
 
+def position_prefix(vit) -> int:
+    """The rows of ``vit``'s position embedding ahead of its patches' rows: its class and register tokens', none
+    where it embeds them apart (timm's ``no_embed_class``: DeiT III, the register models)."""
+    return vit.pos_embed.shape[1] - vit.patch_embed.num_patches
+
+
 def embedding_inverse(gradient: Tensors, prefix_tokens: int, rows: int) -> torch.Tensor:
     """The one input ``[1, C, H, W]`` (the model's input space) whose patch- and position-embedding gradients are
-    those in ``gradient``; ``prefix_tokens``: the class and register tokens ahead of the patches' positions."""
+    those in ``gradient``; ``prefix_tokens``: the position embedding's rows ahead of the patches'
+    (:func:`position_prefix`). Refused where the patches' gradients have rank below their number (a width under
+    the number of patches): the least-squares solution is then not the input."""
     missing = [name for name in (PATCH_WEIGHT, POSITIONS) if name not in gradient]
     if missing:
         raise ConfigError(
@@ -33,6 +41,12 @@ def embedding_inverse(gradient: Tensors, prefix_tokens: int, rows: int) -> torch
     weight = gradient[PATCH_WEIGHT]
     width, channels, patch, _ = weight.shape
     delta = gradient[POSITIONS][0, prefix_tokens:]
+    rank = int(torch.linalg.matrix_rank(delta.double()))
+    if rank < len(delta):
+        raise ConfigError(
+            f"APRIL solves for the {len(delta)} patches from their position gradients, whose rank here is {rank} "
+            f"(width {width}): the input is not determined; it needs a backbone at least as wide as it has patches"
+        )
     patches = torch.linalg.lstsq(delta.T.double(), weight.reshape(width, -1).double()).solution.float()
     side = round(len(patches) ** 0.5)
     return fold_patches(patches.unsqueeze(0), channels, patch, (side, side))

@@ -17,7 +17,7 @@ import torch
 from raysim.algorithms._group_custom import gc_net
 from raysim.algorithms.fedgcr.method import REPR
 from raysim.attacks import scores
-from raysim.attacks.analytic import embedding_inverse
+from raysim.attacks.analytic import embedding_inverse, position_prefix
 from raysim.attacks.capture import Captured
 from raysim.attacks.feature_means import FeatureInference, most_common, read_off
 from raysim.attacks.inverting import InvertingSettings, attack_loss, search
@@ -25,11 +25,12 @@ from raysim.attacks.labels import label_counts, recovered_labels
 from raysim.attacks.local_epoch import local_steps, rows_reached, update_loss
 from raysim.attacks.observed import observed_gradient, observed_update
 from raysim.base.errors import ConfigError
+from raysim.base.seeding import Purpose, derive_seed
 from raysim.config import Config
 from raysim.core.messages import Broadcast, ClientUpdate, Tensors
 from raysim.core.protocol import CachesRowFeatures
 from raysim.core.registry import METHODS, get_method
-from raysim.core.training import model_inputs
+from raysim.core.training import batch_plan, model_inputs
 from raysim.data.shards import ClientData
 from raysim.engine.cohort import unfused_attention
 
@@ -119,7 +120,20 @@ def reconstruct(captured: Captured, client: int, settings: InvertingSettings) ->
     attacked, labels, loss = update_objective(update, broadcast, config, model)
     box = scores.model_box(*model.input_spec[1:])
     inversion = search(model, attacked, lambda x, tv: loss(x, labels, tv), len(labels), box, settings)
-    return scored(captured, client, model, inversion.inputs, labels, inversion.loss, inversion.seconds)
+    read = None  # all the client's rows; a straggler cut in its first epoch read only its first batches'
+    if rows_reached(config, update) < update.num_samples:
+        read = np.concatenate(client_plan(captured, client)[: len(local_steps(config, update).batches)])
+    return scored(captured, client, model, inversion.inputs, labels, inversion.loss, inversion.seconds, read)
+
+
+def client_plan(captured: Captured, client: int) -> list[np.ndarray]:
+    """The indices (among ``client``'s training rows) of the rows of each of its local steps in the round, in order:
+    its own batch plan (:func:`~raysim.core.training.batch_plan`, from the run seed, the round and the client), read
+    only to score."""
+    config, data = captured.config, captured.shards.train(client)
+    order = torch.Generator().manual_seed(derive_seed(config.federation.seed, Purpose.CLIENT, captured.round, client))
+    epochs = batch_plan(len(data), config.train.batch_size, config.train.local_epochs, order)
+    return [rows for epoch in epochs for rows in epoch]
 
 
 def reconstruct_analytic(captured: Captured, client: int) -> Reconstruction:
@@ -131,7 +145,7 @@ def reconstruct_analytic(captured: Captured, client: int) -> Reconstruction:
     model, _ = attacker_model(config, captured.shards.info.num_classes, broadcast.params)
     rows = rows_reached(config, update)
     labels = recovered_labels(gradient, rows)
-    inputs = embedding_inverse(gradient, model.vit.num_prefix_tokens, rows)
+    inputs = embedding_inverse(gradient, position_prefix(model.vit), rows)
     seconds = time.perf_counter() - start
     with unfused_attention(model):
         loss = float(attack_loss(model, gradient, inputs, labels, tv=0.0).detach())

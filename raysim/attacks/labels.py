@@ -31,17 +31,21 @@ def head_bias(tensors: Tensors) -> torch.Tensor:
 
 
 def recovered_labels(gradient: Tensors, rows: int) -> torch.Tensor:
-    """The ``rows`` labels (sorted) whose head-bias gradient is most negative: iDLG's label for one row, the batch's
-    classes for distinct labels."""
-    return torch.argsort(head_bias(gradient))[:rows].sort().values
+    """The ``rows`` labels (sorted, with repeats) of one step's ``gradient``: iDLG's, the most negative head-bias
+    entry, for one row; for a batch, the counts read off the bias's descent direction (:func:`label_counts`), which
+    holds Yin et al.'s most negative entries for distinct labels and repeats a label several rows hold."""
+    if rows == 1:
+        return torch.argmin(head_bias(gradient)).reshape(1)
+    return label_counts({HEAD_BIAS: -head_bias(gradient)}, rows)
 
 
 def label_counts(update: Tensors, rows: int) -> torch.Tensor:
     """The ``rows`` labels (sorted, with repeats) read off the head bias's update w_T - w_0 in ``update``: each
-    class's rise above the median class's (the drift of a class no row holds, while fewer than half the classes are
-    held), shared out in proportion, the rounding by largest remainders."""
+    class's rise above the common drift of the classes no row holds (the median of the classes that did not rise:
+    those only move down), shared out in proportion, the rounding by largest remainders."""
     bias = head_bias(update)
-    rise = (bias - bias.median()).clamp(min=0).double().numpy()
+    fell = bias[bias <= 0]
+    rise = (bias - (fell.median() if len(fell) else bias.min())).clamp(min=0).double().numpy()
     if rise.sum() <= 0:
         raise ConfigError("the head's bias did not move: no label can be read off this update")
     share = rise / rise.sum() * rows

@@ -37,7 +37,7 @@ def membership_roc(member_scores: np.ndarray, non_member_scores: np.ndarray) -> 
     loss): members are the positives."""
     truth = np.concatenate([np.ones(len(member_scores)), np.zeros(len(non_member_scores))])
     scores = np.concatenate([member_scores, non_member_scores])
-    fpr, tpr, _ = roc_curve(truth, scores)
+    fpr, tpr, _ = roc_curve(truth, scores, drop_intermediate=False)  # every threshold: the one at 1% may be collinear
     return MembershipROC(fpr, tpr, float(roc_auc_score(truth, scores)), float(tpr[fpr <= LOW_FPR].max()))
 
 

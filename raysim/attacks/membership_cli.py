@@ -104,8 +104,9 @@ def membership(run_id, clients, target, shadows, tracking_uri):
             + "; ".join(
                 f"{name} AUC {m.roc.auc:.3f}, TPR {m.roc.tpr_at_low_fpr:.3f} at 1% FPR" for name, m in found.items()
             )
-            + f" ({loss.members} members, {loss.non_members} non-members); attack run {tracker.run_id}, nested under "
-            f"{run_id}"
+            + f" ({loss.members} members, {loss.non_members} non-members"
+            + (", too few for 1% FPR: that rate is at no false positive" if loss.non_members < 100 else "")
+            + f"); attack run {tracker.run_id}, nested under {run_id}"
         )
 
 

@@ -19,15 +19,14 @@ from torch import nn
 
 from raysim.attacks import scores
 from raysim.attacks.capture import Captured
-from raysim.attacks.harness import Reconstruction, attacker_model, public_rows, scored
+from raysim.attacks.harness import Reconstruction, attacker_model, client_plan, public_rows, scored
 from raysim.attacks.inverse_network import InverseSettings, invert_by_network
 from raysim.attacks.label_leakage import leaked_labels, logit_gradients
 from raysim.attacks.smashed import SmashedSettings, invert_smashed
 from raysim.base.errors import ConfigError
-from raysim.base.seeding import Purpose, derive_seed
 from raysim.config import Config
 from raysim.core.registry import get_method
-from raysim.core.training import batch_plan, model_inputs
+from raysim.core.training import model_inputs
 
 HEAD_PRIORS = ("broadcast", "pretrained")  # the client head and tail a split-learning attacker assumes
 
@@ -152,13 +151,7 @@ def step_rows(captured: Captured, client: int, steps: list[int], taken: list[tor
     """The indices (among ``client``'s training rows) of the rows it trained on at local ``steps``, step by step, each
     in its batch's order: the client's own batch plan (:func:`~raysim.core.training.batch_plan`, from the run seed,
     the round and the client), checked against what it passed at each step (``taken``), read only to score."""
-    config, data = captured.config, captured.shards.train(client)
-    order = torch.Generator().manual_seed(derive_seed(config.federation.seed, Purpose.CLIENT, captured.round, client))
-    plan = [
-        rows
-        for epoch in batch_plan(len(data), config.train.batch_size, config.train.local_epochs, order)
-        for rows in epoch
-    ]
+    plan = client_plan(captured, client)
     if len(plan) != len(taken) or any(len(plan[step - 1]) != len(taken[step - 1]) for step in steps):
         raise ConfigError(
             f"client {client}'s {len(taken)} steps in round {captured.round} are not its batch plan's {len(plan)}; "

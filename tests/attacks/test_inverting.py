@@ -112,6 +112,16 @@ def test_a_batch_of_distinct_labels_is_recovered_as_a_set():
     assert recovered_labels(gradient, 3).tolist() == [1, 3, 5]
 
 
+@pytest.mark.parametrize("labels", [[3, 3], [0, 0, 1, 2, 3, 4, 5, 6]], ids=["repeated", "most classes held"])
+def test_a_batchs_repeated_labels_are_counted(labels):
+    """One step over rows that repeat a label, or hold 7 of 10 classes (where the median class is a held one): the
+    bias gradient mean_i (p_i - onehot(y_i)) gives every row's label back, repeats included."""
+    y = torch.tensor(labels)
+    p = torch.softmax(0.3 * torch.randn(len(y), 10, generator=torch.Generator().manual_seed(0)), 1)
+    gradient = {HEAD_BIAS: (p - torch.nn.functional.one_hot(y, 10).float()).mean(0)}
+    assert recovered_labels(gradient, len(y)).tolist() == labels
+
+
 def test_inverting_a_linear_classifier_finds_the_input():
     """The weight gradient of a linear layer is (p - y) x^T: its direction holds x, which the attack recovers."""
     model = Linear(classes=5)

@@ -162,3 +162,37 @@ def test_a_recorded_clients_two_epochs_are_matched_at_its_rows_and_attacked_from
     result = CliRunner().invoke(main, ["attack", "inverting", *args])  # the refinement's float64 local training
     assert result.exit_code == 0, result.output
     assert f"client {client}: PSNR" in result.output and "attack run " in result.output
+
+
+def test_a_straggler_cut_in_its_first_epoch_is_scored_against_the_rows_its_one_step_read():
+    """A client of 200 rows stopped by the deadline after one step of 64 (``stragglers=partial``): its batch plan
+    names the rows the step read (the attack loss at them is 0 to rounding), and the reconstruction is paired with
+    those rows alone, never with rows that are in no part of its update."""
+    from raysim.attacks.capture import capture
+    from raysim.attacks.harness import attacker_model, client_plan, reconstruct
+    from raysim.attacks.inverting import InvertingSettings, attack_loss
+    from raysim.attacks.observed import observed_gradient
+    from raysim.core.training import model_inputs
+    from raysim.testing.smoke import smoke_config
+
+    config = smoke_config(
+        "fedavg",
+        {
+            "train": {"optimizer": "sgd", "batch_size": 64},
+            "federation": {"rounds": 1, "deadline_s": 4.0, "stragglers": "partial"},
+            "systems": {"speed": "lognormal:3,0.5"},
+        },
+    )
+    captured = capture(config, 1)
+    client = next(c for c, u in sorted(captured.updates.items()) if u.metrics["steps"] == 1 and u.num_samples > 64)
+    update, broadcast = captured.updates[client], captured.broadcast
+    read = client_plan(captured, client)[0]
+    model, _ = attacker_model(captured.config, captured.shards.info.num_classes, broadcast.params)
+    data = captured.shards.train(client)
+    x = model_inputs(model, data.images[read], torch.device("cpu"))
+    gradient = observed_gradient(update, broadcast, captured.config)
+    model.train()
+    loss = attack_loss(model, gradient, x, torch.as_tensor(data.labels[read]).long(), tv=0.0)
+    assert len(read) == 64 and float(loss.detach()) == pytest.approx(0.0, abs=1e-5)
+    found = reconstruct(captured, client, InvertingSettings(iterations=1))
+    assert len(found.originals) == 64 and sorted(found.true_labels) == sorted(data.labels[read].tolist())

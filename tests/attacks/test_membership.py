@@ -34,3 +34,13 @@ def test_the_low_fpr_rate_counts_only_thresholds_below_one_percent():
     non_members = np.concatenate([[0.05, 0.15], np.linspace(1.0, 2.0, 198)])
     roc = loss_roc(np.array([0.0, 0.1, 0.5, 3.0]), non_members)
     assert roc.tpr_at_low_fpr == pytest.approx(0.75)  # at FPR 1% (two non-members above) three members are in
+
+
+def test_the_low_fpr_rate_reads_a_threshold_that_lies_on_a_straight_stretch_of_the_curve():
+    """Three tied groups of 20 members and 1 non-member (scores 5, 4, 3), 200 non-members in all: the threshold at
+    3 admits 3 non-members (1.5%), the one at 4 two (1%) and 40 members. scikit-learn's default drops that point, as it
+    lies on the straight line between its neighbours, which would leave 20 members (the threshold at 5)."""
+    members = np.repeat([5.0, 4.0, 3.0, 0.0], [20, 20, 20, 40])
+    non_members = np.concatenate([[5.0, 4.0, 3.0], np.full(197, -1.0)])
+    roc = membership_roc(members, non_members)
+    assert roc.tpr_at_low_fpr == pytest.approx(0.4)
