@@ -194,6 +194,10 @@ class FederationConfig:
     def asynchronous(self) -> bool:
         return self.mode == "async"
 
+    def evaluates(self, round: int) -> bool:
+        """Whether ``round`` is evaluated: every ``eval_every``-th round and the last."""
+        return round % self.eval_every == 0 or round == self.rounds
+
     @property
     def concurrent_clients(self) -> int:
         """C, the clients training at any time in asynchronous mode: ``concurrency``, or m."""

@@ -363,7 +363,8 @@ def run(
                         stopper.signum or signal.SIGINT,
                         ray_lost=outcome.abandoned,
                     )
-                summary = summarise(last.history)
+                # the evaluations this run's schedule makes: not the final one of the length a resume extended
+                summary = summarise([h for h in last.history if config.federation.evaluates(int(h["round"]))])
                 with finishing(progress.note):
                     _log_results(tracker, config, last, summary, shards, outcome.results)
             finally:

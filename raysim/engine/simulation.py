@@ -139,7 +139,7 @@ class Simulation:
             "train_samples_per_s": samples / elapsed if elapsed > 0 else 0.0,
             **metrics,
         }
-        evaluated = round % fed.eval_every == 0 or round == fed.rounds
+        evaluated = fed.evaluates(round)
         privacy = self.config.privacy
         if privacy.private and (privacy.accountant == "rdp" or evaluated):  # PLD composes anew: ~1 s a call
             metrics["privacy_epsilon"] = calibration.spent(self.config, round, self.units)

@@ -137,7 +137,7 @@ def test_resume_on_the_ray_backend_with_more_rounds(ray_session, tracking_uri, t
     assert comparable(resumed.history[:3]) == comparable(full.history) and len(resumed.history) == 4
     client = MlflowClient(tracking_uri)
     steps = [m.step for m in client.get_metric_history(full.run_id, "global_acc")]
-    assert sorted(steps) == [1, 2, 3, 3, 4]  # round 3 ran twice (rewound to 2), with the same value
+    assert sorted(steps) == [1, 2, 3, 4]  # round 3 ran twice (rewound to 2), logged once
     # the run records the config it now runs: the name of a 4-round run, its config.yaml and description
     longer = build_config("fedgcr", [{**found.config, "tracking": {"run_name": None}}, {"federation": {"rounds": 4}}])
     logged = client.get_run(full.run_id)
@@ -149,6 +149,27 @@ def test_resume_on_the_ray_backend_with_more_rounds(ray_session, tracking_uri, t
     saved = yaml.safe_load(Path(client.download_artifacts(full.run_id, "config.yaml", str(tmp_path))).read_text())
     assert saved["federation"]["rounds"] == 4
     assert " x 4 rounds, " in logged.data.tags["mlflow.note.content"]
+
+
+def test_an_extended_run_summarises_the_evaluations_of_a_run_of_its_new_length(tracking_uri, tmp_path):
+    """Evaluated every 2 rounds, a 3-round run evaluates rounds 2 and 3 (its last); extended to 4 rounds it holds the
+    rounds of a 4-round run (and takes its name), whose evaluations are rounds 2 and 4, and so is its summary."""
+    layers = [
+        {k: v for k, v in SMALL.items() if k in ("federation", "data", "model", "resources", "checkpoint")},
+        {"federation": {"eval_every": 2}, "tracking": {"tracking_uri": tracking_uri}},
+        {"checkpoint": {"dir": str(tmp_path / "ck")}},
+    ]
+    short = quiet_run(build_config("fedvpt", layers))
+    extended = quiet_run(
+        resume.resumed_config(ckpt.load(tmp_path / "ck" / short.run_id), None, [{"federation": {"rounds": 4}}]),
+        resume=ckpt.load(tmp_path / "ck" / short.run_id),
+    )
+    fresh = quiet_run(build_config("fedvpt", [*layers, {"federation": {"rounds": 4}}]))
+    assert [h["round"] for h in extended.history if "global_acc" in h] == [2, 3, 4]
+    assert extended.summary == fresh.summary
+    assert extended.summary["global_acc"]["mean"] == pytest.approx(
+        (fresh.history[1]["global_acc"] + fresh.history[3]["global_acc"]) / 2
+    )
 
 
 def test_resume_refuses_changes_that_would_change_the_numbers(ray_session, tracking_uri, tmp_path):
