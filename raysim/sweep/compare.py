@@ -39,6 +39,7 @@ from ray import tune
 from rich.console import Console
 
 from raysim.base.errors import ConfigError, RunInterrupted, SweepError
+from raysim.base.paths import sqlite_file
 from raysim.config import Config, beside_store, build_config, load_preset, parse_override, preset_for_method, yaml12
 from raysim.core.registry import get_method
 from raysim.engine.driver import run
@@ -59,6 +60,7 @@ from raysim.tracking.comparison import (
     Arranged,
     cell_label,
     comparison_metrics,
+    named_order,
     write_arranged,
 )
 from raysim.tracking.mlflow import COMPARE, KIND, Tracker, check_store, end_running, every_run, literal, store_client
@@ -204,6 +206,7 @@ def plan(
     comparison = dataclasses.replace(comparison, max_concurrent=sweeping.plan_concurrency(first, max_concurrent))
     for label in methods if tune_budget else ():  # every tuning's space, before the first one runs for hours
         _arm_plan(comparison, label)
+    refuse_other_order(comparison)
     return comparison
 
 
@@ -418,6 +421,18 @@ def refuse_other_settings(comparison: Comparison) -> None:
         return values
 
     _checked_cells(comparison, recorded)
+
+
+def refuse_other_order(comparison: Comparison) -> None:
+    """A one-line error where the comparison's experiment holds a comparison paired with another first method: its
+    figures and ``raysim report`` pair every arm with the first the experiment's comparison named."""
+    store = sqlite_file(comparison.uri)
+    named = named_order(comparison.uri, comparison.name) if store is None or store.is_file() else []
+    if named and named[0] != comparison.methods[0]:
+        raise ConfigError(
+            f"experiment {comparison.name!r} holds the comparison {' '.join(named)}, paired with {named[0]}; name "
+            f"{named[0]} first to resume or extend it, or a new comparison with --experiment NAME"
+        )
 
 
 def _other_settings(comparison: Comparison, label: str, seed: int) -> ConfigError:

@@ -23,6 +23,23 @@ CURVES = (
 )
 
 
+X_LABELS = {  # what a run's accuracy curves are drawn against
+    "round": "round",
+    "sim_time_s": "virtual time (s)",
+    "bytes_up_total": "bytes uploaded so far",
+    "bytes_down_total": "bytes downloaded so far",
+}
+
+
+def palette(count: int) -> list:
+    """``count`` distinct colours: matplotlib's ten defaults, tab20's twenty, then evenly spaced along turbo."""
+    if count <= 10:
+        return [f"C{i}" for i in range(count)]
+    if count <= 20:
+        return list(plt.get_cmap("tab20").colors[:count])
+    return [plt.get_cmap("turbo")(i / (count - 1)) for i in range(count)]
+
+
 def accuracy_axis(ax, axis: str = "y") -> None:
     """An accuracy axis in %: always 0-100, so every run's plot reads on the same scale."""
     (ax.set_ylim if axis == "y" else ax.set_xlim)(0, 100)
@@ -35,8 +52,8 @@ def integer_axis(ax, axis: str = "x") -> None:
 
 def plot_accuracy_curves(history: list[dict[str, float]], title: str, path: str | Path, x: str = "round") -> None:
     """Accuracy (%) per evaluated round for each accuracy metric present, against the round or, with
-    ``x="sim_time_s"``, the virtual clock (time-to-accuracy), or with ``x="bytes_up_total"`` the bytes uploaded so
-    far (a compression's accuracy for its bytes)."""
+    ``x="sim_time_s"``, the virtual clock (time-to-accuracy), or with ``x="bytes_up_total"`` (``"bytes_down_total"``)
+    the bytes uploaded (downloaded) so far (a compression's accuracy for its bytes)."""
     rounds = [h[x] for h in history if "global_acc" in h]
     fig, ax = plt.subplots(figsize=CURVES_SIZE, dpi=120)
     for key, label in CURVES:
@@ -44,13 +61,9 @@ def plot_accuracy_curves(history: list[dict[str, float]], title: str, path: str 
         if len(values) == len(rounds) and values:
             ax.plot(rounds, values, marker="o", markersize=3, label=label)
     ax.set_ylabel("accuracy (%)")
+    ax.set_xlabel(X_LABELS[x])
     if x == "round":
-        ax.set_xlabel("round")
         integer_axis(ax, "x")
-    elif x == "bytes_up_total":
-        ax.set_xlabel("bytes uploaded so far")
-    else:
-        ax.set_xlabel("virtual time (s)")
     accuracy_axis(ax, "y")
     _finish(fig, ax, title, path, legend=True)
 
@@ -149,12 +162,14 @@ def plot_compared_curves(
     """Global accuracy per round (or against ``x_label``: the virtual clock's time-to-accuracy) of several runs
     overlaid (``raysim report``, ``raysim compare``), one colour and legend entry per group (``groups``: run -> its
     method, say)."""
-    colours = {g: f"C{i % 10}" for i, g in enumerate(sorted(set(groups.values())))}
+    names = sorted(set(groups.values()))
+    colours = dict(zip(names, palette(len(names)), strict=True))
     fig, ax = plt.subplots(figsize=CURVES_SIZE, dpi=120)
     shown = set()
     for run, (rounds, values) in curves.items():
         group = groups[run]
-        ax.plot(rounds, values, color=colours[group], alpha=0.8, label=None if group in shown else group)
+        label = None if group in shown else group  # markers: a run evaluated once is a point, not an empty line
+        ax.plot(rounds, values, color=colours[group], alpha=0.8, marker="o", markersize=3, label=label)
         shown.add(group)
     ax.set_xlabel(x_label)
     ax.set_ylabel("global accuracy (%)")
@@ -168,8 +183,8 @@ def plot_global_vs_worst(points: dict[str, tuple[float, float]], title: str, pat
     """Each method's (or group's) global accuracy against its worst client's (last-10 means), as the papers plot
     them."""
     fig, ax = plt.subplots(figsize=(5.6, 4.6), dpi=120)
-    for i, (label, (global_acc, worst)) in enumerate(sorted(points.items())):
-        ax.scatter([global_acc], [worst], color=f"C{i % 10}", s=40)
+    for colour, (label, (global_acc, worst)) in zip(palette(len(points)), sorted(points.items()), strict=True):
+        ax.scatter([global_acc], [worst], color=colour, s=40)
         ax.annotate(label, (global_acc, worst), textcoords="offset points", xytext=(5, 4), fontsize=8)
     ax.set_xlabel("global accuracy (%), mean of the last 10 evaluations")
     ax.set_ylabel("worst local accuracy (%)")
@@ -189,7 +204,7 @@ def plot_tradeoff(
     """Global accuracy (y) against a cost (x: sigma, bytes) per method: (x, x CI, y, y CI) as a point with error
     bars (none where the CI is NaN), the Pareto ``front`` joined by a dashed line (``raysim compare``)."""
     fig, ax = plt.subplots(figsize=(5.8, 4.6), dpi=120)
-    for i, (label, (x, x_half, y, y_half)) in enumerate(points.items()):
+    for colour, (label, (x, x_half, y, y_half)) in zip(palette(len(points)), points.items(), strict=True):
         if np.isnan(x) or np.isnan(y):
             continue
         ax.errorbar(
@@ -198,7 +213,7 @@ def plot_tradeoff(
             xerr=None if np.isnan(x_half) else [x_half],
             yerr=None if np.isnan(y_half) else [y_half],
             fmt="o",
-            color=f"C{i % 10}",
+            color=colour,
             capsize=3,
             label=label,
         )

@@ -96,7 +96,9 @@ def short_labels(names: list[str]) -> dict[str, str]:
 
 
 def _means(runs: list[dict], columns: list[tuple[str, str]]) -> list[float]:
-    return [np.mean([r["summary"][c] for r in runs if c in r["summary"]] or [np.nan]) for c in columns]
+    """Each column's mean over the runs that hold a number for it (a run's NaN, a diagnostic without rows to rest
+    on, leaves that run out instead of blanking the cell)."""
+    return [np.mean([v for r in runs if np.isfinite(v := r["summary"].get(c, np.nan))] or [np.nan]) for c in columns]
 
 
 def write_report(

@@ -127,6 +127,15 @@ def test_compare_runs_every_cell_reports_intervals_and_resumes(ray_session, tmp_
     assert {r.info.run_id for r in _cells(client)[1]} == {r.info.run_id for r in cells_after}
     assert CliRunner().invoke(main, [*COMMAND, "--tracking-uri", tracking_uri]).exit_code == 0
 
+    # its methods in another order, in its experiment, would pair them with another: refused before any run
+    other = ["compare", "fedavg", VARIANT, *COMMAND[3:], "--experiment", NAME, "--tracking-uri", tracking_uri]
+    refused = CliRunner().invoke(main, other)
+    assert refused.exit_code == 2 and own_lines(refused.stderr) == [
+        f"raysim: error: experiment {NAME!r} holds the comparison {VARIANT} fedavg, paired with {VARIANT}; name "
+        f"{VARIANT} first to resume or extend it, or a new comparison with --experiment NAME"
+    ], refused.stderr
+    assert {r.info.run_id for r in _cells(client)[1]} == {r.info.run_id for r in cells_after}
+
 
 def test_a_tuning_budget_tunes_every_method_alike_and_runs_its_best_values(ray_session, tracking_uri):
     args = [*COMMAND[:6], "1", *COMMAND[7:], "--tune-budget", "1", "--experiment", "budget", "--tracking-uri"]

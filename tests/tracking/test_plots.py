@@ -33,3 +33,32 @@ def test_accuracy_axes_span_0_to_100_and_counts_have_whole_ticks(drawing, tmp_pa
     for axis in INTEGER_AXES.get(drawing, ""):
         ticks = getattr(ax, f"get_{axis}ticks")()
         assert len(ticks) and all(float(t).is_integer() for t in ticks), (axis, ticks)
+
+
+@pytest.mark.parametrize(
+    "x, label",
+    [
+        ("bytes_down_total", "bytes downloaded so far"),
+        ("bytes_up_total", "bytes uploaded so far"),
+        ("sim_time_s", "virtual time (s)"),
+    ],
+)
+def test_the_curves_name_what_they_are_drawn_against(x, label, tmp_path, monkeypatch):
+    figures = []
+    monkeypatch.setattr(plots.plt, "close", figures.append)
+    history = [{**h, x: 1000.0 * h["round"]} for h in HISTORY]
+    plots.plot_accuracy_curves(history, "t", tmp_path / "plot.png", x=x)
+    assert figures[0].axes[0].get_xlabel() == label
+
+
+def test_a_run_evaluated_once_shows_and_groups_past_ten_get_colours_of_their_own(tmp_path, monkeypatch):
+    figures = []
+    monkeypatch.setattr(plots.plt, "close", figures.append)
+    curves = {f"run{i}": ([3], [10.0 + i]) for i in range(12)}  # one evaluation each
+    plots.plot_compared_curves(curves, {run: run for run in curves}, "t", tmp_path / "plot.png")
+    lines = figures[0].axes[0].get_lines()
+    assert len(lines) == 12 and all(line.get_marker() == "o" for line in lines)
+    assert (
+        len({line.get_color() if isinstance(line.get_color(), str) else tuple(line.get_color()) for line in lines})
+        == 12
+    )

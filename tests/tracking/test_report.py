@@ -134,3 +134,16 @@ def test_a_store_in_a_folder_that_cannot_be_written_is_read(tmp_path, tracking_u
         subprocess.run(["chattr", "-i", str(shared)], check=True)
     assert result.exit_code == 0, result.stderr
     assert _rows(result.stdout)["fedvpt"][0] == "2"
+
+
+def test_a_runs_nan_summary_leaves_it_out_of_its_methods_mean(tmp_path, tracking_uri):
+    """A diagnostic without rows to rest on is NaN in one run: the method's cell averages the runs with a number."""
+    client = MlflowClient(tracking_uri)
+    experiment = client.create_experiment("nan", artifact_location=(tmp_path / "a").as_uri())
+    for seed, worst in enumerate((float("nan"), 20.0)):
+        run = client.create_run(experiment, run_name=f"fedvpt-s{seed}", tags={"method": "fedvpt"})
+        metrics = [Metric("global_acc", 40.0, 1000, 1)] + _summary(40.0, 30.0 + seed, worst, old=False)
+        client.log_batch(run.info.run_id, metrics=metrics)
+        client.set_terminated(run.info.run_id)
+    table, _ = write_report(tracking_uri, "nan", tmp_path / "out")
+    assert _rows(table) == {"fedvpt": ["2", "40.00", "30.50", "20.00"]}
