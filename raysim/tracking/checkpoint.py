@@ -82,6 +82,8 @@ def save(run_folder: str | Path, checkpoint: Checkpoint, client_files: dict[int,
     files = dict(client_files or {})
     if checkpoint.client_states:
         name = f"{final.name}.safetensors"
+        if (run_folder / CLIENTS / name).exists():  # a replayed round: the checkpoint it replaces keeps its file
+            name = f"{final.name}-{os.getpid()}-{time.time_ns()}.safetensors"
         tensors = {f"{c}/{k}": v for c, state in checkpoint.client_states.items() for k, v in state.items()}
         _write_atomic(run_folder / CLIENTS / name, detached(tensors))
         files.update({c: name for c in checkpoint.client_states})

@@ -121,10 +121,15 @@ def test_a_replayed_round_replaces_its_checkpoint_whole_even_when_the_process_st
         real(source, target)
 
     monkeypatch.setattr(ckpt.os, "replace", stops_before_the_new_one_is_in)
+    other = _checkpoint(1)  # a replay that did not compute alike (a GPU's nondeterminism): other client states
+    other.client_states[7]["h_prev"] = torch.full((4,), 9.0)
     with pytest.raises(OSError):
-        ckpt.save(tmp_path, _checkpoint(1))
+        ckpt.save(tmp_path, other)
     monkeypatch.undo()
-    assert ckpt.load(tmp_path).history == [{"round": 1, "global_acc": 42.0}]  # the one it was replacing, whole
+    kept = ckpt.load(tmp_path)  # the one it was replacing, whole: its client states' file too
+    assert kept.history == [{"round": 1, "global_acc": 42.0}] and torch.equal(
+        kept.client_states[7]["h_prev"], torch.ones(4)
+    )
     ckpt.save(tmp_path, _checkpoint(2))  # the next round's checkpoint, once reported, prunes it
     ckpt.prune(tmp_path, keep=1, confirmed=2)
     assert [p.name for p in tmp_path.glob("round-*")] == ["round-000002"]
