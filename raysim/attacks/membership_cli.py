@@ -47,7 +47,7 @@ def membership(run_id, clients, target, shadows, tracking_uri):
     --shadows, offline LiRA (Carlini et al., S&P 2022) on the same rows; ROC AUC and TPR at 1% FPR."""
     from raysim.attacks.attack_run import attack_run
     from raysim.attacks.figures import roc_figure
-    from raysim.attacks.membership_attack import lira, membership
+    from raysim.attacks.membership_attack import lira, membership, refuse_split_learning
     from raysim.attacks.recorded import client_states, contributors, final_state, recorded_config
     from raysim.attacks.shadows import attacked_half
     from raysim.core.protocol import Personalised
@@ -57,6 +57,7 @@ def membership(run_id, clients, target, shadows, tracking_uri):
     chosen = client_ids(clients)
     uri = TrackingConfig(tracking_uri=tracking_uri).resolved_uri
     config = recorded_config(uri, run_id)
+    refuse_split_learning(config)  # before the run's state and data are read
     states = None
     if target == "personal":
         if shadows:
