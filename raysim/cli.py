@@ -148,12 +148,27 @@ def _flag_option(section: str, spec):
     return click.option(meta["flag"], spec.name, type=kind, help=meta["help"] + hint)
 
 
+def complete_methods(ctx, param, incomplete: str) -> list[str]:
+    """The registered methods a shell completes METHOD to (``_RAYSIM_COMPLETE=bash_source raysim``)."""
+    return [name for name in METHODS if name.startswith(incomplete)]
+
+
+def complete_presets(ctx, param, incomplete: str) -> list:
+    """The presets a shell completes --preset to, and the files (a preset may be a YAML file)."""
+    from click.shell_completion import CompletionItem
+
+    return [CompletionItem(name) for name in presets() if name.startswith(incomplete)] + [
+        CompletionItem(incomplete, type="file")
+    ]
+
+
 FLAGS = {spec.name: (section, spec) for section, cls in SECTIONS.items() for spec in flagged_fields(cls)}
 SHARED_OPTIONS = [
     click.option(
         "--preset",
         "preset",
         callback=lambda _, __, value: not_empty("--preset", value),
+        shell_complete=complete_presets,
         help="A preset name (raysim ls presets) or a YAML file.",
     ),
     click.option(
@@ -207,7 +222,7 @@ def driver_and_data(config):
 
 
 @main.command(context_settings={"max_content_width": 100})
-@click.argument("method", required=False)
+@click.argument("method", required=False, shell_complete=complete_methods)
 @click.option(
     "--resume",
     metavar="RUN_ID_OR_DIR",
@@ -263,7 +278,7 @@ def run(method, resume, preset, overrides, progress, **flags):
 
 
 @main.command(context_settings={"max_content_width": 100})
-@click.argument("method", required=False)
+@click.argument("method", required=False, shell_complete=complete_methods)
 @click.option("--space", help="Search-space YAML (default: tune_spaces/METHOD.yaml shipped with raysim).")
 @click.option("--num-samples", type=int, default=4, show_default=True, help="Trials (times each grid point).")
 @click.option("--max-concurrent", type=int, help="Trials at once (default: as many as the cluster hosts).")
@@ -321,7 +336,7 @@ def tune(method, space, num_samples, max_concurrent, metric, mode, scheduler, na
 
 
 @main.command(context_settings={"max_content_width": 100})
-@click.argument("methods", nargs=-1)
+@click.argument("methods", nargs=-1, shell_complete=complete_methods)
 @click.option("--seeds", type=int, default=3, show_default=True, help="Seeds per method: --seed, --seed + 1, ...")
 @click.option(
     "--tune-budget", type=int, default=0, show_default=True, help="raysim tune trials per method first (0: presets)."
@@ -476,7 +491,7 @@ LISTS = ("methods", "datasets", "partitions", "backbones", "presets")
 
 @main.command(name="ls")
 @click.argument("what", required=False, type=click.Choice((*LISTS, "options")))
-@click.argument("method", required=False)
+@click.argument("method", required=False, shell_complete=complete_methods)
 @click.option("--names", is_flag=True, help="Only the names, one a line (for scripts: for m in $(raysim ls ...)).")
 def ls(what, method, names):
     """List what raysim knows by name, with one line each (methods grouped by family); ls options METHOD: the
@@ -544,4 +559,4 @@ def data_fetch(name):
 main.add_command(attack)
 
 if __name__ == "__main__":
-    main()
+    main(prog_name="raysim")  # as the console script: its usage lines, and its shell completion (_RAYSIM_COMPLETE)

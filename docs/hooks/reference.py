@@ -85,6 +85,11 @@ def cli_page() -> str:
         "",
         "Every `raysim` command's `--help`, generated from the command line itself. Bad input ends in one line on "
         "stderr (`raysim: error: ...`) and exit code 2.",
+        "",
+        "Tab completion of commands, options, method names and presets (click's): add "
+        '`eval "$(_RAYSIM_COMPLETE=bash_source raysim)"` to `~/.bashrc`, or '
+        '`eval "$(_RAYSIM_COMPLETE=zsh_source raysim)"` to `~/.zshrc`; for fish, '
+        "`_RAYSIM_COMPLETE=fish_source raysim > ~/.config/fish/completions/raysim.fish`.",
     ]
     commands = [[]]
     for name, command in main.commands.items():  # a group's subcommands after it (raysim data fetch)

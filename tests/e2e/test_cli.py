@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -396,6 +397,20 @@ def test_real_console_script_help_ls_and_one_line_errors(tmp_path):
     assert own_lines(bad.stderr)[-1].startswith("raysim: error: could not connect to Ray at '127.0.0.1:9'")
     assert "Traceback" not in bad.stderr
     assert not (tmp_path / "raysim-runs").exists()
+
+
+def test_the_shell_completes_commands_methods_and_presets(tmp_path):
+    """click's completion, as a shell asks for it (``_RAYSIM_COMPLETE=bash_complete``; docs/reference/cli.md)."""
+
+    def completed(*words: str) -> list[str]:
+        env = {**os.environ, "_RAYSIM_COMPLETE": "bash_complete", "COMP_WORDS": " ".join(["raysim", *words])}
+        env["COMP_CWORD"] = str(len(words))
+        done = subprocess.run([sys.executable, "-m", "raysim.cli"], env=env, capture_output=True, text=True, timeout=60)
+        return done.stdout.split()
+
+    assert completed("ru") == ["plain,run"]
+    assert completed("compare", "fedavg", "fg") == ["plain,fgpt", "plain,fgpt-u"]
+    assert completed("run", "sgpt", "--preset", "qu") == ["plain,quick", "file,qu"]
 
 
 def test_a_ray_runs_driver_imports_no_torch_and_logs_what_the_coordinator_wrote(tmp_path):
