@@ -9,10 +9,7 @@ import dataclasses
 import hashlib
 import http.server
 import io
-import os
 import re
-import socket
-import subprocess
 import tarfile
 import threading
 import zipfile
@@ -286,15 +283,13 @@ def test_offline_the_error_is_one_line_saying_what_to_download_and_where(monkeyp
     assert result.exit_code == 2 and len(own_lines(result.stderr)) == 1  # nothing said before the error
 
 
-def test_an_archive_put_in_downloads_by_hand_is_checked_and_unpacked(served, tmp_path):
+def test_an_archive_put_in_downloads_by_hand_is_checked_and_unpacked(owners, served, tmp_path):
     """Unpacked without a download; an unpacking folder its killed process left goes, one under way stays."""
     downloads = tmp_path / "cache" / "downloads"
     downloads.mkdir(parents=True)
     (downloads / "cifar-100-binary.tar.gz").write_bytes(served.files["cifar-100-binary.tar.gz"])
-    gone = subprocess.Popen(["true"])
-    gone.wait()  # a pid no process holds now
-    killed = downloads / f".cifar-100-binary.{gone.pid}-{'0' * 32}-{socket.gethostname()}"
-    running = downloads / f".cifar-100-binary.{os.getpid()}-{'1' * 32}-{socket.gethostname()}"
+    killed = downloads / f".cifar-100-binary.{owners.gone}"
+    running = downloads / f".cifar-100-binary.{owners.running}"
     for folder in (killed, running):
         (folder / "cifar-100-binary").mkdir(parents=True)
         (folder / "cifar-100-binary" / "part.bin").write_bytes(b"unpacked so far")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -238,15 +237,12 @@ def test_held_out_clients_leave_each_domain_one_that_trains(generated):
         prepare_shards(build_config("fedvpt", [preset, {"federation": {"unseen_fraction": 0.8}}]))
 
 
-def test_a_generated_file_its_killed_process_left_half_written_goes_at_the_next_write(tmp_path):
+def test_a_generated_file_its_killed_process_left_half_written_goes_at_the_next_write(owners, tmp_path):
     """The partial file is named by its process and machine: the next write removes one whose process is gone (a
     SIGKILLed generation could not), and leaves one still being written."""
     table = pa.table({"label": [0, 1]})
-    gone = subprocess.Popen(["true"])
-    gone.wait()  # a pid no process holds now
-    host = socket.gethostname()
-    killed = tmp_path / f".glyphs62-v1-0.parquet.{gone.pid}-{'0' * 32}-{host}"
-    running = tmp_path / f".glyphs62-v1-0.parquet.{os.getpid()}-{'1' * 32}-{host}"
+    killed = tmp_path / f".glyphs62-v1-0.parquet.{owners.gone}"
+    running = tmp_path / f".glyphs62-v1-0.parquet.{owners.running}"
     for path in (killed, running):
         path.write_bytes(b"part of a table")
     glyphs._write_atomically(table, tmp_path / "digits-v1-0.parquet")

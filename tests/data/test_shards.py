@@ -1,5 +1,4 @@
 import gc
-import os
 import pickle
 from pathlib import Path
 
@@ -103,23 +102,18 @@ def test_a_block_that_already_is_a_mapped_file_is_read_in_place(tmp_path):
     assert partition_digest(in_place) == partition_digest(gathered)
 
 
-def test_a_block_left_by_a_killed_process_goes_and_a_failed_write_leaves_none(tmp_path, monkeypatch):
+def test_a_block_left_by_a_killed_process_goes_and_a_failed_write_leaves_none(owners, tmp_path, monkeypatch):
     """Blocks are named by their process and machine: the next store built here removes one whose process is gone
     (a SIGKILLed run could not), and leaves a live process's and another machine's; a write that fails midway
     removes its own partial block."""
-    import socket
-    import subprocess
 
     from raysim.data import shards as shards_module
 
     folder = tmp_path / "shards"
     folder.mkdir()
-    gone = subprocess.Popen(["true"])
-    gone.wait()  # a pid no process holds now
-    host = socket.gethostname()
-    orphan = folder / f"shards-{gone.pid}-{'0' * 32}-{host}.npy"
-    live = folder / f"shards-{os.getpid()}-{'1' * 32}-{host}.npy"
-    elsewhere = folder / f"shards-{gone.pid}-{'2' * 32}-another-machine.npy"
+    orphan = folder / f"shards-{owners.gone}.npy"
+    live = folder / f"shards-{owners.running}.npy"
+    elsewhere = folder / f"shards-{owners.elsewhere}.npy"
     for path in (orphan, live, elsewhere):
         path.write_bytes(b"a block")
     store, _, _ = dirichlet_shards(folder)

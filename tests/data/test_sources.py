@@ -270,22 +270,19 @@ print(int(peak_kib) * 1024, images.shape[0], int(images[0].sum()), int(images[-1
 """
 
 
-def test_a_decode_its_killed_process_left_is_removed_and_one_under_way_is_not(tmp_path, monkeypatch):
+def test_a_decode_its_killed_process_left_is_removed_and_one_under_way_is_not(owners, tmp_path, monkeypatch):
     """A partial copy is named by its process and host: reading any parquet set removes those whose process on this
     host is gone, never one still being written (here, or by a process of this name on another host)."""
-    import socket
 
     from raysim.data import decode_cache
 
     monkeypatch.setenv("RAYSIM_CACHE", str(tmp_path / "cache"))
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     copy = tmp_path / "cache" / "parquet-0123456789abcdef.npy"
     copy.parent.mkdir()
-    host = socket.gethostname()
     left = {
-        "killed": copy.with_name(f".{copy.name}.{gone.stdout.strip()}-1a2b-{host}"),
+        "killed": copy.with_name(f".{copy.name}.{owners.gone}"),
         "under way": decode_cache.partial_path(copy),
-        "other host": copy.with_name(f".{copy.name}.{gone.stdout.strip()}-1a2b-another.{host}"),
+        "other host": copy.with_name(f".{copy.name}.{owners.elsewhere}"),
     }
     for path in left.values():
         path.write_bytes(b"partial")
