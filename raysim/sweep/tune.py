@@ -14,6 +14,7 @@ import dataclasses
 import io
 import json
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from rich.console import Console
 
 from raysim.base.errors import ConfigError, RunInterrupted, SweepError
 from raysim.base.paths import absolute
-from raysim.base.sole_runner import sole_runner
+from raysim.base.sole_runner import run_lock, sole_runner
 from raysim.config import NOT_COMPUTED, Config, beside_store, build_config, load_preset, preset_for_method
 from raysim.core.registry import get_method
 from raysim.engine.driver import run
@@ -210,21 +211,23 @@ def _trial(params: dict[str, Any], sweep: Sweep, shards) -> None:
         tags[MLFLOW_PARENT_RUN_ID] = sweep.parent_run_id
     if sweep.command:
         tags[MLFLOW_SOURCE_NAME] = sweep.command
-    resume, restored = None, tune.get_checkpoint()
+    resume, restored, held = None, tune.get_checkpoint(), nullcontext()
     if restored is not None:
         with restored.as_directory() as folder:
             copy = ckpt.load(folder, clients=False, tensors=False)
         run_folder = config.checkpoint.root(config.tracking.resolved_uri) / copy.run_id
+        held = run_lock(run_folder, copy.run_id)  # as `raysim run --resume` holds it; a new run takes its own
         resume = ckpt.load(ckpt.round_folder(run_folder, copy.round), tensors=False)  # Tune's: checkpoint_NNNNNN
-    run(
-        config,
-        show_progress=False,
-        console=Console(file=io.StringIO()),
-        resume=resume,
-        callbacks=[RoundsToTune(checkpoints=True)],
-        shards=shards,
-        tags=tags,
-    )
+    with held:
+        run(
+            config,
+            show_progress=False,
+            console=Console(file=io.StringIO()),
+            resume=resume,
+            callbacks=[RoundsToTune(checkpoints=True)],
+            shards=shards,
+            tags=tags,
+        )
 
 
 def run_sweep(sweep: Sweep, resume_path: str | None = None):
