@@ -7,7 +7,8 @@ the decoder (the source's decoding and the Pillow release), so a rewritten or de
 never read through its old copy, and that copy, as large as the decoded images, would stay on disk for good. Each
 copy therefore carries a note of its files and decoder (``parquet-<key>.json``) and its rows' digests
 (``parquet-<key>.digests``, :mod:`raysim.data.row_digests`); reading any parquet data set removes the copies whose
-files changed or are gone, or that another decoder wrote.
+files changed or are gone, or that another decoder wrote, and the data set's own copies of other files than its
+folder now holds.
 """
 
 from __future__ import annotations
@@ -42,11 +43,11 @@ def copy_path(folder: Path, files: Stamp, *version) -> Path:
     return folder / f"parquet-{key}.npy"
 
 
-def note(copy: Path, files: Stamp, decoder: list) -> None:
-    """Record which files ``copy`` was decoded from, and by which ``decoder`` (before the copy takes its name, so no
-    copy is without one)."""
+def note(copy: Path, files: Stamp, decoder: list, source: str) -> None:
+    """Record which files ``copy`` was decoded from, the data set (``data.data_dir``, absolute) they were listed from
+    and by which ``decoder`` (before the copy takes its name, so no copy is without one)."""
     partial = copy.with_name(f".{copy.stem}.{uuid.uuid4().hex}.json")
-    partial.write_text(json.dumps({"files": files, "decoder": decoder}))
+    partial.write_text(json.dumps({"files": files, "decoder": decoder, "source": source}))
     os.replace(partial, copy.with_suffix(".json"))
 
 
@@ -56,11 +57,12 @@ def partial_path(copy: Path) -> Path:
     return copy.with_name(f".{copy.name}.{owner_tag()}")
 
 
-def prune(folder: Path, decoder: list) -> None:
+def prune(folder: Path, decoder: list, source: str, listed: Stamp) -> None:
     """Remove every decoded copy in ``folder`` whose files changed or are gone, or that another ``decoder`` (the
-    source's decoding, the Pillow release) wrote, with its note: no run reads those again. Copies written before
-    notes existed are left alone (nothing says what they came from). Partial copies whose writer on this host is
-    gone (killed mid-decode) go too."""
+    source's decoding, the Pillow release) wrote, or of the data set ``source`` from other files than it now lists
+    (``listed``: a file added to its folder), with its note: no run reads those again. Copies written before notes
+    existed are left alone (nothing says what they came from). Partial copies whose writer on this host is gone
+    (killed mid-decode) go too."""
     _remove_cut_short(folder)
     for recorded in folder.glob("parquet-*.json"):
         try:
@@ -71,14 +73,19 @@ def prune(folder: Path, decoder: list) -> None:
             current = None  # a file is gone (or the note was removed by another run's prune)
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        if current == files and written.get("decoder") == decoder:
+        superseded = written.get("source") == source and files != listed
+        if current == files and written.get("decoder") == decoder and not superseded:
             continue
         copy = recorded.with_suffix(".npy")
         size = copy.stat().st_size if copy.exists() else 0
         copy.unlink(missing_ok=True)
         copy.with_suffix(".digests").unlink(missing_ok=True)  # its rows' digests (raysim.data.row_digests)
         recorded.unlink(missing_ok=True)
-        log.info("removed %s (%.0f MB): its parquet files changed or are gone, or its decoder did", copy, size / 1e6)
+        log.info(
+            "removed %s (%.0f MB): its parquet files changed, went or were joined by others, or its decoder changed",
+            copy,
+            size / 1e6,
+        )
 
 
 def _remove_cut_short(folder: Path) -> None:

@@ -125,6 +125,9 @@ def _check_files_alike(dataset, where: str) -> None:
         kinds = {
             field.name: _kind(field.type) for field in schema if field.name in ("image", "label", "domain", "split")
         }
+        shape = tensor_shape(schema.field("image"), where) if "image" in kinds else None
+        if shape is not None:  # a tensor column's rows are read in the first file's shape
+            kinds["image"] = f"tensors of shape {shape}"
         if first is None:
             first = path, kinds
             continue
@@ -156,22 +159,32 @@ def _kind(kind: pa.DataType) -> str:
 def _check_labels(labels: np.ndarray, is_test: np.ndarray, where: str) -> None:
     """Every class from 0 to the largest label has training rows: a class without them would still be dealt to
     clients (``--partition pathological`` gives each client s classes) and scored on."""
-    empty = np.flatnonzero(np.bincount(labels[~is_test], minlength=int(labels.max()) + 1) == 0)
-    if len(empty):
+    empty = _first_without_training_rows(labels, is_test)
+    if empty is not None:
         raise ConfigError(
-            f"{where}: column 'label' has no training row of class {empty[0]} (classes are numbered 0 to "
+            f"{where}: column 'label' has no training row of class {empty} (classes are numbered 0 to "
             f"{labels.max()}); number the classes that have rows 0, 1, 2, ... without gaps"
         )
 
 
 def _check_domains(domains: np.ndarray, is_test: np.ndarray, where: str) -> None:
     """Every domain from 0 to the largest id has training rows (``--partition domains`` gives each its clients)."""
-    empty = np.flatnonzero(np.bincount(domains[~is_test], minlength=int(domains.max()) + 1) == 0)
-    if len(empty):
+    empty = _first_without_training_rows(domains, is_test)
+    if empty is not None:
         raise ConfigError(
-            f"{where}: column 'domain' has no training row of domain {empty[0]} (domains are numbered 0 to "
+            f"{where}: column 'domain' has no training row of domain {empty} (domains are numbered 0 to "
             f"{domains.max()}); number the domains that have rows 0, 1, 2, ... without gaps"
         )
+
+
+def _first_without_training_rows(values: np.ndarray, is_test: np.ndarray) -> int | None:
+    """The smallest index from 0 to ``values.max()`` that no training row holds; None where every one has rows.
+    Counted over the values present, so an id in the billions costs no more memory than the rows."""
+    present = np.unique(values[~is_test])
+    if len(present) == int(values.max()) + 1:  # 0 .. max, each present (the values are whole numbers >= 0)
+        return None
+    gaps = np.flatnonzero(present != np.arange(len(present)))
+    return int(gaps[0]) if len(gaps) else len(present)
 
 
 def _decoded_images(dataset, rows: int, cfg, where: str) -> tuple[np.ndarray, np.ndarray]:
@@ -182,7 +195,8 @@ def _decoded_images(dataset, rows: int, cfg, where: str) -> tuple[np.ndarray, np
     files, decoder = decode_cache.stamp(dataset.files), [DECODER, PIL.__version__]
     path = decode_cache.copy_path(cache_dir(), files, cfg.image_size, *decoder)
     path.parent.mkdir(parents=True, exist_ok=True)
-    decode_cache.prune(path.parent, decoder)
+    source = os.path.abspath(cfg.data_dir)
+    decode_cache.prune(path.parent, decoder, source, files)
     if path.exists():
         images = np.load(path, mmap_mode="r")
         return images, row_digests.kept_row_digests(path, images)
@@ -209,7 +223,7 @@ def _decoded_images(dataset, rows: int, cfg, where: str) -> tuple[np.ndarray, np
     try:
         write_npy(partial, np.uint8, (rows, *shape), checked())
         kept = row_digests.save_row_digests(path, digests)
-        decode_cache.note(path, files, decoder)
+        decode_cache.note(path, files, decoder, source)
         os.replace(partial, path)
     finally:
         partial.unlink(missing_ok=True)

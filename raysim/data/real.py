@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from raysim.base.errors import ConfigError
-from raysim.data.image_values import fit_array, fit_image
+from raysim.data.image_values import eight_bit, fit_array
 from raysim.data.shards import DatasetInfo
 from raysim.data.sources import fixed_test_split, ray_data, rows_table
 
@@ -430,8 +430,8 @@ def _decode_batch(batch: dict, size: int) -> dict:
     images, errors = [], []
     for path in batch["path"]:
         try:
-            with Image.open(path) as image:
-                images.append(fit_image(image, size))
+            with Image.open(path) as image:  # 16-bit grey by its high byte, as the parquet source reads it
+                images.append(fit_array(eight_bit(image, 0, str(path)), size))
             errors.append("")
         except Exception as error:
             images.append(np.zeros((size, size, 3), np.uint8))

@@ -224,7 +224,7 @@ def load_dataset(cfg) -> tuple[DatasetInfo, dict[str, np.ndarray]]:
         _stop_ray_data()
     if len(arrays["label"]) == 0:
         raise ConfigError(f"dataset {cfg.dataset} has no rows")
-    if cfg.image_size and arrays["image"].shape[1:3] != (cfg.image_size, cfg.image_size):
+    if cfg.image_size and arrays["image"].shape[1:] != (cfg.image_size, cfg.image_size, 3):  # grey too: RGB N x N
         arrays, info = _resized(arrays, info, cfg.image_size)
     return info, validation_rows(arrays) if cfg.holdout == "validation" else arrays
 

@@ -207,6 +207,29 @@ def test_a_folder_whose_files_differ_in_columns_is_refused_naming_the_file(tmp_p
     assert said.format(first=tmp_path / "a.parquet") in str(info.value) and "\n" not in str(info.value)
 
 
+def test_a_folder_whose_files_hold_tensors_of_other_shapes_is_refused_naming_both(tmp_path):
+    """Ray Data's tensor column of 8 x 4 images in one file and of 4 x 8 in another (read, without ``ray.data``, as
+    lists in the first file's shape): refused, not the second file's pixels rearranged."""
+    tall, wide = np.zeros((2, 8, 4, 3), np.uint8), np.zeros((2, 4, 8, 3), np.uint8)
+    for name, images in (("a", tall), ("b", wide)):
+        table = rows_table(images, np.array([0, 1]), np.zeros(2), np.zeros(2)).drop(["domain"])
+        pq.write_table(table, tmp_path / f"{name}.parquet")
+    with pytest.raises(ConfigError) as info:
+        read(tmp_path)
+    assert (
+        f"b.parquet has column 'image' as tensors of shape (4, 8, 3), where {tmp_path / 'a.parquet'} has it as "
+        "tensors of shape (8, 4, 3)" in str(info.value)
+    )
+
+
+def test_a_label_in_the_billions_is_a_gap_found_without_counting_every_class(tmp_path):
+    """A raw id as the label (3,000,000,000): the classes below it without rows are found among the labels present,
+    not by a count of 3e9 classes (22 GiB)."""
+    cells = [encoded(Image.new("L", (4, 4)))] * 4
+    with pytest.raises(ConfigError, match="no training row of class 1 .*numbered 0 to 3000000000"):
+        read(written(tmp_path, cells, labels=[0, 3_000_000_000, 0, 3_000_000_000]))
+
+
 def test_a_copy_another_decoder_wrote_is_removed(tmp_path):
     """A decoded copy is keyed by the decoder; one that an older decoder (or Pillow release) wrote is never read
     again, so reading any parquet set removes it."""

@@ -263,6 +263,15 @@ def test_pacs_domains_classes_pixels_and_fixed_split(real, tmp_path, monkeypatch
     assert arrays["is_test"].sum() == 28  # one of the three files of every (domain, class) cell
 
 
+def test_a_sixteen_bit_grey_image_in_a_folder_is_read_by_its_high_byte(real, tmp_path):
+    """As the parquet source reads it: not clipped to 255 (PIL's conversion of mode I;16 to RGB)."""
+    write_folders(tmp_path, PACS, per_cell=1, size=(4, 4))
+    deep = (np.arange(16).reshape(4, 4) * 4096 + 100).astype(np.uint16)
+    Image.fromarray(deep).save(tmp_path / "photo" / "dog" / "0.png")
+    _, arrays = real("pacs", tmp_path, image_size=4)
+    assert np.array_equal(arrays["image"][0, ..., 0], (deep >> 8).astype(np.uint8))
+
+
 def test_folder_images_are_converted_to_rgb_and_resized_to_224_by_default(real, tmp_path):
     write_folders(tmp_path, PACS, per_cell=1, size=(12, 10))
     grey = tmp_path / "photo" / "dog" / "0.png"

@@ -227,6 +227,17 @@ def test_decoded_copies_of_changed_or_deleted_parquet_files_are_removed(tmp_path
     pq.write_table(pa.table({"image": pngs[::-1] * 2, "label": [0, 1] * 2}), swapped)
     os.utime(swapped, ns=(status.st_atime_ns, status.st_mtime_ns))
     assert swapped.stat().st_size == status.st_size and (read(swapped)[0] == 6).all()
+    # a file added to a folder: the folder's copy of its earlier files goes (no run reads them alone again), the
+    # other data sets' copies stay
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    write(folder / "a.parquet", 7, 4)
+    read(folder)
+    before = set(copies())
+    write(folder / "b.parquet", 8, 4)
+    assert read(folder).shape[0] == 8
+    after = set(copies())
+    assert len(after) == len(before) and len(after - before) == 1
 
 
 def test_a_decoded_copy_keeps_its_rows_digests_and_the_partition_digest_does_not_depend_on_the_layout(
@@ -328,3 +339,11 @@ def test_image_size_resizes_a_generated_source():
     assert info.image_shape == (8, 8, 3) and resized["image"].shape == (1500, 8, 8, 3)
     assert np.array_equal(resized["image"][7], fit_image(Image.fromarray(native["image"][7]), 8))
     assert np.array_equal(resized["label"], native["label"])
+
+
+def test_image_size_of_a_grey_sources_own_size_makes_it_rgb():
+    """digits are grey 8 x 8: ``data.image_size=8`` gives RGB 8 x 8 ("every image RGB N x N"), its pixels unchanged."""
+    _, native = load_dataset(DataConfig(dataset="digits"))
+    info, same_size = load_dataset(DataConfig(dataset="digits", image_size=8))
+    assert info.image_shape == (8, 8, 3) and same_size["image"].shape == (1797, 8, 8, 3)
+    assert all(np.array_equal(same_size["image"][..., c], native["image"]) for c in range(3))
