@@ -34,6 +34,8 @@ class Ditto(Personalised, FedAvg):
 
         personal = training.local_train(personal_ctx, data, objective)
         update.metrics["personal_loss"] = personal["train_loss"]
+        for key in ("samples", "compute_s"):  # the client's work, both passes: what the virtual clock charges
+            update.metrics[key] += personal[key]
         update.state = model.trainable_state()
         return update
 

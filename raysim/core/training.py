@@ -64,7 +64,8 @@ def within_work(plan: list[list[np.ndarray]], work: float) -> list[tuple[int, np
     steps = [(epoch, rows) for epoch, batches_ in enumerate(plan) for rows in batches_]
     if work >= 1:
         return steps
-    budget = int(work * sum(len(rows) for _, rows in steps))
+    # rounded first: a budget of a whole number of samples computed as a share (16 / 49 * 49) may fall just below it
+    budget = int(round(work * sum(len(rows) for _, rows in steps), 9))
     done = np.cumsum([len(rows) for _, rows in steps])
     return steps[: int(np.searchsorted(done, budget, side="right"))]
 

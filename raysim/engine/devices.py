@@ -50,10 +50,12 @@ class Devices:
         failed: int,
         retrain: Retrain,
         protocol: tuple[float, float] = (0.0, 0.0),
-    ) -> tuple[list[ClientUpdate], dict[str, float]]:
-        """The updates the round keeps, and its systems metrics; a straggler under ``partial`` trains again, cut to
-        the work it gets through by the deadline (``retrain``). ``protocol``: bytes (down, up) every client's
-        messages carry besides the broadcast and its update (secure aggregation's key agreement)."""
+    ) -> tuple[list[ClientUpdate], dict[str, float], list[ClientUpdate]]:
+        """The updates the round keeps, its systems metrics, and the updates that reached the server (the kept, the
+        over-selected and the late: not those of a device that went offline first, nor a cut straggler's that holds
+        no work); a straggler under ``partial`` trains again, cut to the work it gets through by the deadline
+        (``retrain``). ``protocol``: bytes (down, up) every client's messages carry besides the broadcast and its
+        update (secure aggregation's key agreement)."""
         fed, p = self.fed, self.profiles
         ids = np.array([u.client_id for u in received], dtype=np.int64)
         down = np.array([broadcast.bytes_to(c) + protocol[0] for c in ids], dtype=float)
@@ -84,8 +86,15 @@ class Devices:
         else:  # wait
             usable = online
         dropouts = failed + int((~online).sum())
+        lost_until = float(left[~online].max()) if (~online).any() else 0.0  # when the last one went offline
         outcome = settle(
-            ids[online].tolist(), finish[online], usable[online], fed.clients_per_round, fed.deadline_s, dropouts
+            ids[online].tolist(),
+            finish[online],
+            usable[online],
+            fed.clients_per_round,
+            fed.deadline_s,
+            dropouts,
+            lost_until,
         )
         metrics = {
             "round_sim_s": outcome.duration,
@@ -93,4 +102,6 @@ class Devices:
             "dropouts": float(dropouts),
             "participation_rate": len(outcome.kept) / fed.clients_per_round,
         }
-        return [updates[c] for c in outcome.kept], metrics
+        sent_nothing = set(ids[overdue].tolist()) - done if fed.stragglers == "partial" else set()
+        reached = [updates[int(c)] for c in ids[online] if int(c) not in sent_nothing]
+        return [updates[c] for c in outcome.kept], metrics, reached

@@ -182,12 +182,12 @@ class Simulation:
         if self.downlink is not None:
             broadcast = self.downlink.broadcast(broadcast, sampled)
         received = self._train(round, broadcast, [(c, 1.0) for c in sampled if c not in failed])
-        arrived, systems = received, {}
+        arrived, reached, systems = received, received, {}
         protocol = secure_sum.overhead(len(sampled)) if self.config.privacy.secure_aggregation else (0.0, 0.0)
         if self.devices is not None:  # the virtual clock: who made it, and how long the round took
             retrain = partial(self._train, round, broadcast)
             now = self.sim_time + waited
-            arrived, systems = self.devices.settle(now, broadcast, received, len(failed), retrain, protocol)
+            arrived, systems, reached = self.devices.settle(now, broadcast, received, len(failed), retrain, protocol)
             systems["round_sim_s"] += waited
             self.sim_time += systems["round_sim_s"]
             systems["sim_time_s"] = self.sim_time
@@ -217,8 +217,9 @@ class Simulation:
         if split:
             down, up = self.method.traffic(round, broadcast, sampled, received)
         else:
-            down, up = broadcast.bytes_down(sampled), float(sum(u.bytes_up for u in received))
-            down, up = down + protocol[0] * len(sampled), up + protocol[1] * len(received)
+            # up: the updates that reached the server (on the clock, not those of a device that went offline first)
+            down, up = broadcast.bytes_down(sampled), float(sum(u.bytes_up for u in reached))
+            down, up = down + protocol[0] * len(sampled), up + protocol[1] * len(reached)
         return updates, sampled, rejected, {"bytes_down": down, "bytes_up": up, **systems, **metrics, **private}
 
     def _async_version(self, round: int) -> tuple[list[ClientUpdate], list[int], dict[int, str], dict[str, float]]:

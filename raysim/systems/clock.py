@@ -47,7 +47,13 @@ class Settlement:
 
 
 def settle(
-    clients: list[int], finish: np.ndarray, usable: np.ndarray, m: int, deadline: float, missing: int = 0
+    clients: list[int],
+    finish: np.ndarray,
+    usable: np.ndarray,
+    m: int,
+    deadline: float,
+    missing: int = 0,
+    lost_until: float = 0.0,
 ) -> Settlement:
     """Settle a round.
 
@@ -58,6 +64,8 @@ def settle(
         m: the updates the round needs (``federation.clients_per_round``); ``deadline``: seconds, 0 for none.
         missing: selected clients that never report (dropouts); like an unusable straggler, they make a round that
             falls short of ``m`` wait for the deadline.
+        lost_until: when the last of the dropouts whose device went offline mid-round left: a round short of ``m``
+            without a deadline ends no earlier, since until then the server still waits for its update.
     """
     finish, usable = np.asarray(finish, dtype=float), np.asarray(usable, dtype=bool)
     order = sorted((i for i in range(len(clients)) if usable[i]), key=lambda i: (finish[i], clients[i]))
@@ -67,5 +75,5 @@ def settle(
     elif deadline > 0 and (missing or not usable.all()):  # waits for the deadline, and for a straggler kept past it
         duration = max(float(deadline), float(finish[kept].max()) if kept else 0.0)
     else:
-        duration = float(finish[kept].max()) if kept else 0.0
+        duration = max(float(finish[kept].max()) if kept else 0.0, float(lost_until))
     return Settlement(sorted(clients[i] for i in kept), sorted(clients[i] for i in extra), duration)

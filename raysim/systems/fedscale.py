@@ -46,18 +46,25 @@ def load_plain(path: str | Path) -> dict:
 
 
 def convert(capacity: dict, behaviour: dict, clients: int | None = None) -> pd.DataFrame:
-    """raysim's trace table from FedScale's two dicts (clients that have both, in id order)."""
-    ids = sorted(set(capacity) & set(behaviour))[:clients]
+    """raysim's trace table from FedScale's two dicts: the clients that have both and are ever active before their
+    trace's end (FedScale never activates another), in id order, the first ``clients`` of them."""
+    ids = sorted(set(capacity) & set(behaviour))
     rows = []
-    for new_id, old_id in enumerate(ids):
+    for old_id in ids:
+        if clients is not None and len(rows) == clients:
+            break
         device, trace = capacity[old_id], behaviour[old_id]
         if not float(device["computation"]) > 0:
             raise ValueError(f"client {old_id}'s computation is {device['computation']!r}, not a latency > 0 ms")
+        if not float(device["communication"]) > 0:
+            raise ValueError(f"client {old_id}'s communication is {device['communication']!r}, not a rate > 0 kbit/s")
         period = float(trace["finish_time"])
         spans = [(float(a), min(float(b), period)) for a, b in zip(trace["active"], trace["inactive"])]
+        if not any(a < b for a, b in spans):  # an empty cell reads as always online: FedScale never has it active
+            continue
         rows.append(
             {
-                "client": new_id,
+                "client": len(rows),
                 "speed": 1000.0 / (3.0 * float(device["computation"])),
                 "downlink": float(device["communication"]) * KBIT,
                 "uplink": float(device["communication"]) * KBIT,

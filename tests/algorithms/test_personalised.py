@@ -52,3 +52,13 @@ def test_a_personalised_run_reports_its_global_models_accuracy_beside_its_client
     assert [r.metrics["generic_acc"] for r in runs["ditto"]] == pytest.approx(fedavg) and len(set(fedavg)) > 1
     assert [r.metrics["global_acc"] for r in runs["ditto"]] != pytest.approx(fedavg)
     assert not any("generic_acc" in r.metrics for r in runs["fedavg"])
+
+
+def test_dittos_client_is_charged_both_of_its_passes_on_the_virtual_clock():
+    """Ditto's client trains the global model's copy and then its personal model over the same rows: at 1 sample a
+    second, without link costs, its rounds last twice FedAvg's."""
+    setting = {k: v for k, v in FAST.items() if k != "fedvpt"}
+    clocked = {"resources": {"backend": "sequential"}, "systems": {"speed": "1"}, "federation": {"rounds": 2}}
+    runs = {m: run_rounds(build_config(m, [setting, clocked]))[1] for m in ("fedavg", "ditto")}
+    fedavg = [r.metrics["round_sim_s"] for r in runs["fedavg"]]
+    assert [r.metrics["round_sim_s"] for r in runs["ditto"]] == pytest.approx([2 * s for s in fedavg]) and fedavg[0]

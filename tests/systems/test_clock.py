@@ -46,6 +46,11 @@ def test_within_work_keeps_the_longest_prefix_within_the_budget():
     assert len(within_work(plan, 0.35)) == 1  # 7 samples: one batch of 4 fits, the next would make 8
     assert len(within_work(plan, 0.1)) == 0
     assert len(within_work(plan, 1.0)) == 6
+    # one batch of 16 of 49 rows in exactly the time left: its share, 16 / 49, times 49 is 15.999... in floats
+    share = work_by_deadline(1.0, np.zeros(1), np.array([49.0]), np.array([16.0]))[0]
+    assert [len(r) for _, r in within_work([[np.arange(16), np.arange(16), np.arange(16), np.arange(1)]], share)] == [
+        16
+    ]
 
 
 CLIENTS, FINISH = [1, 2, 3, 4], np.array([3.0, 9.0, 5.0, 12.0])
@@ -90,3 +95,16 @@ def test_a_short_round_waits_for_a_straggler_it_keeps_past_the_deadline():
 def test_a_round_nobody_reports_to():
     assert settle([], np.zeros(0), np.zeros(0, dtype=bool), m=2, deadline=5.0, missing=2).duration == 5.0
     assert settle([], np.zeros(0), np.zeros(0, dtype=bool), m=2, deadline=0.0).duration == 0.0
+
+
+@pytest.mark.parametrize("lost_until, duration", [(6.0, 6.0), (2.5, 4.0)])
+def test_without_a_deadline_a_short_round_lasts_until_its_last_dropout_left(lost_until, duration):
+    """Two updates land at 3 and 4 s; the third client's device went offline at ``lost_until``: until then the server
+    waits for it. A round every client of which went offline mid-round so lasts too (the clock moves on)."""
+    result = settle(
+        [1, 2], np.array([3.0, 4.0]), np.ones(2, dtype=bool), m=3, deadline=0.0, missing=1, lost_until=lost_until
+    )
+    assert (result.kept, result.duration) == ([1, 2], duration)
+    assert (
+        settle([], np.zeros(0), np.zeros(0, dtype=bool), m=2, deadline=0.0, missing=2, lost_until=7.5).duration == 7.5
+    )

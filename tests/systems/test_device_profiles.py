@@ -161,6 +161,17 @@ def test_a_fedscale_trace_converts_and_loads(tmp_path):
     assert profiles.online_left(140.0).tolist() == [0.0, 0.0]  # 140 % 100 = 40 (off), 140 % 80 = 60 (off)
 
 
+def test_a_fedscale_client_never_active_before_its_traces_end_is_left_out():
+    """Its spans all start at or after ``finish_time``: an empty ``online`` cell would read as always online."""
+    capacity = {1: {"computation": 10.0, "communication": 100.0}, 2: {"computation": 20.0, "communication": 100.0}}
+    behaviour = {
+        1: {"active": [20], "inactive": [30], "finish_time": 10},
+        2: {"active": [0], "inactive": [5], "finish_time": 10},
+    }
+    table = fedscale.convert(capacity, behaviour)
+    assert table.client.tolist() == [0] and table.online.tolist() == ["0.0-5.0"] and table.speed[0] == 1000 / 60
+
+
 def test_fedscale_interval_times_are_converted_exactly(tmp_path):
     capacity = {1: {"computation": 10.0, "communication": 100.0}}
     behaviour = {1: {"active": [0.5, 1234567], "inactive": [12345.67, 1700001.25], "finish_time": 1700001.0}}
@@ -179,6 +190,7 @@ def test_fedscale_interval_times_are_converted_exactly(tmp_path):
     "capacity, options, said",
     [
         ({1: {"computation": 0.0, "communication": 1.0}}, [], "client 1's computation is 0.0, not a latency > 0 ms"),
+        ({1: {"computation": 1.0, "communication": 0}}, [], "client 1's communication is 0, not a rate > 0 kbit/s"),
         ({1: {"computation": 1.0, "communication": 1.0}}, ["--clients", "0"], "--clients 0 must be at least 1"),
     ],
 )
@@ -269,7 +281,8 @@ def test_under_partial_a_client_online_until_its_cut_work_arrives_is_a_straggler
         asked.extend(work)
         return [update(int(30 * fraction) // 6 * 6) for _, fraction in work]
 
-    updates, metrics = devices.settle(0.0, broadcast, [update(30)], 0, retrain)
+    updates, metrics, reached = devices.settle(0.0, broadcast, [update(30)], 0, retrain)
     assert [u.client_id for u in updates] == kept
+    assert [u.client_id for u in reached] == ([] if dropouts else [0])  # a device that went offline sent nothing
     assert (metrics["stragglers"], metrics["dropouts"]) == (late, dropouts)
     assert [(c, pytest.approx(w)) for c, w in asked] == ([(0, 20 / 30)] if stragglers == "partial" else [])
