@@ -200,6 +200,21 @@ def refuse_spending_samplers(space: SearchSpace, probe: Config) -> None:
             )
 
 
+class RunsTheLastRound(ASHAScheduler):
+    """ASHA (Li et al., MLSys 2020) over the rounds, its first rung at a quarter of them, that never stops a trial at
+    its last round's report: a trial that got there runs to its end, and its run logs its summary and figures. (A rung
+    falls on the last round where the rounds are a multiple of 4, and at max_t ASHA stops every trial.)"""
+
+    def __init__(self, rounds: int):
+        super().__init__(time_attr="round", max_t=rounds + 1, grace_period=max(1, rounds // 4))
+        self.rounds = rounds
+
+    def on_trial_result(self, tune_controller, trial, result: dict) -> str:
+        if result.get("round", 0) >= self.rounds:
+            return self.CONTINUE
+        return super().on_trial_result(tune_controller, trial, result)
+
+
 def _trial(params: dict[str, Any], sweep: Sweep, shards) -> None:
     """One trial: a whole raysim run nested under the sweep's, resumed after a restore from the run's own
     checkpoint of the round Tune's copy names (Tune copies only the round's folder; client states stay with the
@@ -252,13 +267,7 @@ def run_sweep(sweep: Sweep, resume_path: str | None = None):
         if parent is not None:
             parent.log_dataset(provenance.dataset_input(first, shards))
         rounds = first.federation.rounds
-        # max_t past the last round: ASHA would otherwise stop every trial at its last report, before the run
-        # logs its summary and artifacts
-        scheduler = (
-            ASHAScheduler(time_attr="round", max_t=rounds + 1, grace_period=max(1, rounds // 4))
-            if sweep.scheduler == "asha"
-            else FIFOScheduler()
-        )
+        scheduler = RunsTheLastRound(rounds) if sweep.scheduler == "asha" else FIFOScheduler()
         tuner = tune.Tuner(
             trainable,
             param_space=sweep.space.tune_space(),

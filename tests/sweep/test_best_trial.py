@@ -38,3 +38,25 @@ def test_only_trials_that_ran_every_round_and_ties_go_to_the_first():
     assert best_trial([C], "global_acc", "max", ROUNDS) is None
     twin = _trial(4, list(range(1, 13)), [0, 0] + [20] * 9 + [30])  # B's last-10 mean, later trial
     assert best_trial([twin, B], "global_acc", "max", ROUNDS) is B
+
+
+def test_asha_stops_trials_at_its_rungs_below_the_last_round_and_never_at_it():
+    """Over 8 rounds ASHA's rungs fall at 2 and 8 (its first at a quarter of the rounds, then 4 times that): the
+    trailing trials stop at round 2, and at round 8, the last, none does (its run then logs its summary)."""
+    from types import SimpleNamespace
+
+    from raysim.sweep.tune import RunsTheLastRound
+
+    scheduler = RunsTheLastRound(rounds=8)
+    scheduler.set_search_properties("global_acc", "max")
+    trials = [SimpleNamespace(trial_id=f"t{i}") for i in range(8)]
+    for trial in trials:
+        scheduler.on_trial_add(None, trial)
+
+    def actions(round):
+        return [
+            scheduler.on_trial_result(None, t, {"round": round, "global_acc": -float(i)}) for i, t in enumerate(trials)
+        ]
+
+    assert "STOP" in actions(2)  # each worse than those before it: below the top quarter of the rung
+    assert set(actions(8)) == {"CONTINUE"}  # the last round: every trial that got there runs to its end
