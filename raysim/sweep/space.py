@@ -78,8 +78,8 @@ def shipped_spaces() -> dict[str, Path]:
 
 
 def default_space_file(method: str) -> str:
-    """The shipped space of ``method``: ``tune_spaces/METHOD.yaml``, else that of its options (``fgpt-u`` uses
-    ``fgpt.yaml``, ``fedgc`` and ``fedgr`` use ``fedgcr.yaml``); the error lists the spaces that ship."""
+    """The shipped space of ``method``: ``tune_spaces/METHOD.yaml``, else that of its options (``fedvpt-d`` uses
+    ``fedvpt.yaml``); the error lists the spaces that ship."""
     shipped = shipped_spaces()
     for name in (method, get_method(method).options_key):
         if name in shipped:
@@ -123,6 +123,11 @@ def load_space(path: str, method: str, before: list[dict], after: list[dict]) ->
     fixed = data.get("fixed") or {}
     if not isinstance(fixed, dict):
         raise ConfigError(f"{where}: 'fixed:' must map config keys to values, e.g. federation.rounds: 10")
+    both = sorted(set(fixed) & set(data["space"]))
+    if both:
+        raise ConfigError(
+            f"{where}: key {both[0]!r} is both fixed and sampled; keep it under one of 'fixed:' and 'space:'"
+        )
     for key, value in fixed.items():
         _valid_value(where, "fixed", key, value, method, [*before, *after])
     samplers = {}

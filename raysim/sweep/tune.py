@@ -34,7 +34,7 @@ from raysim.core.registry import get_method
 from raysim.engine.driver import run
 from raysim.engine.ray_connect import connect_ray
 from raysim.engine.setup import prepare_shards, resolved
-from raysim.ops.metrics import SUMMARY_WINDOW, reported_metrics
+from raysim.ops.metrics import PRIVACY_KEYS, SUMMARY_WINDOW, reported_metrics
 from raysim.sweep.lost_checkpoints import ForgetLostCheckpoints
 from raysim.sweep.space import BUDGET_KEYS, SearchSpace, as_layer, default_space_file, load_space, with_private_levers
 from raysim.sweep.trial_progress import RoundsToTune, SweepProgress
@@ -104,6 +104,22 @@ def check_objective(method: str, metric: str, mode: str, scheduler: str) -> None
         raise ConfigError(f"--mode {mode!r} must be 'max' or 'min'")
     if scheduler not in SCHEDULERS:
         raise ConfigError(f"--scheduler {scheduler!r} is not one of {', '.join(SCHEDULERS)}")
+
+
+def refuse_unreported_metric(metric: str, probe: Config) -> None:
+    """A one-line error for a metric the method reports only in other settings than the trials': held-out clients'
+    accuracy without held-out clients, the type metrics without client types, the privacy figures without privacy."""
+    why = None
+    if metric == "unseen_acc" and probe.federation.unseen_clients == 0:
+        why = "holds out no clients (set federation.unseen_fraction)"
+    elif metric in ("sigma_type", "avg_acc") and probe.data.partition != "domains":
+        why = "gives its clients no types (--partition domains)"
+    elif metric == "secagg_lost" and not probe.privacy.secure_aggregation:
+        why = "runs without secure aggregation"
+    elif metric in PRIVACY_KEYS and metric != "secagg_lost" and not probe.privacy.private:
+        why = "runs without differential privacy"
+    if why:
+        raise ConfigError(f"--metric {metric!r}: the trials would never report it, as their config {why}")
 
 
 HEAD_NODE = "node:__internal_head__"  # Ray's resource of the head node: 1 there, absent on every other node
@@ -341,6 +357,14 @@ def execute(sweep: Sweep, folder: Path, resume_path: str | None = None) -> dict[
         uri, experiment = config.tracking.resolved_uri, config.tracking.experiment
         end_running(uri, experiment, SWEEP_TAG, sweep.name, failed_since=stopped_at(stop))
         raise RunInterrupted(f"stopped sweep {sweep.name}; resume with: raysim tune --resume {folder}") from None
+    except (ConfigError, SweepError):
+        raise
+    except Exception as error:  # Tune's own (its trials killed for memory, a lost node): one line, not its traceback
+        config = sweep.trial_config({})  # trials whose processes died cannot end their runs
+        end_running(config.tracking.resolved_uri, config.tracking.experiment, SWEEP_TAG, sweep.name)
+        lines = [line for line in str(error).splitlines() if line.strip()]
+        reason = f"{type(error).__name__}: {lines[-1][:300] if lines else ''}".rstrip(": ")
+        raise SweepError(f"sweep {sweep.name} stopped ({reason}); resume with: raysim tune --resume {folder}") from None
     finally:
         end_parent(sweep, status, folder, best)
 
@@ -524,6 +548,12 @@ def plan(
                 f"{Path(space.source).name}: space key {key!r} changes the clients' data, which all "
                 f"trials of a sweep share; fix it under 'fixed:' and sweep it with separate runs"
             )
+        if key in ("federation.rounds", "federation.eval_every") or key.startswith(("tracking.", "checkpoint.")):
+            raise ConfigError(
+                f"{Path(space.source).name}: space key {key!r} cannot be sampled: a sweep ranks its trials over the "
+                "same rounds and evaluations, in one experiment, each checkpointed alike; set it under 'fixed:' or "
+                "with its flag (e.g. --rounds, --eval-every)"
+            )
         if key.startswith("resources."):  # Tune reserves every trial alike, from the config before any sampling
             raise ConfigError(
                 f"{Path(space.source).name}: space key {key!r} cannot be sampled: resources.* stay the same for every "
@@ -531,6 +561,7 @@ def plan(
                 f"'fixed:' or with its flag (e.g. --workers, --cpus-per-client)"
             )
     probe = build_config(method, [*before, as_layer(space.fixed), *flag_layers])
+    refuse_unreported_metric(metric, probe)
     refuse_spending_samplers(space, probe)
     refuse_server_resources(probe)
     name = name or f"{method}-{time.strftime('%Y%m%d-%H%M%S')}"

@@ -128,6 +128,14 @@ def test_sweep_nests_each_trial_under_its_run_and_its_best_command_reproduces_it
 
 BAD = [
     (["--metric", "accuracy"], "--metric 'accuracy' is not reported by fedvpt; valid metrics: avg_acc"),
+    (["--metric", "unseen_acc"], "--metric 'unseen_acc': the trials would never report it, as their config holds out"),
+    (["--metric", "privacy_epsilon"], "never report it, as their config runs without differential privacy"),
+    (["--space", "SPACE:space:\n  federation.rounds: {choice: [2, 4]}\n"], "'federation.rounds' cannot be sampled"),
+    (["--space", "SPACE:space:\n  tracking.experiment: {choice: [a]}\n"], "'tracking.experiment' cannot be sampled"),
+    (
+        ["--space", "SPACE:fixed: {train.lr: 0.01}\nspace:\n  train.lr: {choice: [0.1]}\n"],
+        "key 'train.lr' is both fixed and sampled",
+    ),
     (["--mode", "best"], "--mode 'best' must be 'max' or 'min'"),
     (["--scheduler", "pbt"], "--scheduler 'pbt' is not one of asha, fifo"),
     (["--num-samples", "0"], "--num-samples 0 must be at least 1"),
@@ -217,3 +225,30 @@ def test_bad_sweep_input_is_one_line_exit_2_before_any_trial(ray_session, tmp_pa
     lines = own_lines(result.stderr)
     assert len(lines) == 1 and lines[0].startswith("raysim: error: ") and fragment in lines[0], result.stderr
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "tune").exists()
+
+
+def test_a_sweep_tune_gives_up_on_ends_in_one_line_with_its_runs_ended(ray_session, tmp_path, space, monkeypatch):
+    """Tune's own error (its trials killed for memory, a lost node) after a trial opened its run: one line, exit 1,
+    the resume command, the trial's run KILLED and the sweep's FAILED, not Tune's traceback."""
+    from ray.tune.error import TuneError
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+
+    def killed(sweep, resume_path=None):
+        config = sweep.trial_config({})
+        client = MlflowClient(config.tracking.resolved_uri)
+        experiment = client.get_experiment_by_name(config.tracking.experiment).experiment_id
+        client.create_run(experiment, tags={sweeping.SWEEP_TAG: sweep.name})  # a trial's, its process gone
+        raise TuneError("Trials did not complete: [_trial_00000]\nthe actor died unexpectedly (OOM)")
+
+    monkeypatch.setattr(sweeping, "run_sweep", killed)
+    result = CliRunner().invoke(
+        main, ["tune", "fedvpt", "--space", space, "--name", "k", "--tracking-uri", uri, *SMALL]
+    )
+    assert result.exit_code == 1 and own_lines(result.stderr)[-1] == (
+        "raysim: error: sweep k stopped (TuneError: the actor died unexpectedly (OOM)); resume with: raysim tune "
+        f"--resume {tmp_path / 'tune' / 'k'}"
+    ), result.stderr
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("k").experiment_id])
+    assert sorted(r.info.status for r in runs) == ["FAILED", "KILLED"]

@@ -91,6 +91,16 @@ def test_every_shipped_space_is_valid_for_its_methods():
     assert {"fedmix", "fedsam", "moon", "harmofl", "pfedhn", "pfedpg", "fedem", "fedpr", "fed-dualprompt"} <= set(
         covered
     )
+    # a method samples none of the options it ignores: FGPT's K (it takes the top group), FedGC's reweighting,
+    # FedGR's prompt losses; FGPT-U and FedGCR sample them
+    ignored = {"fgpt": {"fgpt.k"}, "fedgc": {"fedgcr.delta", "fedgcr.q", "fedgcr.gamma"}}
+    ignored["fedgr"] = {"fedgcr.lambda1", "fedgcr.lambda2"}
+    for method, keys in ignored.items():
+        assert not set(load_space(default_space_file(method), method, [], []).samplers) & keys, method
+    assert "fgpt.k" in load_space(default_space_file("fgpt-u"), "fgpt-u", [], []).samplers
+    assert {*ignored["fedgc"], *ignored["fedgr"]} <= set(
+        load_space(default_space_file("fedgcr"), "fedgcr", [], []).samplers
+    )
 
 
 def test_every_shipped_space_samples_the_client_lr_and_comparison_partners_sample_it_alike():
