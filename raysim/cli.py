@@ -256,7 +256,7 @@ def run(method, resume, preset, overrides, progress, **flags):
         config = build_config(method, layers)  # a typo stops here, before Ray is imported
         if setting:
             click.echo(f"raysim: {setting_note([method], setting)}", err=True)
-        if note := other_method_note(preset, preset_method(preset), [method]) if preset else None:
+        if note := other_method_note(preset, [method]):
             click.echo(f"raysim: {note}", err=True)
         from raysim.engine.ray_connect import connect_ray_during  # imports Ray, not torch or MLflow
 
@@ -319,7 +319,7 @@ def tune(method, space, num_samples, max_concurrent, metric, mode, scheduler, na
     found = sweeping.plan(
         method, space, num_samples, max_concurrent, metric, mode, scheduler, name, preset, flag_layers(overrides, flags)
     )
-    if note := other_method_note(preset, preset_method(preset), [method]) if preset else None:
+    if note := other_method_note(preset, [method]):
         click.echo(f"raysim: {note}", err=True)
     folder = sweeping.sweep_folder(found)
     with sweeping.sole_sweep_runner(found, folder, new=True):
@@ -362,7 +362,7 @@ def compare(methods, seeds, tune_budget, max_concurrent, preset, overrides, **fl
         click.echo(f"raysim: {setting_note(named, setting)}", err=True)
         preset = setting
     found = comparing.plan(tuple(methods), seeds, tune_budget, max_concurrent, preset, given)
-    if note := other_method_note(preset, preset_method(preset), named) if preset else None:
+    if note := other_method_note(preset, named):
         click.echo(f"raysim: {note}", err=True)
     what = f"comparison {found.name!r}"
     with sole_runner(found.folder, what, "run this command again to resume"):

@@ -233,9 +233,10 @@ def preset_method(name_or_path: str | None) -> str | None:
     return named
 
 
-def other_method_note(preset: str, recorded: str | None, methods: list[str]) -> str | None:
-    """What a run, sweep or comparison says when its preset names a method (``recorded``) that is none of
+def other_method_note(preset: str | None, methods: list[str]) -> str | None:
+    """What a run, sweep or comparison says when its preset names a method (:func:`preset_method`) that is none of
     ``methods``: they run on its settings, and its method's own options are not used."""
+    recorded = preset_method(preset)
     if recorded is None or recorded in methods:
         return None
     return (
