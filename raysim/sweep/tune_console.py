@@ -19,24 +19,20 @@ if TYPE_CHECKING:
 
 
 class _TunesStopLines(logging.Filter):
-    """Drops what Tune logs on a Ctrl-C, which raysim's commands say their own way (the stop, how to resume): its
-    "Stop signal received ...", its "Resume experiment with: Tuner.restore(...)" and, after the stop signal, its
-    "Trials did not complete: [...]" (the trials the stop cut)."""
+    """Drops what Tune logs when a fit ends short, which raysim's commands say their own way (the stop, how to
+    resume, each failed trial's error in a line): its "Stop signal received ...", its "Resume experiment with:
+    Tuner.restore(...)" and its "Trials did not complete: [...]" (the trials a stop cut, or that failed)."""
 
     def __init__(self):
         super().__init__()
         self.stopped_at: float | None = None  # when Tune's handler fired (it logs the line from the signal handler)
-
-    @property
-    def stopping(self) -> bool:
-        return self.stopped_at is not None
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
         if message.startswith("Stop signal received"):
             self.stopped_at = time.time()
             return False
-        return "Tuner.restore" not in message and not (self.stopping and message.startswith("Trials did not complete"))
+        return "Tuner.restore" not in message and not message.startswith("Trials did not complete")
 
 
 class _TunesSlowSteps(logging.Filter):
@@ -68,10 +64,12 @@ class _TunesStateCopyFailures(logging.Filter):
 # Tune's own output that raysim's commands replace: its newer engine prints the experiment's box and paths at any
 # verbosity, so the older one, which ``verbose=0`` silences; and its warning that checkpointing every round makes
 # it snapshot its state often (a sweep's trials checkpoint each evaluated round on purpose: ASHA and a restored
-# sweep resume from them), which no user can act on. And Tune's Ctrl-C handler on, whatever the environment says:
+# sweep resume from them), which no user can act on; and a failed trial's traceback, which raysim's progress says in
+# one line with the path of Tune's error file. And Tune's Ctrl-C handler on, whatever the environment says:
 # :func:`fit` relies on it
 SILENT = {
     "RAY_AIR_NEW_OUTPUT": "0",
+    "TUNE_PRINT_ALL_TRIAL_ERRORS": "0",
     "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "0",
     "TUNE_DISABLE_SIGINT_HANDLER": "0",
 }

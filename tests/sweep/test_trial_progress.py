@@ -107,6 +107,8 @@ def test_tunes_restore_hint_is_dropped_and_its_other_warnings_kept():
         with tune_silent():
             tunes.warning("Experiment has been interrupted, ...\nResume experiment with: Tuner.restore(path=...)")
             tunes.warning("No trial is running and no new trial has been started within the last 60 seconds.")
+            tunes.error("Trials did not complete: [_trial_00001]")  # raysim's progress named each failed trial
+            assert os.environ["TUNE_PRINT_ALL_TRIAL_ERRORS"] == "0"  # nor Tune's traceback of each: its line does
         tunes.warning("Resume experiment with: Tuner.restore(path=...)")  # outside a comparison, as Tune says it
     finally:
         tunes.removeHandler(handler)
