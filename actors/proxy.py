@@ -7,7 +7,7 @@ from __future__ import annotations
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
-from raysim.base.errors import ConfigError, SimulationLost
+from raysim.base.errors import ConfigError, SimulationLost, last_line
 
 
 def unwrapped(ref: ray.ObjectRef | list[ray.ObjectRef]):
@@ -43,9 +43,3 @@ class ActorProxy:
             raise
         except RayActorError as error:
             raise SimulationLost(f"{self.what} died ({type(error).__name__})") from None
-
-
-def last_line(error: BaseException) -> str:
-    """``error``'s type and the last non-empty line of its message (Ray's carry the dead actor's own error last)."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    return f"{type(error).__name__}: {lines[-1][:300]}" if lines else type(error).__name__

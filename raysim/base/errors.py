@@ -15,6 +15,13 @@ def unknown_name(kind: str, name: str, valid) -> ConfigError:
     return ConfigError(f"unknown {kind} {name!r}; valid {kind}s: {', '.join(sorted(valid))}")
 
 
+def last_line(error: BaseException, limit: int = 300) -> str:
+    """``error``'s type and the last non-empty line of its message, clipped, for a one-line message (Ray's and
+    Tune's errors carry their cause last)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return f"{type(error).__name__}: {lines[-1][:limit]}" if lines else type(error).__name__
+
+
 class SweepError(RuntimeError):
     """A sweep ended without a trial that can be reproduced (every trial failed or stopped early); the CLI prints
     it on one line with exit code 1."""

@@ -60,4 +60,6 @@ def why_not_a_file(path: str | Path, error: OSError | None = None) -> str:
         return "is a folder, not a file"
     if not Path(path).exists():
         return "does not exist"
-    return f"cannot be read ({error.strerror if error is not None and error.strerror else 'permission denied'})"
+    if error is None:  # it exists, and is neither a folder nor a regular file (a socket, a device)
+        return "is not a regular file"
+    return f"cannot be read ({error.strerror or type(error).__name__})"

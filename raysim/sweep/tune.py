@@ -26,7 +26,7 @@ from ray import tune
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 from rich.console import Console
 
-from raysim.base.errors import ConfigError, RunInterrupted, SweepError
+from raysim.base.errors import ConfigError, RunInterrupted, SweepError, last_line
 from raysim.base.paths import absolute
 from raysim.base.sole_runner import run_lock, sole_runner
 from raysim.config import NOT_COMPUTED, Config, beside_store, build_config, load_preset, preset_for_method
@@ -362,9 +362,9 @@ def execute(sweep: Sweep, folder: Path, resume_path: str | None = None) -> dict[
     except Exception as error:  # Tune's own (its trials killed for memory, a lost node): one line, not its traceback
         config = sweep.trial_config({})  # trials whose processes died cannot end their runs
         end_running(config.tracking.resolved_uri, config.tracking.experiment, SWEEP_TAG, sweep.name)
-        lines = [line for line in str(error).splitlines() if line.strip()]
-        reason = f"{type(error).__name__}: {lines[-1][:300] if lines else ''}".rstrip(": ")
-        raise SweepError(f"sweep {sweep.name} stopped ({reason}); resume with: raysim tune --resume {folder}") from None
+        raise SweepError(
+            f"sweep {sweep.name} stopped ({last_line(error)}); resume with: raysim tune --resume {folder}"
+        ) from None
     finally:
         end_parent(sweep, status, folder, best)
 
