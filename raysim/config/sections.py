@@ -660,6 +660,8 @@ def adaptive_quantile(clip: str) -> float | None:
         raise ConfigError(
             f"privacy.clip={text} must be a positive number or adaptive:QUANTILE, e.g. 1.0 or adaptive:0.5"
         )
+    if value > FLOAT32_MAX:  # a string, so validate()'s own check of numbers does not see it
+        raise ConfigError(f"privacy.clip={text} is beyond float32's range (3.4e38), in which the clients compute")
     return None
 
 

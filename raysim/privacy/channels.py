@@ -47,12 +47,16 @@ def outcomes(method: str, mode: str, secure_aggregation: bool = False) -> dict[s
         )
         return {channel: (REFUSED, line) for channel in ("params", *extras)}
     if mode == "record":
+        user = outcomes(method, "user", secure_aggregation).values()
+        instead = "use another method" if any(state == REFUSED for state, _ in user) else "use privacy.mode=user"
         if cls.record_dp:
-            user = outcomes(method, "user", secure_aggregation).values()
-            instead = "use another method" if any(state == REFUSED for state, _ in user) else "use privacy.mode=user"
             line = f"{where}: {method} is not covered by record-level DP-SGD: {cls.record_dp}; {instead}"
             return {channel: (REFUSED, line) for channel in ("params", *extras)}
-        return {"params": (PRIVATISED, "trained with per-sample clipping and noise (DP-SGD)")}
+        out = {"params": (PRIVATISED, "trained with per-sample clipping and noise (DP-SGD)")}
+        for name, what in extras.items():  # computed from the rows outside DP-SGD's steps
+            line = f"{where}: {method} sends {name} ({what}), which DP-SGD does not privatise; {instead}"
+            out[name] = (REFUSED, line)
+        return out
     if mode != "user":
         return {channel: (PRIVATISED, "inside the cohort's secure sum") for channel in ("params", *extras)}
     if cls.user_dp:

@@ -29,7 +29,7 @@ def clipped(tensors: Tensors, bound: float) -> tuple[Tensors, float]:
 
 
 def gaussian(like: Tensors, std: float, generator: torch.Generator) -> Tensors:
-    """Independent N(0, std^2) noise of each tensor's shape, float64, drawn in ``like``'s key order."""
+    """Independent N(0, std^2) noise of each tensor's shape, float64, drawn in the sorted order of ``like``'s keys."""
     return {
         name: torch.randn(t.shape, generator=generator, dtype=torch.float64) * std for name, t in sorted(like.items())
     }

@@ -71,6 +71,10 @@ def test_on_off_yes_no_are_words_and_only_true_false_are_booleans():
         ([{"data": {"dif": parse_override("data.dif=1e400")[2]}}], "data.dif=inf must be a finite number"),
         ([{"train": {"lr": 1e38 * 10}}], "lr=1e+39 is beyond float32's range (3.4e38), in which the clients compute"),
         ([{"train": {"lr": float("nan")}}], "train.lr=nan must be a finite number"),
+        (
+            [{"privacy": {"mode": "user", "noise_multiplier": 1.0, "delta": 1e-3, "clip": 1e39}}],
+            "privacy.clip=1e+39 is beyond float32's range (3.4e38), in which the clients compute",
+        ),
         ([{"train": {"lr": 1e38}}], "train.lr=1e+38 overflows float32 in AdamW's first step (lr / (1 - 0.9) = 1e+39"),
         ([{"federation": {"seed": -1}}], "federation.seed=-1 must be >= 0"),
         ([{"tracking": {"experiment": " "}}], "tracking.experiment=  must not be empty"),

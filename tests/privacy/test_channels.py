@@ -3,6 +3,9 @@ with one line naming the method and the channel: walked over every registered me
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from raysim.base.errors import ConfigError
@@ -58,3 +61,31 @@ def test_a_record_level_refusal_suggests_user_level_dp_only_where_it_runs(method
     user_runs = all(state == PRIVATISED for state, _ in outcomes(method, "user").values())
     if refused:
         assert refused[0].endswith("; use privacy.mode=user" if user_runs else "; use another method"), refused[0]
+
+
+WITH_MEAN = """
+from typing import ClassVar
+
+from raysim import FedAvg, build_config, register
+from raysim.core.protocol import SendsExtras
+
+@register("fedavg-with-mean", "FedAvg that also sends its rows' mean", family="global")
+class WithMean(SendsExtras, FedAvg):
+    extras_sent: ClassVar[dict[str, str]] = {"data_mean": "the mean of the client's images"}
+
+try:
+    build_config("fedavg-with-mean", [{"privacy": {"mode": "record", "noise_multiplier": 1.0, "delta": 1e-3}}])
+except Exception as error:
+    print(error)
+"""
+
+
+def test_an_extra_sent_beside_dp_sgds_parameters_is_refused_at_record_level():
+    """DP-SGD privatises the trained parameters only: a data-dependent extra sent beside them is refused, whatever
+    the method declares (a plug-in FedAvg that also sends its rows' mean, registered in a fresh interpreter so the
+    tests' registry keeps only raysim's methods)."""
+    line = subprocess.run([sys.executable, "-c", WITH_MEAN], capture_output=True, text=True, check=True).stdout
+    assert line.strip() == (
+        "privacy.mode=record: fedavg-with-mean sends data_mean (the mean of the client's images), which DP-SGD does "
+        "not privatise; use another method"
+    )
