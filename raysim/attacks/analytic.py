@@ -25,17 +25,23 @@ def position_prefix(vit) -> int:
     return vit.pos_embed.shape[1] - vit.patch_embed.num_patches
 
 
+def refuse_without_embeddings(names, whose: str) -> None:
+    """Refuse (one line) an attack on a message without the patch and position embeddings' gradients: ``names``
+    are the tensors it holds (or those ``whose`` clients train, before a replay)."""
+    missing = [name for name in (PATCH_WEIGHT, POSITIONS) if name not in names]
+    if missing:
+        raise ConfigError(
+            f"APRIL reads the gradients of the patch and position embeddings, and {whose} no {missing[0]} "
+            "(only full fine-tuning sends them: fedavg)"
+        )
+
+
 def embedding_inverse(gradient: Tensors, prefix_tokens: int, rows: int) -> torch.Tensor:
     """The one input ``[1, C, H, W]`` (the model's input space) whose patch- and position-embedding gradients are
     those in ``gradient``; ``prefix_tokens``: the position embedding's rows ahead of the patches'
     (:func:`position_prefix`). Refused where the patches' gradients have rank below their number (a width under
     the number of patches): the least-squares solution is then not the input."""
-    missing = [name for name in (PATCH_WEIGHT, POSITIONS) if name not in gradient]
-    if missing:
-        raise ConfigError(
-            f"APRIL reads the gradients of the patch and position embeddings, and the message holds no {missing[0]} "
-            "(only full fine-tuning sends them: fedavg)"
-        )
+    refuse_without_embeddings(gradient, "the message holds")
     if rows != 1:
         raise ConfigError(f"APRIL's closed form inverts an update of one row, and the client trained on {rows}")
     weight = gradient[PATCH_WEIGHT]

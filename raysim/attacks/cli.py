@@ -71,6 +71,17 @@ def refuse_unless_update_inversion(config) -> None:
     refuse_unmodelled_training(config)
 
 
+def refuse_unless_embeddings_trained(config) -> None:
+    """What april needs besides :func:`refuse_unless_update_inversion`'s: clients that train the patch and position
+    embeddings (full fine-tuning), read off the method's model before any replay."""
+    from raysim.attacks.analytic import refuse_without_embeddings
+    from raysim.attacks.harness import attacker_model
+
+    refuse_unless_update_inversion(config)
+    model, _ = attacker_model(config, 2, None)  # what trains does not depend on the number of classes
+    refuse_without_embeddings(model.trainable_names(), f"{config.method}'s clients train")
+
+
 @attack.command(context_settings={"max_content_width": 100})
 @RUN
 @ROUND
@@ -113,7 +124,7 @@ def april(run_id, round_number, clients, tracking_uri):
     from raysim.attacks.harness import reconstruct_analytic
 
     reconstruction_attack(
-        "april", run_id, round_number, clients, tracking_uri, reconstruct_analytic, {}, refuse_unless_update_inversion
+        "april", run_id, round_number, clients, tracking_uri, reconstruct_analytic, {}, refuse_unless_embeddings_trained
     )
 
 

@@ -66,6 +66,16 @@ def test_refused_inversions_are_one_line(tracking_uri, method, layers, args, fra
     assert len(lines) == 1 and fragment in lines[0], result.output
 
 
+@pytest.mark.parametrize("method", ["fedvpt", "head-tune"])
+def test_april_on_a_method_that_does_not_train_the_embeddings_is_one_line_before_any_replay(tracking_uri, method):
+    run_id = recorded_run(tracking_uri, method, SGD)
+    result = CliRunner().invoke(main, ["attack", "april", "--run", run_id, "--tracking-uri", tracking_uri])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    expected = f"{method}'s clients train no vit.patch_embed.proj.weight (only full fine-tuning sends them: fedavg)"
+    assert len(lines) == 1 and lines[0].endswith(expected), result.output
+
+
 @pytest.mark.parametrize(
     ("reported", "message"),
     [
