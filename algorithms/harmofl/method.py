@@ -60,6 +60,7 @@ def own_amplitude(model, data, device) -> torch.Tensor:
 class HarmoFL(FedVPT):
     record_dp = "its clients send their data's mean amplitude and take a weight-perturbed step, neither DP-SGD's"
     user_dp = "its clients send their data's mean amplitude, unbounded, which clipping with the update would drown"
+    set_once = "the amplitude, the first cohort's mean of the clients' amplitudes"
 
     def parts(self, vit, generator) -> ModelParts:
         from raysim.models.backbones import input_spec  # timm: where a model is built, not where methods are looked up

@@ -60,6 +60,7 @@ class Config:
     options: Any = field(default_factory=NoOptions)
 
     def __post_init__(self):
+        fed, comp = self.federation, self.compression
         if self.federation.asynchronous:
             self._check_async()
         if self.clocked and get_method(self.method).split_learning:
@@ -71,6 +72,20 @@ class Config:
             raise ConfigError(
                 f"{self.method} is split learning: its clients send activations every local step, not an update "
                 "compression.uplink could encode; unset compression.*"
+            )
+        stepped = [
+            (what, fix)
+            for what, fix, on in (
+                ("federation.mode=async", "use federation.mode=sync", fed.asynchronous),
+                ("compression.*", "unset compression.*", comp.on),
+            )
+            if on
+        ]
+        set_once = stepped and get_method(self.method).cls.set_once  # torch: only then
+        if set_once:
+            raise ConfigError(
+                f"{self.method} sets a tensor once and keeps it ({set_once}), which {stepped[0][0]} would blend or "
+                f"encode as an update and fix at the wrong value; {stepped[0][1]}"
             )
         own = self.compression.downlink != "none" and get_method(self.method).cls.own_broadcast  # torch: only then
         if own:

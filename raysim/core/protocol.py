@@ -82,6 +82,10 @@ class Method:
     own_broadcast: ClassVar[str] = ""
     """Why the server sends each client tensors of its own (``Broadcast.instructions``) rather than the one model all
     receive (``""``: it does not): ``compression.downlink``'s shared model cannot stand for them."""
+    set_once: ClassVar[str] = ""
+    """Why the server sets a tensor of the parameters once, to the first cohort's mean, and keeps it after (``""``:
+    it steps every tensor with the updates): an asynchronous blend or a compressed delta would fix it at a scaled or
+    sparsified mean for the rest of the run, so such a method refuses federation.mode=async and compression.*."""
     record_dp: ClassVar[str] = ""
     """Why record-level DP-SGD cannot cover what this method's clients send (``""``: its local training is
     :func:`raysim.core.training.local_train`'s plain steps, which DP-SGD replaces, and nothing else it sends reads

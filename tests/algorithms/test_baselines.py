@@ -90,6 +90,23 @@ def test_harmofl_forms_the_global_amplitude_once_then_keeps_it():
     assert all(torch.equal(u.params[amp], states[1].params[amp]) for u in updates[1])  # the global one, echoed
 
 
+@pytest.mark.parametrize(
+    "layer, fix",
+    [
+        ({"federation": {"mode": "async"}, "systems": {"speed": "lognormal:3,0.5"}}, "use federation.mode=sync"),
+        ({"compression": {"uplink": "topk:0.05"}}, "unset compression.*"),
+        ({"compression": {"downlink": "qsgd:8"}}, "unset compression.*"),
+    ],
+)
+def test_harmofl_refuses_what_would_blend_or_encode_its_amplitude_as_an_update(layer, fix):
+    """The amplitude is set once to the first cohort's mean: a FedAsync blend would keep a scaled copy of it, a
+    top-k delta a sparsified one, for the rest of the run."""
+    with pytest.raises(ConfigError) as error:
+        build_config("harmofl", [layer])
+    assert str(error.value).startswith("harmofl sets a tensor once and keeps it (the amplitude, the first cohort's")
+    assert str(error.value).endswith(f"fix at the wrong value; {fix}")
+
+
 def test_pfedhn_sends_each_client_its_own_tensors_and_steps_the_embeddings_of_those_that_trained():
     states, updates, client_states, method = rounds("pfedhn")
     broadcast = method.configure(3, states[-1], [0, 1])
