@@ -82,7 +82,8 @@ class Version:
 
     arrivals: list[Arrival]
     metrics: dict[str, float]
-    rejected: dict[int, str]
+    rejected: list[str]
+    """Why each rejected update was (a client may arrive, and be rejected, more than once a version)."""
 
 
 class AsyncSchedule:
@@ -109,12 +110,12 @@ class AsyncSchedule:
         """Run the clock until K updates are accepted: server version ``round`` (1-based)."""
         sim = self.sim
         now = started = sim.sim_time
-        buffered, rejected, down, up, dropouts, failed_in_a_row, rejected_in_a_row = [], {}, 0.0, 0.0, 0, 0, 0
+        buffered, rejected, down, up, dropouts, failed_in_a_row, rejected_in_a_row = [], [], 0.0, 0.0, 0, 0, 0
         extras = sim.method.uplink_extras(sim.state) if isinstance(sim.method, SendsExtras) else None
         while len(buffered) < self.buffer:
             down += self._fill(round, now)
             if not self.inflight:
-                wait = self.profiles.next_online(now)
+                wait = self.profiles.next_online(now, self.candidates.tolist())
                 if not math.isfinite(wait):
                     raise ConfigError(
                         f"server version {round}: no client is online or will be again (systems.trace); give the "
@@ -124,7 +125,7 @@ class AsyncSchedule:
                 continue
             arrival = self._next_arrival()
             if len(self.inflight) < self.concurrency:  # a free slot: a client coming online first takes it then
-                opens = now + self.profiles.next_online(now)
+                opens = now + self.profiles.next_online(now, self.candidates.tolist())
                 if opens < arrival.finish:
                     now = opens
                     continue
@@ -146,7 +147,7 @@ class AsyncSchedule:
             _, why = screen([update], sim.state.params, extras, {arrival.client: previous})
             if why:
                 sim.refuse(f"server version {round}", why)
-                rejected.update(why)
+                rejected.extend(why.values())
                 if sim.uplink is not None:
                     sim.uplink.residuals.pop(arrival.client, None)
                 rejected_in_a_row += 1

@@ -165,9 +165,9 @@ class Simulation:
             callback.after_round(round, report)
         return report
 
-    def _sync_round(self, round: int) -> tuple[list[ClientUpdate], list[int], dict[int, str], dict[str, float]]:
-        """A synchronous round up to the server's step: the updates it used, the sampled clients, the rejected ones
-        (why, per client) and the round's traffic, systems, split-learning and privacy metrics."""
+    def _sync_round(self, round: int) -> tuple[list[ClientUpdate], list[int], list[str], dict[str, float]]:
+        """A synchronous round up to the server's step: the updates it used, the sampled clients, why each rejected
+        update was, and the round's traffic, systems, split-learning and privacy metrics."""
         fed = self.config.federation
         if self.devices is None:
             poisson = fed.sampling == "poisson"
@@ -220,9 +220,14 @@ class Simulation:
             # up: the updates that reached the server (on the clock, not those of a device that went offline first)
             down, up = broadcast.bytes_down(sampled), float(sum(u.bytes_up for u in reached))
             down, up = down + protocol[0] * len(sampled), up + protocol[1] * len(reached)
-        return updates, sampled, rejected, {"bytes_down": down, "bytes_up": up, **systems, **metrics, **private}
+        return (
+            updates,
+            sampled,
+            list(rejected.values()),
+            {"bytes_down": down, "bytes_up": up, **systems, **metrics, **private},
+        )
 
-    def _async_version(self, round: int) -> tuple[list[ClientUpdate], list[int], dict[int, str], dict[str, float]]:
+    def _async_version(self, round: int) -> tuple[list[ClientUpdate], list[int], list[str], dict[str, float]]:
         """Asynchronous mode's server version ``round``: the schedule runs the clock until the buffer is full
         (:mod:`raysim.engine.async_rounds`), then the buffered step (:mod:`raysim.engine.buffered_step`)."""
         version = self.schedule.version(round)

@@ -17,11 +17,13 @@ from raysim.base.errors import BadUpdateError, ConfigError
 from raysim.cli import main
 from raysim.config import build_config
 from raysim.core.messages import ClientUpdate, GlobalState
+from raysim.core.registry import get_method
 from raysim.engine.buffered_step import Arrival, buffered_step
 from raysim.engine.driver import run
 from raysim.engine.setup import prepare_shards
 from raysim.ops.metrics import TIMING_KEYS
 from raysim.ops.staleness import parse_staleness
+from raysim.systems.profiles import Profiles
 from raysim.testing.smoke import FAST, run_rounds
 from raysim.tracking import checkpoint as ckpt
 from raysim.tracking import resume
@@ -131,6 +133,56 @@ def test_a_slot_left_free_is_taken_when_a_client_comes_online(tmp_path):
     reports = run_rounds(build_config("fedvpt", [*base, async_mode, {"resources": {"backend": "sequential"}}]))[1]
     assert [r.metrics["sim_time_s"] for r in reports] == [15.0, 20.0]
     assert [r.sampled for r in reports] == [[1], [1]]
+
+
+def test_every_rejected_arrival_counts_also_a_clients_repeats_within_a_version(tmp_path, monkeypatch):
+    """The clock of the fixed-clock test, client 0 sending NaN: it arrives, and is rejected, at t = 1, 2, 3 and 4
+    (ties by client id); clients 2 (t = 2) and 1 (t = 4) fill the buffer. Four updates rejected, not one client."""
+    cls = get_method("fedvpt").cls
+    honest = cls.client_update
+
+    def client_update(self, ctx, broadcast, client_state, data):
+        update = honest(self, ctx, broadcast, client_state, data)
+        if ctx.client_id == 0:
+            update.params["prompts.shallow"] = torch.full_like(update.params["prompts.shallow"], float("nan"))
+        return update
+
+    monkeypatch.setattr(cls, "client_update", client_update)
+    base = [FAST, {"federation": {"clients": 3, "participation": 1.0, "rounds": 1, "eval_every": 1}}]
+    sizes = prepare_shards(build_config("fedvpt", base)).train_sizes()
+    trace = tmp_path / "devices.csv"
+    trace.write_text("client,speed\n" + "".join(f"{c},{sizes[c] / d}\n" for c, d in {0: 1, 1: 4, 2: 2}.items()))
+    layers = [*base, {"federation": {"mode": "async", "concurrency": 3, "buffer": 2}, "systems": {"trace": str(trace)}}]
+    (report,) = run_rounds(build_config("fedvpt", [*layers, {"resources": {"backend": "sequential"}}]))[1]
+    assert report.sampled == [1, 2] and report.metrics["sim_time_s"] == 4.0
+    assert report.metrics["rejected_updates"] == 4.0
+
+
+def test_the_clock_waits_for_a_client_it_could_dispatch_not_for_a_held_out_one(tmp_path, monkeypatch):
+    """The trainable clients are online 0-3 s of every 100,000 s, a held-out client every second: when no trainable
+    client is online the clock jumps to the next time one is (as a synchronous round's does), asking only about
+    the clients it could dispatch."""
+    asked = []
+    ask = Profiles.next_online
+
+    def next_online(self, now, clients=None):
+        asked.append(clients)
+        return ask(self, now, clients)
+
+    monkeypatch.setattr(Profiles, "next_online", next_online)
+    base = [FAST, {"federation": {"clients": 4, "participation": 0.5, "unseen_fraction": 0.25, "rounds": 7}}]
+    shards = prepare_shards(build_config("fedvpt", base))
+    seen, sizes = sorted(shards.seen_clients()), shards.train_sizes()
+    rows = [f"{c},{sizes[c]},100000,0-3" for c in seen] + [f"{c},1,1,0-0.5" for c in shards.unseen]
+    trace = tmp_path / "devices.csv"
+    trace.write_text("client,speed,period_s,online\n" + "\n".join(rows) + "\n")
+    layers = [*base, {"federation": {"mode": "async", "concurrency": 2, "buffer": 1, "eval_every": 7}}]
+    config = build_config(
+        "fedvpt", [*layers, {"systems": {"trace": str(trace)}, "resources": {"backend": "sequential"}}]
+    )
+    reports = run_rounds(config)[1]
+    assert [r.metrics["sim_time_s"] for r in reports] == [1.0, 1.0, 2.0, 2.0, 3.0, 3.0, 100001.0]
+    assert asked and all(clients == seen for clients in asked)
 
 
 def test_ray_backend_matches_sequential_in_async_mode(ray_session):
