@@ -82,10 +82,13 @@ class Uplink:
         """``update`` as the server decodes it, its params' encoded bytes in ``update.sent``; ``state`` is what the
         client kept (its residual in it). An update screening rejects (:func:`malformed`) goes as it is, for
         screening to name (an encoding would drop or spread a NaN and keep it in the residual, or fail on a shape),
-        and leaves no residual."""
+        counted as uncompressed, and leaves no residual."""
         received = {**broadcast.params, **broadcast.instructions.get(update.client_id, {})}
-        if malformed(update, received):
-            update.sent = tensor_bytes(update.params)
+        if malformed(update, received):  # its bytes: a tier's trained rows, as uncompressed; whole where a mask is bad
+            masks_bad = any(
+                bad_mask(m, t.shape) for n, t in update.params.items() if (m := update.trained.get(n)) is not None
+            )
+            update.sent = tensor_bytes(update.params) if masks_bad else None
             return update
         residual = residual_of(state) if self.feedback else {}
         generator = torch.Generator().manual_seed(derive_seed(self.seed, Purpose.COMPRESSION, round, update.client_id))

@@ -74,8 +74,16 @@ def test_an_update_that_is_not_finite_goes_unencoded_for_screening_to_reject_and
     received = Broadcast({"w": torch.zeros(4)})
     update = ClientUpdate(3, 1, {"w": torch.tensor([float("nan"), 3.0, -2.0, 0.1])})
     sent = uplink.send(1, received, update, None)  # top-k would send (0, 3, -2, 0) and keep the NaN
-    assert math.isnan(sent.params["w"][0]) and sent.sent == 16
+    assert math.isnan(sent.params["w"][0]) and sent.bytes_up == 16
     assert list(screen([sent], received.params)[1]) == [3] and uplink.state_to_keep(3, None, None) is None
+
+
+def test_a_tiers_update_sent_unencoded_counts_the_rows_it_trained_as_without_compression():
+    uplink = Uplink(build_config("fedvpt", [{"compression": {"uplink": "topk:1"}}]))
+    w = torch.zeros(100, 10)
+    w[0, 0] = float("nan")
+    update = ClientUpdate(0, 5, {"w": w}, trained={"w": torch.arange(100) < 1})  # one row of 100 trained
+    assert uplink.send(1, Broadcast({"w": torch.zeros(100, 10)}), update, None).bytes_up == 10 * 4
 
 
 @pytest.mark.parametrize(
