@@ -17,6 +17,7 @@ choice/grid value, both bounds of a range) must make a valid config: errors name
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 from importlib import resources
@@ -59,6 +60,21 @@ class SearchSpace:
             "randint": lambda v: tune.randint(v[0], v[1] + 1),
         }  # Tune's upper bound is exclusive
         return {key: make[kind](values) for key, (kind, values) in self.samplers.items()}
+
+
+def corners(space: SearchSpace, limit: int = 256) -> list[dict[str, Any]]:
+    """Trial parameters at the space's corners: every value of a ``choice`` or ``grid`` key, the two ends of a range.
+    Every combination where there are at most ``limit``; else every pair of keys' combinations, the other keys at
+    their first value (a setting that only fails beside another is caught by pairs)."""
+    ends = {key: values if kind in ("choice", "grid") else values[:2] for key, (kind, values) in space.samplers.items()}
+    keys = list(ends)
+    if math.prod(len(v) for v in ends.values()) <= limit:
+        return [dict(zip(keys, point)) for point in itertools.product(*ends.values())]
+    first = {key: values[0] for key, values in ends.items()}
+    pairs = itertools.combinations(keys, 2) if len(keys) > 1 else [(key,) for key in keys]
+    return [
+        {**first, **dict(zip(pair, point))} for pair in pairs for point in itertools.product(*(ends[k] for k in pair))
+    ]
 
 
 def as_layer(overrides: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -36,7 +36,15 @@ from raysim.engine.ray_connect import connect_ray
 from raysim.engine.setup import prepare_shards, resolved
 from raysim.ops.metrics import PRIVACY_KEYS, SUMMARY_WINDOW, reported_metrics
 from raysim.sweep.lost_checkpoints import ForgetLostCheckpoints
-from raysim.sweep.space import BUDGET_KEYS, SearchSpace, as_layer, default_space_file, load_space, with_private_levers
+from raysim.sweep.space import (
+    BUDGET_KEYS,
+    SearchSpace,
+    as_layer,
+    corners,
+    default_space_file,
+    load_space,
+    with_private_levers,
+)
 from raysim.sweep.trial_progress import RoundsToTune, SweepProgress
 from raysim.sweep.tune_console import fit, quiet_trial_exit, quiet_trial_logs, stopped_at
 from raysim.tracking import checkpoint as ckpt
@@ -214,6 +222,22 @@ def refuse_spending_samplers(space: SearchSpace, probe: Config) -> None:
                 f"privacy.noise_multiplier={privacy.noise_multiplier:g}, and a sweep ranks its trials by accuracy; "
                 f"set privacy.target_epsilon (each trial then calibrates its noise to it), or fix {key}"
             )
+
+
+def refuse_unrunnable_corners(method: str, space: SearchSpace, layers: list[dict]) -> None:
+    """One line for a space that can sample a trial ``method`` refuses (``fgpt.k`` above ``fgpt.groups``, say),
+    found at the space's corners (:func:`~raysim.sweep.space.corners`, on top of the trials' ``layers``) before any
+    trial starts, not when Tune samples it."""
+    cls = get_method(method).cls
+    for params in corners(space):
+        try:
+            cls(build_config(method, [*layers, as_layer(params)]))
+        except ConfigError as error:
+            shown = ", ".join(f"{key}={provenance.show(value)}" for key, value in params.items())
+            raise ConfigError(
+                f"{Path(space.source).name}: the space can sample {shown}, which no trial could run ({error}); "
+                "narrow the space"
+            ) from None
 
 
 class RunsTheLastRound(ASHAScheduler):
@@ -564,6 +588,7 @@ def plan(
     refuse_unreported_metric(metric, probe)
     refuse_spending_samplers(space, probe)
     refuse_server_resources(probe)
+    refuse_unrunnable_corners(method, space, [*before, as_layer(space.fixed), *flag_layers])
     name = name or f"{method}-{time.strftime('%Y%m%d-%H%M%S')}"
     check_store(probe.tracking.resolved_uri)
     storage = beside_store(probe.tracking.resolved_uri) / "tune"

@@ -7,7 +7,7 @@ import pytest
 from raysim.base.errors import ConfigError
 from raysim.config import build_config, yaml12
 from raysim.core.registry import METHODS
-from raysim.sweep.space import default_space_file, load_space, shipped_spaces, with_private_levers
+from raysim.sweep.space import corners, default_space_file, load_space, shipped_spaces, with_private_levers
 
 PRIVATE = {"privacy": {"mode": "user", "target_epsilon": 4.0, "delta": 1e-5}}
 
@@ -75,6 +75,8 @@ def test_bad_space_files_name_the_file_and_key(tmp_path, text, fragment):
 
 
 def test_every_shipped_space_is_valid_for_its_methods():
+    from raysim.sweep.tune import refuse_unrunnable_corners
+
     methods = list(METHODS)
     shipped = list(shipped_spaces())
     assert "fedavg" in shipped and "privacy" not in shipped
@@ -85,7 +87,7 @@ def test_every_shipped_space_is_valid_for_its_methods():
         except ConfigError as error:
             assert "no search space ships" in str(error) and ", ".join(shipped) in str(error)
             continue
-        load_space(path, method, [], [])
+        refuse_unrunnable_corners(method, load_space(path, method, [], []), [])
         covered.append(method)
     assert {"sgpt", "fgpt", "fgpt-u", "fedgcr", "fedgc", "fedgr", "fedprox", "qffl", "fedvz", "ditto"} <= set(covered)
     assert {"fedmix", "fedsam", "moon", "harmofl", "pfedhn", "pfedpg", "fedem", "fedpr", "fed-dualprompt"} <= set(
@@ -164,6 +166,31 @@ def test_private_trials_also_sample_the_clip_and_nothing_else_changes(tmp_path):
 def test_the_clip_is_left_alone_where_trials_are_not_private_or_the_user_set_it(after):
     shipped = load_space(default_space_file("fedavg"), "fedavg", [], after)
     assert with_private_levers(shipped, "fedavg", [], after) == shipped
+
+
+def test_corners_are_every_value_and_both_ends_or_every_pairs_where_the_product_is_large(tmp_path):
+    path = space_file(
+        tmp_path,
+        "space:\n  fgpt.groups: {choice: [2, 5]}\n  fgpt.k: {randint: [1, 3]}\n  train.lr: {grid: [0.1, 0.01]}\n",
+    )
+    space = load_space(path, "fgpt-u", [], [])
+    points = corners(space)
+    assert len(points) == 8 and {"fgpt.groups": 2, "fgpt.k": 3, "train.lr": 0.01} in points
+    pairs = corners(space, limit=7)  # three pairs of keys, four points each; the third key at its first value
+    assert len(pairs) == 12 and {"fgpt.groups": 2, "fgpt.k": 3, "train.lr": 0.1} in pairs
+    assert {"fgpt.groups": 5, "fgpt.k": 1, "train.lr": 0.01} in pairs
+
+
+def test_a_space_that_can_sample_a_trial_its_method_refuses_is_one_line(tmp_path):
+    from raysim.sweep.tune import plan
+
+    path = space_file(tmp_path, "space:\n  fgpt.groups: {choice: [2, 5]}\n  fgpt.k: {randint: [1, 3]}\n")
+    with pytest.raises(ConfigError) as error:
+        plan("fgpt-u", path, 2, None, "global_acc", "max", "fifo", None, None, [])
+    assert str(error.value) == (
+        "space.yaml: the space can sample fgpt.groups=2, fgpt.k=3, which no trial could run (fgpt.k=3 must be in "
+        "1..groups=2 (top-K of the G groups at inference)); narrow the space"
+    )
 
 
 def test_a_space_that_samples_the_privacy_budget_is_one_line(tmp_path):
