@@ -316,6 +316,7 @@ def run(
                 tracker.log_metrics({TRAINABLE: trainable, **noise_of(config, shards)}, step=0)
             else:
                 provenance.refuse_other_data(tracker.client, resume.run_id, config, shards)
+                provenance.refuse_other_weights(tracker.client, resume.run_id, config)
                 tracker.attach(resume.run_id)
                 _log_unlogged_rounds(tracker, resume.history)
                 if config.federation.rounds != resume.config["federation"]["rounds"]:

@@ -288,7 +288,43 @@ def run_tags(config: Config, given: Config) -> dict[str, str]:
         "evaluation": evaluation(config),
         MLFLOW_RUN_NOTE: describe(config, given),
         **provenance_tags(config.resources.gpus_per_client > 0),
+        **({WEIGHTS_TAG: digest} if (digest := weights_digest(config)) else {}),
     }
+
+
+WEIGHTS_TAG = "raysim.weights_sha256"  # the backbone weights a run started from, which its resume must find again
+
+
+def weights_digest(config: Config) -> str | None:
+    """The SHA-256 of the backbone weights ``config`` loads: its ``model.weights`` file, else the weights raysim
+    ships for ``model.backbone`` (their sidecar's, checked against the file where a model is built); None for a
+    random initialisation, or weights from the hub (cached by timm under their own revision)."""
+    from raysim.models.backbones import shipped_weights  # timm: where a run is set up
+
+    model = config.model
+    if model.weights is not None:
+        digest = hashlib.sha256()
+        with open(model.weights, "rb") as file:
+            for block in iter(lambda: file.read(1 << 20), b""):
+                digest.update(block)
+        return digest.hexdigest()
+    shipped = shipped_weights(model.backbone) if model.pretrained else None
+    return shipped["sha256"] if shipped else None
+
+
+def refuse_other_weights(client, run_id: str, config: Config) -> None:
+    """A one-line error where the backbone weights a resumed run would load are not those it started from
+    (:data:`WEIGHTS_TAG`): a weights file replaced under the same name, say. A run that recorded none is not
+    checked."""
+    recorded = client.get_run(run_id).data.tags.get(WEIGHTS_TAG)
+    digest = weights_digest(config)
+    if recorded is None or recorded == digest:
+        return
+    where = config.model.weights or f"raysim's shipped {config.model.backbone}"
+    raise ConfigError(
+        f"run {run_id} cannot resume: its backbone weights ({where}) are not those it started from (SHA-256 "
+        f"{(digest or 'none')[:12]}, the run's {recorded[:12]}); put the run's weights back as they were"
+    )
 
 
 def partition_digest(shards: ShardStore) -> str:

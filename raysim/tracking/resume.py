@@ -1,8 +1,8 @@
 """``raysim run --resume RUN_ID_OR_DIR``: find the checkpoint and rebuild the run's configuration from it.
 
 A resumed run is the saved run continued: its config comes from the checkpoint, and only what cannot change
-the numbers may differ (where it runs: ``resources.*``; how often it checkpoints) besides ``--rounds``, which
-may extend a run. The same MLflow run goes on.
+the numbers may differ (where it runs: ``resources.*`` but the threads a client sums with; how often it
+checkpoints) besides ``--rounds``, which may extend a run. The same MLflow run goes on.
 """
 
 from __future__ import annotations

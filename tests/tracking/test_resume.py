@@ -265,6 +265,35 @@ def test_a_run_resumes_only_on_the_data_it_started_on(ray_session, tracking_uri,
     assert MlflowClient(tracking_uri).get_run(full.run_id).info.status == "FINISHED"  # left as it was
 
 
+def test_a_run_resumes_only_from_the_backbone_weights_it_started_from(tracking_uri, tmp_path):
+    """The backbone is frozen and never checkpointed: rebuilt on resume from its weights file, which must be the
+    file the run started from. Replaced under the same name, the run stops in one line before it trains; put back,
+    it resumes to the uninterrupted run's numbers."""
+    from safetensors.torch import save_file
+
+    from raysim.models.backbones import build_backbone
+
+    weights = tmp_path / "backbone.safetensors"
+    state = {k: v.contiguous() for k, v in build_backbone("raysim_vit_nano_p4_16", seed=5).state_dict().items()}
+    save_file(state, str(weights))
+    layers = [
+        {k: v for k, v in SMALL.items() if k in ("federation", "data", "resources", "checkpoint")},
+        {"federation": {"rounds": 2}, "model": {"backbone": "raysim_vit_nano_p4_16", "weights": str(weights)}},
+        {"tracking": {"tracking_uri": tracking_uri}, "checkpoint": {"dir": str(tmp_path / "ck")}},
+    ]
+    full = quiet_run(build_config("fedvpt", layers))
+    found = ckpt.load(tmp_path / "ck" / full.run_id / "round-000001")
+    save_file({k: v * 1.01 for k, v in state.items()}, str(weights))
+    with pytest.raises(ConfigError) as refused:
+        quiet_run(resume.resumed_config(found, None, []), resume=found)
+    said = str(refused.value)
+    assert said.startswith(f"run {full.run_id} cannot resume: its backbone weights ({weights}) are not those it ")
+    assert said.endswith("; put the run's weights back as they were") and "\n" not in said
+    save_file(state, str(weights))
+    resumed = quiet_run(resume.resumed_config(found, None, []), resume=found)
+    assert comparable(resumed.history) == comparable(full.history)
+
+
 KILLED_AFTER_CHECKPOINT = """
 import io, json, os, sys
 from rich.console import Console
