@@ -307,10 +307,10 @@ def _check_safetensors(path: Path, wanted: frozenset[str] = frozenset()) -> None
 
 def _client_states(folder: Path, files: dict[int, str]) -> dict[int, Tensors]:
     """Each client's state from the file the manifest names for it (checked by :func:`_check_client_files`), in
-    client order."""
+    client order; a client that kept no tensor (an empty state, which writes none) keeps its empty state."""
     from safetensors.torch import load_file
 
-    states: dict[int, Tensors] = {}
+    states: dict[int, Tensors] = {client: {} for client in files}
     for name in sorted(set(files.values())):
         states.update(_by_client(load_file(str(folder / name)), {c for c, f in files.items() if f == name}))
     return dict(sorted(states.items()))

@@ -182,6 +182,17 @@ def test_client_states_are_written_only_when_they_changed(tmp_path):
     assert ckpt.load(tmp_path).client_states == {} and not list((tmp_path / ckpt.CLIENTS).iterdir())
 
 
+def test_a_client_that_kept_an_empty_state_keeps_it_through_a_checkpoint(tmp_path):
+    """An empty state writes no tensor, and still marks the client as one that kept a state (error feedback of a
+    tier that trained none of its rows, say)."""
+    saved = _checkpoint(1)
+    saved.client_states = {0: {"x": torch.ones(2)}, 5: {}}
+    ckpt.save(tmp_path, saved)
+    loaded = ckpt.load(tmp_path)
+    assert sorted(loaded.client_states) == [0, 5] and loaded.client_states[5] == {}
+    assert torch.equal(loaded.client_states[0]["x"], torch.ones(2))
+
+
 def test_a_damaged_client_file_is_a_one_line_error(tmp_path):
     ckpt.save(tmp_path, _checkpoint(1))
     path = tmp_path / ckpt.CLIENTS / "round-000001.safetensors"
