@@ -300,8 +300,8 @@ def _check_internals(vit: nn.Module) -> None:
 
 def _validate(spec: PromptSpec, vit: VisionTransformer, num_classes: int) -> None:
     """Raise a one-line ConfigError for the first thing in ``spec`` that does not fit ``vit``."""
-    if num_classes < 1:
-        raise ConfigError(f"num_classes must be at least 1, got {num_classes}")
+    if not _whole(num_classes) or num_classes < 1:
+        raise ConfigError(f"num_classes must be a whole number at least 1, got {num_classes!r}")
     if spec.head_pooling not in POOLINGS:
         raise ConfigError(f"unknown head_pooling {spec.head_pooling!r}; valid: {', '.join(POOLINGS)}")
     if spec.head_pooling != "backbone" and not vit.has_class_token:
@@ -310,22 +310,27 @@ def _validate(spec: PromptSpec, vit: VisionTransformer, num_classes: int) -> Non
     names = [slot.name for slot in spec.slots]
     for slot in spec.slots:
         where = f"prompt slot {slot.name!r} (backbone depth {depth})"
-        if not slot.name.isidentifier():
-            raise ConfigError(f"{where}: the name must be an identifier such as 'deep'")
+        if not slot.name.isidentifier() or hasattr(nn.ParameterDict(), slot.name):
+            raise ConfigError(f"{where}: the name must be an identifier such as 'deep', and no attribute of a module")
         if names.count(slot.name) > 1:
             raise ConfigError(f"{where}: the name is used twice; give each slot its own name")
         blocks = tuple(slot.blocks)
-        in_range = bool(blocks) and all(0 <= b < depth for b in blocks)
+        in_range = bool(blocks) and all(_whole(b) and 0 <= b < depth for b in blocks)
         if not in_range or any(a >= b for a, b in zip(blocks, blocks[1:])):
             raise ConfigError(
                 f"{where}: blocks {blocks} must be non-empty, strictly increasing indices in [0, {depth})"
             )
-        if slot.length < 1:
-            raise ConfigError(f"{where}: length must be at least 1, got {slot.length}")
+        if not _whole(slot.length) or slot.length < 1:
+            raise ConfigError(f"{where}: length must be a whole number at least 1, got {slot.length!r}")
         if slot.mode not in MODES:
             raise ConfigError(f"{where}: unknown mode {slot.mode!r}; valid: {', '.join(MODES)}")
         if slot.init not in INITS:
             raise ConfigError(f"{where}: unknown init {slot.init!r}; valid: {', '.join(INITS)}")
+
+
+def _whole(value) -> bool:
+    """Whether ``value`` is an int (a bool is not)."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _initial_prompt(slot: PromptSlot, vit: VisionTransformer) -> torch.Tensor:
