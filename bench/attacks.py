@@ -6,9 +6,10 @@ Inverting Gradients' Section 4 (Geiping et al., NeurIPS 2020). The run is replay
 messages the server received are attacked: by Inverting Gradients (the default settings of ``raysim attack
 inverting``) for every method, and by APRIL's closed form (Lu et al., CVPR 2022) where the message carries the
 embeddings' gradients (FedAvg). Prints, per trial, the label iDLG recovered, PSNR, SSIM, the attack's seconds and
-its final cosine distance beside the one at the client's true input, then per attack the mean of the seeds' mean
-PSNRs with its 95% t interval and how many trials passed 20 dB (the target for Inverting Gradients: at least half),
-and saves each trial's picture in ``--out``.
+its final cosine distance beside the one at the client's true input (for Inverting Gradients also the PSNR with
+the reconstruction's patches moved to the places of the row's closest ones: a diagnostic that reads the row), then
+per attack the mean of the seeds' mean PSNRs with its 95% t interval and how many trials passed 20 dB (the target
+for Inverting Gradients: at least half), and saves each trial's picture in ``--out``.
 
 Split learning (FedV, FedVZ, FESTA) is attacked by smashed-data inversion instead (``raysim attack smashed``), in
 round 1 (each client's own random head) and round 2 (every client starts from the heads averaged after round 1),
@@ -150,9 +151,10 @@ def main() -> None:
     import numpy as np
     import torch
 
+    from raysim.attacks import scores
     from raysim.attacks.capture import capture
     from raysim.attacks.figures import reconstruction_grid
-    from raysim.attacks.harness import reconstruct, reconstruct_analytic
+    from raysim.attacks.harness import attacker_model, reconstruct, reconstruct_analytic
     from raysim.attacks.inverse_network import InverseSettings
     from raysim.attacks.inverting import InvertingSettings
     from raysim.attacks.smashed import SmashedSettings
@@ -189,6 +191,8 @@ def main() -> None:
                 captured = capture(config, round_number)
                 print(f"{method}: captured round {round_number} of seed {seed} in {time.perf_counter() - start:.0f} s")
                 lenet_rows: list[tuple] = []
+                model, _ = attacker_model(config, captured.shards.info.num_classes, None)
+                patch = model.vit.patch_embed.patch_size[0]
                 for client in sorted(captured.updates)[: args.trials]:
                     if split:
                         attacks = [
@@ -217,6 +221,19 @@ def main() -> None:
                         reconstruction_grid(result.originals, result.images, [f"{name}, {psnr:.1f} dB"], picture)
                         psnrs.setdefault((method, name), {}).setdefault(seed, []).append(psnr)
                         passed.setdefault((method, name), []).append(psnr > TARGET_DB)
+                        if name == "inverting":  # the diagnostic: the same patches, put where the row's are
+                            placed = scores.patches_placed(result.originals[0], result.images[0], patch)
+                            placed_psnr = scores.psnr(result.originals[0], placed)
+                            print(f"{method:<7} {seed:>4}  {client:>6}  {'placed':<10} {'':10}  {placed_psnr:7.2f}")
+                            reconstruction_grid(
+                                result.originals[:1],
+                                placed[None],
+                                [f"patches placed as the row's, {placed_psnr:.1f} dB"],
+                                out / f"{method}-s{seed}-c{client}-placed.png",
+                            )
+                            name = "inverting, patches placed as the row's"
+                            psnrs.setdefault((method, name), {}).setdefault(seed, []).append(placed_psnr)
+                            passed.setdefault((method, name), []).append(placed_psnr > TARGET_DB)
                     if split:  # the labels of every step, from the gradients the tail returned
                         first, every = (read_labels(captured, client, steps, "broadcast") for steps in ([1], None))
                         name = f"labels r{round_number}"

@@ -51,3 +51,24 @@ def matched(originals: np.ndarray, reconstructions: np.ndarray) -> list[tuple[in
     table = np.array([[psnr(o, r) for r in reconstructions] for o in originals])
     rows, columns = linear_sum_assignment(np.nan_to_num(table, posinf=1e6), maximize=True)  # any finite PSNR < 1e3
     return sorted((int(o), int(r)) for o, r in zip(rows, columns))
+
+
+def patches_placed(original: np.ndarray, reconstruction: np.ndarray, patch: int) -> np.ndarray:
+    """``reconstruction`` ``[H, W, C]`` with its ``patch`` x ``patch`` tiles moved, one to one, to the places of the
+    ``original``'s tiles they are closest to (least total squared error): a diagnostic that reads the original, never
+    an attack. A vision transformer's gradient changes little when its patches trade places, so a gradient inversion
+    can recover the patches and miss their places; PSNR after placing tells the two apart."""
+    height, width, channels = original.shape
+    rows, columns = height // patch, width // patch
+
+    def tiles(image: np.ndarray) -> np.ndarray:
+        grid = image[: rows * patch, : columns * patch].reshape(rows, patch, columns, patch, channels)
+        return grid.transpose(0, 2, 1, 3, 4).reshape(rows * columns, -1)
+
+    ours, theirs = tiles(original), tiles(reconstruction)
+    cost = ((ours[:, None, :] - theirs[None, :, :]) ** 2).sum(-1)
+    places, chosen = linear_sum_assignment(cost)
+    placed = theirs[chosen[np.argsort(places)]].reshape(rows, columns, patch, patch, channels)
+    result = reconstruction.copy()
+    result[: rows * patch, : columns * patch] = placed.transpose(0, 2, 1, 3, 4).reshape(rows * patch, -1, channels)
+    return result

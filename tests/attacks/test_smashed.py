@@ -173,3 +173,16 @@ def test_the_public_pool_holds_other_clients_test_rows_only(split_run):
     own = model_inputs(model, shards.train(client).images, torch.device("cpu")).flatten(1)
     assert not (torch.cdist(own, pool.flatten(1)) < 1e-6).any()
     assert len(public_pool(captured, client, model, rows=5)) == 5
+
+
+def test_patches_placed_undoes_a_shuffle_of_the_tiles_and_keeps_what_no_tile_covers():
+    rng = np.random.default_rng(0)
+    original = rng.random((10, 9, 3))  # 2 x 2 tiles of 4 pixels; the last 2 rows and last column in no tile
+    tiles = [original[r : r + 4, c : c + 4] for r in (0, 4) for c in (0, 4)]
+    shuffled = rng.random((10, 9, 3))
+    for (r, c), tile in zip([(0, 0), (0, 4), (4, 0), (4, 4)], [tiles[3], tiles[0], tiles[2], tiles[1]]):
+        shuffled[r : r + 4, c : c + 4] = tile
+    placed = scores.patches_placed(original, shuffled, 4)
+    assert np.array_equal(placed[:8, :8], original[:8, :8])
+    assert np.array_equal(placed[8:], shuffled[8:]) and np.array_equal(placed[:, 8:], shuffled[:, 8:])
+    assert scores.psnr(original[:8, :8], shuffled[:8, :8]) < 10
