@@ -9,6 +9,7 @@ method's ``options_key`` (``fedprox.mu=0.1``) and are validated by the method's 
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -307,6 +308,8 @@ def parse_override(text: str) -> tuple[str, str, Any]:
         raise ConfigError(f"override {text!r}: {error.problem}; give each key once") from None
     except yaml.YAMLError:  # not YAML: the text itself
         value = raw
+    if isinstance(value, float) and math.isfinite(value) and repr(value) != raw.strip():
+        value = raw.strip()  # 1.10, 1e-4 as typed: a text key keeps it whole, a number key reads it as its number
     return section, key, value
 
 

@@ -61,6 +61,18 @@ def test_on_off_yes_no_are_words_and_only_true_false_are_booleans():
         build_config("fedvpt", [{"model": {"pretrained": parse_override("model.pretrained=no")[2]}}])
 
 
+def test_a_number_given_to_a_text_key_keeps_its_spelling_and_a_number_key_reads_it():
+    layers = [
+        {section: {key: value}}
+        for section, key, value in map(
+            parse_override, ["tracking.experiment=1.10", "train.lr=1e-4", "federation.participation=.50"]
+        )
+    ]
+    config = build_config("fedvpt", layers)
+    assert config.tracking.experiment == "1.10"
+    assert config.train.lr == 1e-4 and config.federation.participation == 0.5
+
+
 @pytest.mark.parametrize(
     "layers, fragment",
     [
