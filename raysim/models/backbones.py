@@ -7,7 +7,6 @@ so hub checkpoints drop their classifier and ``head.*`` keys in a weights file a
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 
 import timm
@@ -20,6 +19,7 @@ from timm.models.vision_transformer import VisionTransformer
 
 from raysim.base.errors import ConfigError, unknown_name
 from raysim.base.named import Registry
+from raysim.base.shipped_weights import WEIGHTS_DIR, shipped_weights
 
 # timm's register_model appends each registered name to __all__ (creating it if absent), so declare it.
 __all__ = [
@@ -48,7 +48,6 @@ for _name, _description in {
     BACKBONES.add(_name, _description)
 
 _HALF = (0.5, 0.5, 0.5)
-WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"  # raysim/models/weights: shipped files + sidecars
 _SHOWN_KEYS = 3  # how many offending keys a mismatch error names per kind
 
 
@@ -129,12 +128,6 @@ def build_backbone(
     if state is not None:
         _load_state(vit, name, path, state)
     return vit.eval().requires_grad_(False)
-
-
-def shipped_weights(name: str) -> dict | None:
-    """The sidecar of weights that ship with raysim for ``name`` (file, sha256, recipe, command), if any."""
-    sidecar = WEIGHTS_DIR / f"{name}.json"
-    return json.loads(sidecar.read_text()) if sidecar.is_file() else None
 
 
 def verified_shipped_weights(name: str) -> Path | None:

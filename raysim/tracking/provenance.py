@@ -37,6 +37,7 @@ from mlflow.utils.mlflow_tags import (
 
 from raysim import __version__
 from raysim.base.errors import ConfigError
+from raysim.base.shipped_weights import shipped_weights
 from raysim.config import NOT_COMPUTED, Config, build_config
 from raysim.core.registry import get_method
 from raysim.data import IMBALANCE_ORDERED
@@ -299,8 +300,6 @@ def weights_digest(config: Config) -> str | None:
     """The SHA-256 of the backbone weights ``config`` loads: its ``model.weights`` file, else the weights raysim
     ships for ``model.backbone`` (their sidecar's, checked against the file where a model is built); None for a
     random initialisation, or weights from the hub (cached by timm under their own revision)."""
-    from raysim.models.backbones import shipped_weights  # timm: where a run is set up
-
     model = config.model
     if model.weights is not None:
         digest = hashlib.sha256()
