@@ -19,7 +19,7 @@ from raysim.base.ray_start import wait_for_ray
 from raysim.base.seeding import Purpose
 from raysim.config import Config
 from raysim.core.registry import get_method, require_tiers
-from raysim.data.partition import PartitionParams, held_out_clients, partition
+from raysim.data.partition import PARTITIONERS, PartitionParams, held_out_clients, partition
 from raysim.data.shards import ShardStore, build_shards
 from raysim.data.sources import cache_dir, load_dataset
 from raysim.engine.cohort_plan import resolve_cohort
@@ -112,6 +112,26 @@ def _one_machine() -> bool:
     return not ray.is_initialized() or len([n for n in ray.nodes() if n["Alive"]]) == 1
 
 
+def refuse_unrunnable(config: Config, shards: ShardStore | None = None) -> None:
+    """One line for a run that cannot run, before anything is written: a method that reports per client type on a
+    partition that types no client, a trace that does not fit the run or gives tiers to a method that cannot train by
+    tier, a privacy delta too large for the units it protects or a target no noise reaches (record-level DP's units,
+    the smallest clients' rows, only given the ``shards``). ``raysim tune`` and ``raysim compare`` check each run
+    they would start here, before the data are read."""
+    if get_method(config.method).needs_client_types and not PARTITIONERS[config.data.partition].needs_domains:
+        raise ConfigError(
+            f"{config.method} reports sigma_type and cluster_acc per client type, and the partition "
+            f"{config.data.partition!r} gives clients no type; use --partition domains "
+            f"(e.g. --dataset digits5 --partition domains)"
+        )
+    if config.clocked and draw_profiles(config.systems, config.federation.clients, config.federation.seed).tiered:
+        require_tiers(config.method, f"the capacity tiers of {config.systems.trace or 'systems.tiers'}")
+    if config.privacy.private and (shards is not None or config.privacy.mode != "record"):
+        units = calibration.record_units(config, shards)
+        calibration.check_delta(config, units)
+        calibration.update_noise(config, units)
+
+
 def initial_state(
     config: Config, shards: ShardStore, reservation: PoolReservation | None = None
 ) -> tuple[Config, GlobalState | ray.ObjectRef, float, ShardStore]:
@@ -127,22 +147,8 @@ def initial_state(
     none, a cluster's head) in a CUDA context the worker needs anyway. The workers take ``config`` as given: its
     options resolve to values the method computes with exactly as with the placeholders. A pool the cluster could
     never hold is refused before the build. Without a reservation the build runs here.
-    Checks the clients' types and devices (a trace) first."""
-    info = get_method(config.method)
-    if info.needs_client_types and shards.client_domain is None:
-        raise ConfigError(
-            f"{config.method} reports sigma_type and cluster_acc per client type, and the partition "
-            f"{config.data.partition!r} gives clients no type; use --partition domains "
-            f"(e.g. --dataset digits5 --partition domains)"
-        )
-    # a trace that does not fit the run (or gives tiers to a method that cannot train by tier) fails here, before
-    # anything is written
-    if config.clocked and draw_profiles(config.systems, shards.num_clients, config.federation.seed).tiered:
-        require_tiers(config.method, f"the capacity tiers of {config.systems.trace or 'systems.tiers'}")
-    if config.privacy.private:  # a delta too large for the data, or a target no noise reaches, is refused here
-        units = calibration.record_units(config, shards)
-        calibration.check_delta(config, units)
-        calibration.update_noise(config, units)
+    Checks the run first (:func:`refuse_unrunnable`)."""
+    refuse_unrunnable(config, shards)
     res = config.resources
     if reservation is not None:
         wait_for_ray()
@@ -161,7 +167,7 @@ def initial_state(
     from raysim.core.protocol import CachesRowFeatures
     from raysim.engine.model_setup import model_setup, trainable_count
 
-    method = info.cls(config)
+    method = get_method(config.method).cls(config)
     rows = shards if isinstance(method, CachesRowFeatures) and method.caches_rows else None
     if res.backend == "ray" and res.gpus_per_client and rows is not None:
         raise ValueError("the cached-feature pass of a run whose clients train on GPUs needs its PoolReservation")

@@ -44,7 +44,7 @@ from raysim.config import Config, beside_store, build_config, load_preset, parse
 from raysim.core.registry import get_method
 from raysim.engine.driver import run
 from raysim.engine.ray_connect import connect_ray
-from raysim.engine.setup import prepare_shards
+from raysim.engine.setup import prepare_shards, refuse_unrunnable
 from raysim.sweep import tune as sweeping
 from raysim.sweep.space import as_layer, default_space_file
 from raysim.sweep.trial_progress import CellProgress, RoundsToTune
@@ -187,6 +187,7 @@ def plan(
     probes = [build_config(m, [*before, *flags, own]) for (m, own), before in zip(named, layers)]
     for probe in probes:
         sweeping.refuse_server_resources(probe)
+        refuse_unrunnable(probe)
     base = probes[0].federation.seed
     name = probes[0].tracking.experiment if sweeping.flag_set(flags, "experiment") else default_name(methods, preset)
     uri = probes[0].tracking.resolved_uri

@@ -33,7 +33,7 @@ from raysim.config import NOT_COMPUTED, Config, beside_store, build_config, load
 from raysim.core.registry import get_method
 from raysim.engine.driver import run
 from raysim.engine.ray_connect import connect_ray
-from raysim.engine.setup import prepare_shards, resolved
+from raysim.engine.setup import prepare_shards, refuse_unrunnable, resolved
 from raysim.ops.metrics import PRIVACY_KEYS, SUMMARY_WINDOW, reported_metrics
 from raysim.sweep.lost_checkpoints import ForgetLostCheckpoints
 from raysim.sweep.space import (
@@ -588,6 +588,7 @@ def plan(
     refuse_unreported_metric(metric, probe)
     refuse_spending_samplers(space, probe)
     refuse_server_resources(probe)
+    refuse_unrunnable(probe)
     refuse_unrunnable_corners(method, space, [*before, as_layer(space.fixed), *flag_layers])
     name = name or f"{method}-{time.strftime('%Y%m%d-%H%M%S')}"
     check_store(probe.tracking.resolved_uri)

@@ -186,6 +186,7 @@ BAD = [
     (["fedavg", "sgpt", "--max-concurrent", "0"], "--max-concurrent 0 must be at least 1"),
     (["fedavg", "sgpt:resources.workers=3"], "sgpt:resources.workers=3: resources.workers changes what a cell"),
     (["fedavg", "fedv", "--set", "resources.server_cpus=1"], "fedv's server runs inside each trial's placement"),
+    (["fedvpt", "fedgcr", "--partition", "dirichlet"], "fedgcr reports sigma_type and cluster_acc per client type"),
 ]
 
 

@@ -211,6 +211,16 @@ def test_a_split_learning_server_given_cpus_is_refused_in_a_sweep(tmp_path):
     assert result.exit_code == 2 and "fedv's server runs inside each trial's placement group" in result.stderr
 
 
+def test_a_sweep_of_runs_raysim_run_refuses_is_refused_before_its_store_is_touched(tmp_path):
+    """What a run checks against its data before it writes anything (a partition that gives clients no type, for a
+    method that reports per type) is checked before any trial: not once per trial, after the sweep's run opened."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    result = CliRunner().invoke(main, ["tune", "fedgcr", "--partition", "dirichlet", "--tracking-uri", uri])
+    assert result.exit_code == 2 and len(own_lines(result.stderr)) == 1, result.stderr
+    assert "fedgcr reports sigma_type and cluster_acc per client type, and the partition 'dirichlet'" in result.stderr
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "tune").exists()
+
+
 @pytest.mark.parametrize("extra, fragment", BAD, ids=[b[1][:40] for b in BAD])
 def test_bad_sweep_input_is_one_line_exit_2_before_any_trial(ray_session, tmp_path, space, extra, fragment):
     if extra[0] == "--space" and extra[1].startswith("SPACE:"):
