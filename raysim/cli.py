@@ -138,9 +138,10 @@ def main():
     """
 
 
-def _flag_option(section: str, spec):
-    """The click option of one config key, from its field metadata (one declaration per key)."""
-    meta, default = spec.metadata, default_of(spec)
+def _flag_option(section: str, spec, default_text: str | None = None):
+    """The click option of one config key, from its field metadata (one declaration per key); ``default_text``: what
+    the command takes where the flag is not given, in place of the key's default."""
+    meta, default = spec.metadata, default_text or default_of(spec)
     hint = f" ({section}.{spec.name})" if default is None else f" ({section}.{spec.name}; default {default})"
     if isinstance(spec.default, bool):
         return click.option(meta["flag"], spec.name, is_flag=True, default=None, help=meta["help"] + hint)
@@ -182,13 +183,16 @@ SHARED_OPTIONS = [
 ]
 
 
-def config_options(run_only: bool = False):
-    """The options that set config keys (generated from the config sections' fields), shared by ``run`` and
-    ``tune``; ``run_only`` adds the ones that name a single run."""
+def config_options(run_only: bool = False, defaults: dict[str, str] | None = None):
+    """The options that set config keys (generated from the config sections' fields), shared by ``run``, ``tune``
+    and ``compare``; ``run_only`` adds the ones that name a single run; ``defaults``: a key's default where the
+    command picks its own (a sweep's experiment is its name)."""
 
     def decorate(command):
         flags = [
-            _flag_option(section, spec) for name, (section, spec) in FLAGS.items() if run_only or name not in RUN_ONLY
+            _flag_option(section, spec, (defaults or {}).get(name))
+            for name, (section, spec) in FLAGS.items()
+            if run_only or name not in RUN_ONLY
         ]
         for option in reversed([*flags, *SHARED_OPTIONS]):
             command = option(command)
@@ -287,7 +291,7 @@ def run(method, resume, preset, overrides, progress, **flags):
 @click.option("--scheduler", default="asha", show_default=True, help="asha (stops bad trials early) or fifo.")
 @click.option("--name", help="Sweep name: its MLflow experiment and folder (default METHOD-DATE-TIME).")
 @click.option("--resume", metavar="SWEEP_DIR", help="Finish an interrupted sweep (the folder printed at its start).")
-@config_options()
+@config_options(defaults={"experiment": "the sweep's --name"})
 def tune(method, space, num_samples, max_concurrent, metric, mode, scheduler, name, resume, preset, overrides, **flags):
     """Sweep METHOD's hyperparameters with Ray Tune: every trial is a whole simulation and an MLflow run.
 
@@ -342,7 +346,7 @@ def tune(method, space, num_samples, max_concurrent, metric, mode, scheduler, na
     "--tune-budget", type=int, default=0, show_default=True, help="raysim tune trials per method first (0: presets)."
 )
 @click.option("--max-concurrent", type=int, help="Runs at once (default: as many as the cluster hosts).")
-@config_options()
+@config_options(defaults={"experiment": "compare-M1-M2-...-PRESET"})
 def compare(methods, seeds, tune_budget, max_concurrent, preset, overrides, **flags):
     """Run METHODS on the same data for several seeds and report means with 95% CIs and paired differences.
 

@@ -60,13 +60,13 @@ def attack(ctx):
     ctx.with_resource(showing_progress())
 
 
-def refuse_unless_update_inversion(config) -> None:
+def refuse_unless_update_inversion(config, attack: str = "inverting") -> None:
     """What inverting and april need of the run: updates of SGD steps (april: of one) of a model whose forward they
     model."""
     from raysim.attacks.harness import refuse_cached_row_features, refuse_unmodelled_training
     from raysim.attacks.observed import refuse_unless_sgd_updates
 
-    refuse_unless_sgd_updates(config)
+    refuse_unless_sgd_updates(config, attack)
     refuse_cached_row_features(config)
     refuse_unmodelled_training(config)
 
@@ -77,7 +77,7 @@ def refuse_unless_embeddings_trained(config) -> None:
     from raysim.attacks.analytic import refuse_without_embeddings
     from raysim.attacks.harness import attacker_model
 
-    refuse_unless_update_inversion(config)
+    refuse_unless_update_inversion(config, "april")
     model, _ = attacker_model(config, 2, None)  # what trains does not depend on the number of classes
     refuse_without_embeddings(model.trainable_names(), f"{config.method}'s clients train")
 

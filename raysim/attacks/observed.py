@@ -17,16 +17,16 @@ from raysim.core.messages import Broadcast, ClientUpdate, Tensors
 from raysim.core.registry import get_method
 
 
-def refuse_unless_sgd_updates(config: Config) -> None:
-    """Refuse (one line) a run whose clients do not send a parameter update of plain SGD steps to a server that sees
-    it: split learning (activations every step), secure aggregation (only the cohort's sum), AdamW (its steps
-    depend on moments the server never sees), and record-level DP over several local epochs (clipped, noised steps
-    the simulation of local training does not model)."""
+def refuse_unless_sgd_updates(config: Config, attack: str = "inverting") -> None:
+    """Refuse (one line, naming the ``attack``) a run whose clients do not send a parameter update of plain SGD steps
+    to a server that sees it: split learning (activations every step), secure aggregation (only the cohort's sum),
+    AdamW (its steps depend on moments the server never sees), and record-level DP over several local epochs
+    (clipped, noised steps the simulation of local training does not model)."""
     method = config.method
     if get_method(method).split_learning:
         raise ConfigError(
             f"{method} is split learning: its clients send cut-layer activations every local step, not an update of "
-            "their parameters; inverting attacks a parameter update (fedavg, fedvpt)"
+            f"their parameters; {attack} attacks a parameter update (fedavg, fedvpt)"
         )
     if config.privacy.secure_aggregation:
         raise ConfigError(
@@ -35,7 +35,7 @@ def refuse_unless_sgd_updates(config: Config) -> None:
         )
     if config.train.optimizer != "sgd":
         raise ConfigError(
-            f"inverting reads the gradient off SGD steps, and the run used train.optimizer="
+            f"{attack} reads the gradient off SGD steps, and the run used train.optimizer="
             f"{config.train.optimizer}; attack a run with --set train.optimizer=sgd"
         )
     if config.privacy.mode == "record" and config.train.local_epochs != 1:

@@ -473,7 +473,7 @@ class TrackingConfig:
     )
     run_name: str | None = setting(
         None,
-        "MLflow run name (default: method, data, clients, seed and a config hash).",
+        "MLflow run name (default: method, a config hash, seed, data, partition and clients).",
         flag="--run-name",
         checks=((str.strip, "must not be empty; leave it out for raysim's name"),),
     )

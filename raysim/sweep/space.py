@@ -203,4 +203,9 @@ def _valid_value(where: str, part: str, key: str, value: Any, method: str, layer
     try:
         return build_config(method, [*layers, as_layer({key: value})])
     except ConfigError as error:
+        try:  # the same error without the key: the preset's or the flags' own, not the space's
+            build_config(method, layers)
+        except ConfigError as own:
+            if str(own) == str(error):
+                raise own from None
         raise ConfigError(f"{where}: {part} key {key!r} = {value!r}: {error}") from None

@@ -66,6 +66,13 @@ def test_refused_inversions_are_one_line(tracking_uri, method, layers, args, fra
     assert len(lines) == 1 and fragment in lines[0], result.output
 
 
+def test_april_names_itself_in_the_refusals_it_shares_with_inverting(tracking_uri):
+    run_id = recorded_run(tracking_uri, "fedavg")  # AdamW
+    result = CliRunner().invoke(main, ["attack", "april", "--run", run_id, "--tracking-uri", tracking_uri])
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
+    assert "april reads the gradient off SGD steps, and the run used train.optimizer=adamw" in result.output
+
+
 @pytest.mark.parametrize("method", ["fedvpt", "head-tune"])
 def test_april_on_a_method_that_does_not_train_the_embeddings_is_one_line_before_any_replay(tracking_uri, method):
     run_id = recorded_run(tracking_uri, method, SGD)

@@ -193,6 +193,21 @@ def test_a_space_that_can_sample_a_trial_its_method_refuses_is_one_line(tmp_path
     )
 
 
+def test_an_error_of_the_flags_themselves_is_not_blamed_on_the_spaces_first_key(tmp_path):
+    path = space_file(tmp_path, "fixed: {federation.rounds: 10}\nspace:\n  train.lr: {choice: [0.1]}\n")
+    flags = {"federation": {"mode": "async", "buffer": 5, "concurrency": 2}, "systems": {"speed": "lognormal:3,0.5"}}
+    with pytest.raises(ConfigError) as error:
+        load_space(path, "fedvpt", [], [flags])
+    assert str(error.value).startswith("federation.buffer=5 is more than the 2 clients in flight")
+    with pytest.raises(ConfigError, match=r"space.yaml: fixed key 'federation.rounds' = 0: federation.rounds=0 must"):
+        load_space(
+            space_file(tmp_path, "fixed: {federation.rounds: 0}\nspace:\n  train.lr: {choice: [0.1]}\n"),
+            "fedvpt",
+            [],
+            [],
+        )
+
+
 def test_a_space_that_samples_the_privacy_budget_is_one_line(tmp_path):
     from raysim.sweep.tune import plan
 
