@@ -30,7 +30,7 @@ from raysim.base.precision import autocast
 from raysim.base.preprocess import to_model_input
 from raysim.config.pretrain_recipe import PretrainRecipe
 from raysim.data.glyphs import pretrain_corpus, renderer
-from raysim.models.backbones import build_backbone, input_spec
+from raysim.models.backbones import build_backbone, input_spec, refuse_unknown_backbone
 
 HELD_OUT = 0.05
 
@@ -87,6 +87,7 @@ def pretrain(
     blocked = unwritable(out.parent)  # before the training, not after it
     if blocked is not None:
         raise ConfigError(f"--out {out} cannot be written (no files can be created in {blocked}); pass another --out")
+    refuse_unknown_backbone(recipe.backbone)  # before the corpus is rendered, not after
     torch.set_num_threads(recipe.threads)
     reuse_freed_memory()
     start = time.perf_counter()

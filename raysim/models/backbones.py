@@ -29,6 +29,7 @@ __all__ = [
     "WEIGHTS_DIR",
     "build_backbone",
     "input_spec",
+    "refuse_unknown_backbone",
     "shipped_weights",
     "state_mismatches",
     "verified_shipped_weights",
@@ -84,6 +85,13 @@ def raysim_vit_nano_p4_16(pretrained: bool = False, **kwargs) -> VisionTransform
     return build_model_with_cfg(VisionTransformer, NANO_BACKBONE, pretrained, **dict(model_args, **kwargs))
 
 
+def refuse_unknown_backbone(name: str) -> None:
+    """One line, listing raysim's backbones, for a name neither raysim nor timm knows."""
+    if name not in BACKBONES and not timm.is_model(name):
+        message = unknown_name("backbone", name, BACKBONES)
+        raise ConfigError(f"{message}; any other timm VisionTransformer name works too")
+
+
 def build_backbone(
     name: str, *, weights: str | Path | None = None, pretrained: bool = False, seed: int = 0
 ) -> VisionTransformer:
@@ -102,9 +110,7 @@ def build_backbone(
     Raises:
         ConfigError: Unknown or non-ViT name, unusable weights file, or pretrained weights unavailable.
     """
-    if name not in BACKBONES and not timm.is_model(name):
-        message = unknown_name("backbone", name, BACKBONES)
-        raise ConfigError(f"{message}; any other timm VisionTransformer name works too")
+    refuse_unknown_backbone(name)
     path = None if weights is None else Path(weights)
     if path is None and pretrained:
         path = verified_shipped_weights(name)

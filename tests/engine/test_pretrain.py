@@ -90,6 +90,15 @@ def test_an_out_folder_that_cannot_be_written_is_refused_before_any_work(tmp_pat
     assert result.stderr.strip() == f"raysim: error: {said}"
 
 
+def test_an_unknown_backbone_is_refused_before_the_corpus_is_rendered(tmp_path, monkeypatch):
+    from raysim.engine import pretrain
+
+    monkeypatch.setattr(pretrain, "pretrain_corpus", lambda *args: pytest.fail("rendered before the name was checked"))
+    result = CliRunner().invoke(main, ["pretrain", "--out", str(tmp_path / "w.safetensors"), "--backbone", "nosuch"])
+    assert result.exit_code == 2 and not any(tmp_path.iterdir())
+    assert result.stderr.strip().startswith("raysim: error: unknown backbone 'nosuch'; valid backbones: ")
+
+
 def test_unknown_precision_is_refused():
     with pytest.raises(ConfigError, match="unknown precision 'fp16'; use one of fp32, bf16"):
         PretrainRecipe(precision="fp16")
