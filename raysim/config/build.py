@@ -230,7 +230,7 @@ def load_preset(name_or_path: str) -> dict[str, Any]:
     try:
         data = yaml12.load(text) or {}
     except yaml.YAMLError as error:
-        raise ConfigError(f"preset {name_or_path} is not valid YAML: {str(error).splitlines()[0]}") from None
+        raise ConfigError(f"preset {name_or_path} is not valid YAML: {yaml12.problem(error)}") from None
     if not isinstance(data, dict) or not all(isinstance(v, dict) or k == "method" for k, v in data.items()):
         raise ConfigError(
             f"preset {name_or_path} must map section names to mappings, e.g. 'federation: {{rounds: 10}}'"

@@ -82,3 +82,11 @@ _Loader.add_constructor(FLOAT, _float)
 def load(text: str) -> Any:
     """``text`` parsed as safe YAML with YAML 1.2's booleans."""
     return yaml.load(text, Loader=_Loader)
+
+
+def problem(error: yaml.YAMLError) -> str:
+    """What is wrong in the text, and where (``mapping values are not allowed here (line 2, column 9)``): PyYAML's
+    message spreads over lines, its first (``while parsing a flow node``) saying where it was, not what it found."""
+    what = getattr(error, "problem", None) or str(error).splitlines()[0]
+    mark = getattr(error, "problem_mark", None)
+    return f"{what} (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else what

@@ -130,7 +130,7 @@ def load_space(path: str, method: str, before: list[dict], after: list[dict]) ->
     except UnicodeDecodeError:
         raise ConfigError(f"search space file {path} is not UTF-8 text; a space is a YAML file") from None
     except yaml.YAMLError as error:
-        raise ConfigError(f"{where} is not valid YAML: {str(error).splitlines()[0]}") from None
+        raise ConfigError(f"{where} is not valid YAML: {yaml12.problem(error)}") from None
     if not isinstance(data, dict) or not isinstance(data.get("space"), dict) or not data["space"]:
         raise ConfigError(f"{where} must have a non-empty 'space:' mapping of config keys to samplers")
     unknown = set(data) - {"space", "fixed"}

@@ -57,7 +57,7 @@ BAD = [
     ("space: {}\n", "must have a non-empty 'space:' mapping"),
     ("spaces:\n  fedgcr.q: {choice: [1]}\n", "must have a non-empty 'space:' mapping"),
     ("space:\n  fedgcr.q: {choice: [1]}\nextra: 1\n", "unknown top-level key 'extra'"),
-    ("space: [\n", "is not valid YAML"),
+    ("space: [\n", "is not valid YAML: expected the node content, but found '<stream end>' (line 2, column 1)"),
     (
         "space:\n  fedgcr.clusters: {uniform: [3, 6]}\n",
         "uniform draws values such as 5.121, which fedgcr.clusters refuses (fedgcr.clusters=5.12",
