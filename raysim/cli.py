@@ -234,7 +234,11 @@ def driver_and_data(config):
     "(a run id, or a checkpoint folder); only --rounds and the resource flags may change.",
 )
 @config_options(run_only=True)
-@click.option("--progress/--no-progress", default=True, help="Show the per-round progress bar.")
+@click.option(
+    "--progress/--no-progress",
+    default=True,
+    help="Show the header and each round's progress on stderr (--no-progress: the results on stdout alone).",
+)
 def run(method, resume, preset, overrides, progress, **flags):
     """Run METHOD (raysim ls methods) as one federated simulation, tracked in MLflow.
 
@@ -500,12 +504,11 @@ LISTS = ("methods", "datasets", "partitions", "backbones", "presets")
 def ls(what, method, names):
     """List what raysim knows by name, with one line each (methods grouped by family); ls options METHOD: the
     method's options, each with its type, default, accepted values and help (set them with --set)."""
-    if (what == "options") != (method is not None):
-        raise click.UsageError(
-            "raysim ls options METHOD lists a method's options (raysim ls methods)"
-            if what == "options"
-            else f"raysim ls {what} takes no METHOD; raysim ls options {method} lists its options"
-        )
+    if what == "options" and method is None:
+        raise click.UsageError(f"raysim ls options METHOD lists a method's options; METHOD: {', '.join(METHODS)}")
+    if what != "options" and method is not None:
+        instead = f"raysim ls options {method} lists its options" if method in METHODS else "drop it"
+        raise click.UsageError(f"raysim ls {what} takes no METHOD ({method!r}); {instead}")
     if what == "options":
         click.echo("\n".join(option_names(method)) if names else options_text(method))
         return

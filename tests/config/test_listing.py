@@ -64,8 +64,9 @@ def test_a_method_without_options_says_so():
     "args, fragment",
     [
         (["options", "sgtp"], "unknown method 'sgtp'; valid methods: afl, ditto,"),
-        (["options"], "raysim ls options METHOD lists a method's options"),
-        (["methods", "sgpt"], "raysim ls methods takes no METHOD; raysim ls options sgpt lists its options"),
+        (["options"], "raysim ls options METHOD lists a method's options; METHOD: afl, ditto, fed-dualprompt, "),
+        (["methods", "sgpt"], "raysim ls methods takes no METHOD ('sgpt'); raysim ls options sgpt lists its options"),
+        (["methods", "extra"], "raysim ls methods takes no METHOD ('extra'); drop it"),
     ],
 )
 def test_bad_ls_options_are_one_line_exit_2(args, fragment):
