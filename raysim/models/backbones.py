@@ -7,6 +7,7 @@ so hub checkpoints drop their classifier and ``head.*`` keys in a weights file a
 from __future__ import annotations
 
 import hashlib
+import socket
 from pathlib import Path
 
 import timm
@@ -200,17 +201,46 @@ def _require_pretrained_source(name: str) -> None:
 
 
 def _create(name: str, pretrained: bool) -> torch.nn.Module:
-    """``timm.create_model`` without a classifier, turning its failures into ConfigError."""
+    """``timm.create_model`` without a classifier, turning its failures into ConfigError. Pretrained weights come
+    from the hub, or from its local cache alone where the hub cannot be reached (:func:`hub_reachable`): not after a
+    minute of retries, each logged."""
+    from huggingface_hub import constants
+
+    was = constants.HF_HUB_OFFLINE
+    offline = pretrained and not was and not hub_reachable()
     try:
+        constants.HF_HUB_OFFLINE = was or offline
         return timm.create_model(name, pretrained=pretrained, num_classes=0)
     except Exception as error:  # timm and huggingface_hub raise many unrelated types
         reason = _short(error)
+        if offline:
+            raise ConfigError(
+                f"could not load pretrained weights for {name}: the hub ({constants.ENDPOINT}) cannot be reached "
+                "and they are not in its local cache; pass --weights PATH.safetensors or set model.pretrained=false"
+            ) from error
         if pretrained:
             raise ConfigError(
                 f"could not load pretrained weights for {name} from the hub ({reason}); "
                 "pass --weights PATH.safetensors or set model.pretrained=false"
             ) from error
         raise ConfigError(f"could not build backbone {name!r} ({reason}); check the name") from error
+    finally:
+        constants.HF_HUB_OFFLINE = was
+
+
+def hub_reachable(timeout_s: float = 3.0) -> bool:
+    """Whether a TCP connection to the Hugging Face hub's endpoint (``HF_ENDPOINT``) opens within ``timeout_s``."""
+    from urllib.parse import urlsplit
+
+    from huggingface_hub import constants
+
+    url = urlsplit(constants.ENDPOINT)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((url.hostname, port), timeout=timeout_s).close()
+    except OSError:
+        return False
+    return True
 
 
 def _read_weights(path: Path, name: str) -> dict[str, torch.Tensor]:

@@ -147,3 +147,32 @@ def test_hub_failure_is_a_config_error_and_stays_offline(monkeypatch, tmp_path):
         r"pass --weights PATH.safetensors or set model.pretrained=false$",
     )
     assert "the test tried to reach the network" not in message
+
+
+def test_a_hub_that_cannot_be_reached_is_one_line_at_once_with_an_empty_cache(monkeypatch, tmp_path):
+    """Without the hub, the pretrained weights come from its local cache alone: one line at once where they are not
+    there, not a minute of retries each logged."""
+    import huggingface_hub.constants as hub
+
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    endpoint = f"http://127.0.0.1:{closed.getsockname()[1]}"  # bound, not listening: the connection is refused
+    monkeypatch.setattr(hub, "ENDPOINT", endpoint)
+    monkeypatch.setattr(hub, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(hub, "HF_HUB_CACHE", str(tmp_path))
+    try:
+        assert not backbones.hub_reachable()
+        one_line_error(
+            lambda: build_backbone("vit_tiny_patch16_224", pretrained=True),
+            rf"could not load pretrained weights for vit_tiny_patch16_224: the hub \({re.escape(endpoint)}\) cannot "
+            r"be reached and they are not in its local cache; pass --weights PATH.safetensors",
+        )
+    finally:
+        closed.close()
+    assert hub.HF_HUB_OFFLINE is False  # left as it was
+    listening = socket.create_server(("127.0.0.1", 0))
+    monkeypatch.setattr(hub, "ENDPOINT", f"http://127.0.0.1:{listening.getsockname()[1]}")
+    try:
+        assert backbones.hub_reachable()
+    finally:
+        listening.close()
