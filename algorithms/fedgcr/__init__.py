@@ -29,11 +29,13 @@ class FedGCROptions(Settings):
     lambda2: float = setting(
         0.1, "lambda2, weight of the representation-alignment loss l_RA.", checks=(non_negative(),)
     )
-    tau: float = setting(0.5, "tau, the temperature of l_RA's similarities.", checks=(positive(),))
+    tau: float = setting(
+        0.5, "tau, the temperature of l_GC (Eq. 7) and, with contrast=paper, of l_RA (Eq. 8).", checks=(positive(),)
+    )
     contrast: str = setting(
         "paper",
-        "l_RA as the paper (temperature tau) or as the authors' code (cosine similarities, no temperature; pair it "
-        "with smaller lambdas, about 0.05-0.1).",
+        "l_GC and l_RA as the paper (dot products over tau) or as the authors' code (cosine similarities, no "
+        "temperature in l_RA; pair it with smaller lambdas, about 0.05-0.1).",
         choices=("paper", "code"),
     )
     delta: float = setting(

@@ -14,7 +14,9 @@ from raysim.core.registry import declare
 class SGPTOptions(Settings):
     """SGPT (Deng et al., CVPR 2024); empty block lists mean the paper's layout scaled to the backbone's depth. Where
     the authors' code (github.com/ubc-tea/SGPT) differs from the paper, an option selects it; the defaults are the
-    paper's."""
+    paper's, but two: ``eps`` (the code's; the paper's Eq. 6 is eps = 0), and group prompts that join the sequence
+    at each block of U_G, as the code's head reads them (the paper's Alg. 3 replaces the previous group output, so
+    one group token reaches the head; no option gives it)."""
 
     groups: int = setting(10, "G, the number of group prompts and learned keys.", checks=(at_least(1),))
     shared_blocks: tuple = setting(
@@ -31,14 +33,19 @@ class SGPTOptions(Settings):
         choices=("joint", "bcd", "bcd-inv"),
     )
     prompts: str = setting(
-        "both", "Which prompts train: shared, group or both (Table 4).", choices=("shared", "group", "both")
+        "both", "Which prompts train: shared, group or both (Table 3).", choices=("shared", "group", "both")
     )
     key_rule: str = setting(
         "qg",
         "Selection in training: the q_g-calibrated rule against collapse, or plain argmax cos(q(x), k_g).",
         choices=("plain", "qg"),
     )
-    eps: float = setting(5e-4, "eps of the q_g-calibrated selection (Sec. 5.1).", checks=(non_negative(),))
+    eps: float = setting(
+        5e-4,
+        "eps of the q_g-calibrated selection, argmin (1 - cos)(q_g + eps) (the authors' code, clusters_g; the "
+        "paper's Eq. 6 is eps = 0, where a group never chosen always wins).",
+        checks=(non_negative(),),
+    )
     momentum: bool = setting(True, "Server momentum on keys and group prompts (Eq. 7).")
     alpha_k: float = setting(
         0.5, "alpha_k, the keys' momentum.", checks=(in_range(0, 1, open_high=True, why="0 turns momentum off"),)

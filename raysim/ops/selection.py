@@ -45,7 +45,8 @@ def shares(totals: torch.Tensor) -> torch.Tensor:
 
 
 def select_calibrated(cos: torch.Tensor, q: torch.Tensor, eps: float) -> torch.Tensor:
-    """SGPT's training-time rule: argmax_g (cos - 1) * q_g, i.e. argmin_g (1 - cos) * (q_g + eps)."""
+    """SGPT's training-time rule: argmin_g (1 - cos) * (q_g + eps), the paper's argmax_g (cos - 1) * q_g (Eq. 6) with
+    q_g + eps in place of q_g, as the authors' code (eps = 0 is the paper's)."""
     return torch.argmin((1.0 - cos) * (q.to(cos) + eps), dim=1)
 
 
