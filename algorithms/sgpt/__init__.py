@@ -14,9 +14,8 @@ from raysim.core.registry import declare
 class SGPTOptions(Settings):
     """SGPT (Deng et al., CVPR 2024); empty block lists mean the paper's layout scaled to the backbone's depth. Where
     the authors' code (github.com/ubc-tea/SGPT) differs from the paper, an option selects it; the defaults are the
-    paper's, but two: ``eps`` (the code's; the paper's Eq. 6 is eps = 0), and group prompts that join the sequence
-    at each block of U_G, as the code's head reads them (the paper's Alg. 3 replaces the previous group output, so
-    one group token reaches the head; no option gives it)."""
+    paper's, but two: ``eps`` (the code's; the paper's Eq. 6 is eps = 0), and ``group_mode`` (the code's: group
+    prompts join the sequence at each block of U_G; the paper's Alg. 3 replaces the previous group output)."""
 
     groups: int = setting(10, "G, the number of group prompts and learned keys.", checks=(at_least(1),))
     shared_blocks: tuple = setting(
@@ -54,6 +53,13 @@ class SGPTOptions(Settings):
         0.5,
         "alpha_g, the group prompts' momentum.",
         checks=(in_range(0, 1, open_high=True, why="0 turns momentum off"),),
+    )
+    group_mode: str = setting(
+        "insert",
+        "Each block of U_G adds its group prompt to the sequence (the authors' code: the head reads the class token "
+        "and |U_G| group outputs) or puts it in place of the previous block's group output (the paper's Alg. 3: the "
+        "head reads one).",
+        choices=("insert", "replace"),
     )
     head_pooling: str = setting(
         "cls+group",

@@ -76,7 +76,7 @@ class SGPT(gp.GroupDiagnostics, CachesRowFeatures, SendsExtras, ResolvesOptions,
         slots = list(self.shared_slots(depth)) if o.prompts != "group" else []
         if not self.uses_groups:
             return ModelParts(PromptSpec(slots=tuple(slots), head_pooling="cls"))
-        slots.append(PromptSlot("group", self.group_blocks(depth), length=1, mode="insert", dynamic=True))
+        slots.append(PromptSlot("group", self.group_blocks(depth), length=1, mode=o.group_mode, dynamic=True))
         g, d = o.groups, vit.embed_dim
         bank = xavier_prompt(vit, (g, len(self.group_blocks(depth)), 1, d), generator)
         extras = {

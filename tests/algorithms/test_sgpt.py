@@ -279,3 +279,19 @@ def test_shared_init_zeros_or_vpt_xavier_range():
 def test_bad_fidelity_options_name_the_valid_values(options, message):
     with pytest.raises(ConfigError, match=message):
         build_config("sgpt", [{"sgpt": options}])
+
+
+@pytest.mark.parametrize("mode, tokens", [("insert", 2), ("replace", 1)])
+def test_group_mode_keeps_every_blocks_group_output_or_only_the_last(mode, tokens):
+    """The authors' code adds a group token at each block of U_G, and the head reads them all; the paper's Alg. 3
+    feeds each block's group prompt in place of the previous block's group output, and the head reads one."""
+    config = build_config("sgpt", [TINY, {"sgpt": {"groups": 2, "group_blocks": [1, 2], "group_mode": mode}}])
+    method = get_method("sgpt").cls(config)
+    model = build_model(config, method, 5)
+    groups = torch.tensor([0, 1])
+    x = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(0))
+    dynamic = {"group": model.extra["group_prompts"][groups]}
+    _, sizes = model.run_blocks(model.embed(x), 0, len(model.vit.blocks), dynamic)
+    assert sizes["group"] == tokens
+    with torch.no_grad():
+        assert method.logits(model, x, groups).shape == (2, 5)
