@@ -89,6 +89,7 @@ LATER_KEYS = (
     "systems.",
     "privacy.",
     "compression.",
+    "sgpt.group_mode",
 )
 # Added later (2026-11-29), each changing what one partition computes where it holds its new value: pathological
 # class sets drawn at random, where they were a ring; an imbalanced domains partition's counts in the data set's
@@ -123,7 +124,7 @@ def rounded_half_up(fed) -> bool:
 
 def config_hash(config: Config) -> str:
     """A short hash of everything the run computes with but its seed (the seeds of one setting share it)."""
-    defaults = Config(config.method).flat()
+    defaults = Config(config.method, options=type(config.options)()).flat()  # the method's option defaults too
     setting = {
         key: list(value) if isinstance(value, tuple) else value
         for key, value in config.flat().items()

@@ -186,6 +186,14 @@ def test_a_setting_whose_data_did_not_change_keeps_its_published_hash(method, pr
     assert hashed(method, preset, layer) == published
 
 
+def test_a_method_option_added_later_changes_the_hash_only_off_its_default():
+    published = hashed("sgpt", "offline-five-sources", {"federation": {"rounds": 30}})
+    layer = {"federation": {"rounds": 30}, "sgpt": {"group_mode": "insert"}}
+    assert hashed("sgpt", "offline-five-sources", layer) == published == "3d5c1d"
+    layer["sgpt"]["group_mode"] = "replace"
+    assert hashed("sgpt", "offline-five-sources", layer) != published
+
+
 @pytest.mark.parametrize(
     "method, preset, layer, published",
     [
