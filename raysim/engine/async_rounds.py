@@ -115,7 +115,7 @@ class AsyncSchedule:
         while len(buffered) < self.buffer:
             down += self._fill(round, now)
             if not self.inflight:
-                wait = self.profiles.next_online(now, self.candidates.tolist())
+                wait = self.profiles.next_online(now, self.candidates)
                 if not math.isfinite(wait):
                     raise ConfigError(
                         f"server version {round}: no client is online or will be again (systems.trace); give the "
@@ -125,7 +125,7 @@ class AsyncSchedule:
                 continue
             arrival = self._next_arrival()
             if len(self.inflight) < self.concurrency:  # a free slot: a client coming online first takes it then
-                opens = now + self.profiles.next_online(now, self.candidates.tolist())
+                opens = now + self.profiles.next_online(now, self.candidates)
                 if opens < arrival.finish:
                     now = opens
                     continue

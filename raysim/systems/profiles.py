@@ -71,7 +71,7 @@ class Profiles:
             np.maximum.at(left, self.owner[inside], (self.end - phase + self.carried_over)[inside])
         return left
 
-    def next_online(self, now: float, clients: list[int] | None = None) -> float:
+    def next_online(self, now: float, clients: list[int] | np.ndarray | None = None) -> float:
         """How long from ``now`` until the next interval of one of ``clients`` (default: all) opens (``inf`` if none
         ever does): the server waits for a client it could select, not for a held-out one."""
         mine = np.isin(self.owner, clients) if clients is not None else np.ones(len(self.owner), dtype=bool)
