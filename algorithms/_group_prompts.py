@@ -109,6 +109,13 @@ def count_shares(counts: torch.Tensor) -> torch.Tensor:
     return counts / total if total > 0 else torch.zeros_like(counts)
 
 
+def unchosen(update: ClientUpdate, name: str) -> Tensors:
+    """``{name: mask}``, the rows of the groups ``update``'s counts N_g^i did not choose: what
+    :func:`aggregate_with_counts` weighs at zero wherever another client chose the group."""
+    counts = update.extras.get(COUNTS)
+    return {name: counts == 0} if counts is not None else {}
+
+
 def aggregate_with_counts(
     updates: list[ClientUpdate], by_counts: str, fallback_at_most: float = 0
 ) -> tuple[Tensors, torch.Tensor]:

@@ -74,6 +74,9 @@ class FGPT(gp.GroupDiagnostics, CachesRowFeatures, SendsExtras, ResolvesOptions,
     def uplink_extras(self, state) -> dict[str, tuple[int, ...]]:
         return {COUNTS: (self.options.groups,)}
 
+    def rows_left_out(self, update: ClientUpdate) -> dict[str, torch.Tensor]:
+        return gp.unchosen(update, GROUP)
+
     def init_global(self, model, generator) -> GlobalState:
         return GlobalState(
             params=model.trainable_state(), server={FIXED_KEYS: model.extra["fixed_keys"].detach().clone()}

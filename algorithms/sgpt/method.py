@@ -107,6 +107,9 @@ class SGPT(gp.GroupDiagnostics, CachesRowFeatures, SendsExtras, ResolvesOptions,
     def uplink_extras(self, state) -> dict[str, tuple[int, ...]]:
         return {COUNTS: (self.options.groups,)} if self.uses_groups else {}
 
+    def rows_left_out(self, update: ClientUpdate) -> dict[str, torch.Tensor]:
+        return gp.unchosen(update, KEYS)
+
     def init_global(self, model, generator) -> GlobalState:
         server = {"selection_total": torch.zeros(self.options.groups, dtype=torch.float64)} if self.uses_groups else {}
         return GlobalState(params=model.trainable_state(), server=server)

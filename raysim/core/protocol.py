@@ -158,6 +158,14 @@ class SendsExtras:
         """Name -> shape of every extra an update carries (a client without data may send none)."""
         raise NotImplementedError
 
+    def rows_left_out(self, update: ClientUpdate) -> Tensors:
+        """Per parameter, a boolean mask over its rows (first dimension) that ``update`` leaves to other clients by
+        its own extras: SGPT's keys and FGPT's group prompts of the groups the client did not choose, which the
+        count-weighted mean weighs at zero once another client chose them. A compressed uplink leaves them out (the
+        server reads what it broadcast there) and error feedback keeps their change for a round where they count.
+        Default: none."""
+        return {}
+
 
 class Personalised:
     """A client is evaluated with parameters of its own (its persistent state), not only the global ones."""

@@ -100,7 +100,8 @@ class Simulation:
         if privacy.private or privacy.secure_aggregation:
             self.view = CohortView(config, self.method)
         compression = config.compression
-        self.uplink = Uplink(config) if compression.uplink != "none" else None  # compressed updates (engine.uplink)
+        # compressed updates (raysim.engine.uplink)
+        self.uplink = Uplink(config, self.method) if compression.uplink != "none" else None
         clients = self.shards.num_clients
         # compressed broadcasts: the public model clients train from (raysim.engine.downlink)
         self.downlink = Downlink(config, self.state.params, clients, public) if compression.downlink != "none" else None

@@ -2,10 +2,12 @@
 it, its bytes counted from the encoding (what the virtual clock charges and ``bytes_up`` reports), and decoded as
 the server receives it, before screening and aggregation (:mod:`raysim.ops.compression`).
 
-A client encodes, per tensor, what it trained minus what it received (a capacity tier's trained rows only), plus
-its error-feedback residual where ``compression.error_feedback`` is on; the residual is kept with the client's state
-(:class:`~raysim.engine.client_states.ClientStates`, under ``RESIDUAL``), so a population of any size keeps its
-bytes only, and a checkpoint keeps it. Extras (SGPT's counts, FedGCR's representation) go uncompressed. The
+A client encodes, per tensor, what it trained minus what it received plus its error-feedback residual where
+``compression.error_feedback`` is on, of the rows it sends: a capacity tier's trained rows, less those its method
+leaves out (SGPT's keys and FGPT's group prompts of groups it did not choose, which the server weighs at zero). The
+residual, one number per number of the tensor, keeps what was not sent or not decoded; it lives with the client's
+state (:class:`~raysim.engine.client_states.ClientStates`, under ``RESIDUAL``), so a population of any size keeps
+its bytes only, and a checkpoint keeps it. Extras (SGPT's counts, FedGCR's representation) go uncompressed. The
 encoding's random draws come from (run seed, round, client), so every backend and a resumed run draw the same.
 """
 
@@ -17,6 +19,7 @@ import torch
 
 from raysim.base.seeding import Purpose, derive_seed
 from raysim.core.messages import Broadcast, ClientUpdate, Tensors
+from raysim.core.protocol import Method, SendsExtras
 from raysim.engine.screening import bad_mask, bad_tensor
 from raysim.ops.aggregate import tensor_bytes
 from raysim.ops.codecs import parse
@@ -68,14 +71,23 @@ def malformed(update: ClientUpdate, received: Tensors) -> bool:
     )
 
 
+def rows_sent(trained: torch.Tensor | None, left_out: torch.Tensor | None) -> torch.Tensor | None:
+    """The rows of a tensor an update sends: those its capacity tier trained, less those the method leaves out
+    (:meth:`~raysim.core.protocol.SendsExtras.rows_left_out`); None: every row."""
+    if left_out is None:
+        return trained
+    return ~left_out if trained is None else trained & ~left_out
+
+
 class Uplink:
     """The round's uplink under ``compression.*``: :meth:`send` turns a trained update into what the server
     receives, and remembers each sender's new residual until :meth:`state_to_keep` stores it."""
 
-    def __init__(self, config):
+    def __init__(self, config, method: Method):
         self.codec = parse(config.compression.uplink)
         self.feedback = config.compression.error_feedback
         self.seed = config.federation.seed
+        self.method = method
         self.residuals: dict[int, Tensors] = {}  # the round's senders' new residuals
 
     def send(self, round: int, broadcast: Broadcast, update: ClientUpdate, state: Tensors | None) -> ClientUpdate:
@@ -91,6 +103,7 @@ class Uplink:
             update.sent = tensor_bytes(update.params) if masks_bad else None
             return update
         residual = residual_of(state) if self.feedback else {}
+        left_out = self.method.rows_left_out(update) if isinstance(self.method, SendsExtras) else {}
         generator = torch.Generator().manual_seed(derive_seed(self.seed, Purpose.COMPRESSION, round, update.client_id))
         decoded, kept, sent = {}, {}, 0
         for name, tensor in sorted(update.params.items()):
@@ -98,27 +111,26 @@ class Uplink:
                 decoded[name], sent = tensor, sent + tensor_bytes({name: tensor})
                 continue
             base = received[name].to(tensor.dtype)
-            rows = update.trained.get(name)
-            if rows is not None and not rows.any():  # a capacity tier that trained none of its rows: nothing sent
-                decoded[name] = base
-                if name in residual:
-                    kept[RESIDUAL + name] = residual[name]
-                continue
-            delta = (tensor - base)[rows] if rows is not None else tensor - base
-            vector = delta.reshape(-1).float()
+            rows = rows_sent(update.trained.get(name), left_out.get(name))
+            # the change and the residual, one row per row of the tensor (a scalar: one row)
+            owed = (tensor - base).reshape(max(len(base), 1) if base.dim() else 1, -1).float()
             if name in residual:
-                vector = vector + residual[name]
-            encoded = encode(self.codec, vector, generator)
-            values = decode(self.codec, encoded, len(vector))
-            sent += nbytes(encoded)
-            if self.feedback:
-                kept[RESIDUAL + name] = vector - values
-            change = values.reshape(delta.shape).to(tensor.dtype)
+                owed = owed + residual[name].reshape(owed.shape)
+            chosen = owed if rows is None else owed[rows]
+            values = torch.zeros_like(chosen)
+            if chosen.numel():
+                vector = chosen.reshape(-1)
+                encoded = encode(self.codec, vector, generator)
+                values = decode(self.codec, encoded, len(vector)).reshape(chosen.shape)
+                sent += nbytes(encoded)
+            arrived = torch.zeros_like(owed)
             if rows is None:
-                decoded[name] = base + change
-            else:  # the rows it did not train: what it received
-                decoded[name] = base.clone()
-                decoded[name][rows] += change
+                arrived = values
+            else:  # the rows it did not send: what it received
+                arrived[rows] = values
+            decoded[name] = base + arrived.reshape(base.shape).to(tensor.dtype)
+            if self.feedback:
+                kept[RESIDUAL + name] = (owed - arrived).reshape(-1)
         update.params, update.sent = decoded, sent
         if self.feedback:
             self.residuals[update.client_id] = kept

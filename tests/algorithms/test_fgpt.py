@@ -96,6 +96,21 @@ def test_group_prompts_are_averaged_with_selection_counts():
     assert out.params[GROUP].flatten().tolist() == [1.5, 6.0]
 
 
+def test_the_group_rows_a_client_leaves_out_are_those_the_aggregation_weighs_at_zero():
+    method = get_method("fgpt").cls(build_config("fgpt", [TINY, {"fgpt": {"groups": 2, "k": 1}}]))
+    state = GlobalState(params={GROUP: torch.zeros(2, 1, 1, 1)})
+    a, b = (
+        ClientUpdate(i, 1, {GROUP: torch.tensor(values).reshape(2, 1, 1, 1)}, {"selection_counts": torch.tensor(c)})
+        for i, (values, c) in enumerate([([1.0, 5.0], [3.0, 0.0]), ([3.0, 7.0], [1.0, 2.0])])
+    )
+    assert {name: rows.tolist() for name, rows in method.rows_left_out(a).items()} == {GROUP: [False, True]}
+    before = method.aggregate(1, state, [a, b]).params[GROUP]
+    a.params[GROUP][1] = -40.0  # a row a compressed uplink leaves out: nothing changes
+    assert torch.equal(method.aggregate(1, state, [a, b]).params[GROUP], before)
+    a.params[GROUP][0] = -40.0  # a row it sends
+    assert not torch.equal(method.aggregate(1, state, [a, b]).params[GROUP], before)
+
+
 def test_keys_are_fixed_orthogonal_never_communicated_and_never_trained():
     config = build_config("fgpt", [TINY, {"fgpt": {"groups": 4}}])
     config, initial, shards = prepared(config)

@@ -295,3 +295,14 @@ def test_group_mode_keeps_every_blocks_group_output_or_only_the_last(mode, token
     assert sizes["group"] == tokens
     with torch.no_grad():
         assert method.logits(model, x, groups).shape == (2, 5)
+
+
+def test_the_key_rows_a_client_leaves_out_are_those_the_aggregation_weighs_at_zero():
+    state, (a, b) = two_clients()  # a chose g0 only; b chose both
+    method = sgpt()
+    assert {name: rows.tolist() for name, rows in method.rows_left_out(a).items()} == {KEYS: [False, True]}
+    before = method.aggregate(1, state, [a, b]).params[KEYS]
+    a.params[KEYS][1] = torch.tensor([-40.0, 40.0])  # a row a compressed uplink leaves out: nothing changes
+    assert torch.equal(method.aggregate(1, state, [a, b]).params[KEYS], before)
+    a.params[KEYS][0] = torch.tensor([-40.0, 40.0])  # a row it sends
+    assert not torch.equal(method.aggregate(1, state, [a, b]).params[KEYS], before)

@@ -14,6 +14,7 @@ from rich.console import Console
 from raysim.cli import main
 from raysim.config import build_config
 from raysim.core.messages import Broadcast, ClientUpdate
+from raysim.core.registry import get_method
 from raysim.engine.driver import run
 from raysim.engine.uplink import RESIDUAL, Uplink, own_state
 from raysim.ops.metrics import TIMING_KEYS
@@ -30,8 +31,13 @@ SMALL = {
 }
 
 
+def fedvpt_uplink(settings: dict) -> Uplink:
+    config = build_config("fedvpt", [settings])
+    return Uplink(config, get_method("fedvpt").cls(config))
+
+
 def test_top_k_with_error_feedback_sends_what_the_last_round_left_out():
-    uplink = Uplink(build_config("fedvpt", [{"compression": {"uplink": "topk:0.25", "error_feedback": True}}]))
+    uplink = fedvpt_uplink({"compression": {"uplink": "topk:0.25", "error_feedback": True}})
     received = Broadcast({"w": torch.tensor([1.0, 1.0, 1.0, 1.0])})
     first = uplink.send(1, received, ClientUpdate(7, 10, {"w": torch.tensor([4.0, 0.0, 1.5, 3.0])}), None)
     # delta (3, -1, 0.5, 2): top-1 keeps 3; the residual is the rest
@@ -46,7 +52,7 @@ def test_top_k_with_error_feedback_sends_what_the_last_round_left_out():
 
 
 def test_a_tier_sends_only_the_rows_it_trained():
-    uplink = Uplink(build_config("fedvpt", [{"compression": {"uplink": "topk:1"}}]))
+    uplink = fedvpt_uplink({"compression": {"uplink": "topk:1"}})
     update = ClientUpdate(
         0, 5, {"w": torch.tensor([[2.0, 2.0], [5.0, 5.0]])}, trained={"w": torch.tensor([True, False])}
     )
@@ -56,7 +62,7 @@ def test_a_tier_sends_only_the_rows_it_trained():
 
 @pytest.mark.parametrize("codec", ["randk:0.5", "topk:0.5", "qsgd:4"])
 def test_a_tier_that_trained_none_of_a_tensors_rows_sends_none_of_it_and_keeps_its_residual(codec):
-    uplink = Uplink(build_config("fedvpt", [{"compression": {"uplink": codec, "error_feedback": True}}]))
+    uplink = fedvpt_uplink({"compression": {"uplink": codec, "error_feedback": True}})
     update = ClientUpdate(
         0, 5, {"w": torch.full((2, 2), 5.0), "b": torch.tensor([3.0])}, trained={"w": torch.tensor([False, False])}
     )
@@ -67,10 +73,23 @@ def test_a_tier_that_trained_none_of_a_tensors_rows_sends_none_of_it_and_keeps_i
     assert sent.params["w"].tolist() == [[5.0, 5.0], [5.0, 5.0]] and sent.sent == alone.sent > 0  # b's bytes only
 
 
+def test_error_feedback_keeps_the_key_rows_of_groups_a_client_did_not_choose_for_a_round_where_they_count():
+    config = build_config("sgpt", [{"compression": {"uplink": "topk:0.5", "error_feedback": True}}])
+    uplink = Uplink(config, get_method("sgpt").cls(config))
+    keys, counts = "extra.selection_keys", {"selection_counts": torch.tensor([2.0, 0.0, 1.0], dtype=torch.float64)}
+    update = ClientUpdate(3, 10, {keys: torch.tensor([[4.0, 1.0], [0.5, 0.5], [0.0, -3.0]])}, counts)
+    earlier = {RESIDUAL + keys: torch.tensor([0.0, 0.0, 1.0, 1.0, 0.0, 0.0])}
+    sent = uplink.send(1, Broadcast({keys: torch.zeros(3, 2)}), update, earlier)
+    # rows 0 and 2 go out, (4, 1, 0, -3): top-2 keeps 4 and -3; group 1's row stays home, change and residual
+    assert sent.params[keys].tolist() == [[4.0, 0.0], [0.0, 0.0], [0.0, -3.0]] and sent.sent == 2 * (4 + 4)
+    kept = uplink.state_to_keep(3, None, earlier)[RESIDUAL + keys]
+    assert kept.tolist() == [0.0, 1.0, 1.5, 1.5, 0.0, 0.0]
+
+
 def test_an_update_that_is_not_finite_goes_unencoded_for_screening_to_reject_and_leaves_no_residual():
     from raysim.engine.screening import screen
 
-    uplink = Uplink(build_config("fedvpt", [{"compression": {"uplink": "topk:0.5", "error_feedback": True}}]))
+    uplink = fedvpt_uplink({"compression": {"uplink": "topk:0.5", "error_feedback": True}})
     received = Broadcast({"w": torch.zeros(4)})
     update = ClientUpdate(3, 1, {"w": torch.tensor([float("nan"), 3.0, -2.0, 0.1])})
     sent = uplink.send(1, received, update, None)  # top-k would send (0, 3, -2, 0) and keep the NaN
@@ -79,7 +98,7 @@ def test_an_update_that_is_not_finite_goes_unencoded_for_screening_to_reject_and
 
 
 def test_a_tiers_update_sent_unencoded_counts_the_rows_it_trained_as_without_compression():
-    uplink = Uplink(build_config("fedvpt", [{"compression": {"uplink": "topk:1"}}]))
+    uplink = fedvpt_uplink({"compression": {"uplink": "topk:1"}})
     w = torch.zeros(100, 10)
     w[0, 0] = float("nan")
     update = ClientUpdate(0, 5, {"w": w}, trained={"w": torch.arange(100) < 1})  # one row of 100 trained
@@ -99,7 +118,7 @@ def test_a_malformed_update_goes_unencoded_for_screening_to_reject_by_name(param
     is, screening rejects the client with its reason, as without compression."""
     from raysim.engine.screening import screen
 
-    uplink = Uplink(build_config("fedvpt", [{"compression": {"uplink": "qsgd:8", "error_feedback": True}}]))
+    uplink = fedvpt_uplink({"compression": {"uplink": "qsgd:8", "error_feedback": True}})
     received = Broadcast({"w": torch.zeros(4)})
     sent = uplink.send(1, received, ClientUpdate(3, 1, params, trained=trained), None)
     assert sent.params is params and uplink.state_to_keep(3, None, None) is None
