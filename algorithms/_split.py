@@ -259,10 +259,10 @@ class RemoteEncoder(nn.Module):
         return self.call("forward", None, h.detach(), sent=h)
 
     def perturbed(self, h: torch.Tensor, seed: int, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-        """The server's outputs at w +- eps z for ``h`` (FedVZ's last step); counted as SPSA traffic."""
+        """The server's outputs at w +- eps z for ``h`` (FedVZ's last step), counted as SPSA traffic: the two outputs
+        down; ``h`` is the smashed batch the step's own forward sends up, which the server keeps for these passes."""
         started = time.perf_counter()
         plus, minus, compute_s = self.server.perturbed(h.detach(), seed, eps)
-        self.counters["bytes_up_spsa"] += _nbytes(h)
         self.counters["bytes_down_spsa"] += _nbytes(plus) + _nbytes(minus)
         self.counters["server_wait_s"] += time.perf_counter() - started
         self.counters["server_compute_s"] += compute_s
