@@ -34,6 +34,7 @@ from raysim.config import (
     setting_note,
 )
 from raysim.config.listing import option_names, options_text
+from raysim.config.partition_keys import refuse_unread_partition_keys
 from raysim.config.pretrain_recipe import PretrainRecipe
 from raysim.config.sections import SECTIONS, flagged_fields
 from raysim.core.registry import FAMILIES, METHODS
@@ -262,6 +263,7 @@ def run(method, resume, preset, overrides, progress, **flags):
     layers = ([preset_for_method(load_preset(preset or setting), method)] if preset or setting else []) + given
     if resume is None:
         config = build_config(method, layers)  # a typo stops here, before Ray is imported
+        refuse_unread_partition_keys(given, config.data.partition)
         if setting:
             click.echo(f"raysim: {setting_note([method], setting)}", err=True)
         if note := other_method_note(preset, [method]):

@@ -63,7 +63,7 @@ class Partitioner:
     """A registered partitioner; ``fn(D, C, M, params, rng, coarse_of_class, cell_sizes)`` (``cell_sizes``: the
     training rows of each (domain, class) cell, [D, C]) returns shares [D, C, M], or (train shares, test shares)
     where the test rows are dealt otherwise; ``reads``: the :class:`PartitionParams` it uses (they name a
-    partition, e.g. in run names)."""
+    partition, e.g. in run names); ``also_reads``: those it uses that do not name it."""
 
     name: str
     description: str
@@ -71,6 +71,12 @@ class Partitioner:
     needs_domains: bool = False
     needs_coarse: bool = False
     reads: tuple[str, ...] = ()
+    also_reads: tuple[str, ...] = ()
+
+    @property
+    def knobs(self) -> tuple[str, ...]:
+        """Every :class:`PartitionParams` key this partitioner uses."""
+        return self.reads + self.also_reads
 
 
 @dataclass(frozen=True)
@@ -267,7 +273,11 @@ PARTITIONERS: Registry[Partitioner] = Registry("partition")
 for _partitioner in (
     Partitioner("iid", "every (domain, class) cell split equally among all clients", _iid),
     Partitioner(
-        "pathological", "each client holds s classes with U(0.4, 0.6) shares (SGPT)", _pathological, reads=("s",)
+        "pathological",
+        "each client holds s classes with U(0.4, 0.6) shares (SGPT)",
+        _pathological,
+        reads=("s",),
+        also_reads=("class_sets",),
     ),
     Partitioner("dirichlet", "per class, client shares ~ Dirichlet(alpha)", _dirichlet, reads=("alpha",)),
     Partitioner(
@@ -277,6 +287,7 @@ for _partitioner in (
         _pachinko,
         needs_coarse=True,
         reads=("beta", "beta_fine"),
+        also_reads=("pachinko",),
     ),
     Partitioner(
         "domains",
@@ -285,6 +296,7 @@ for _partitioner in (
         _domains,
         needs_domains=True,
         reads=("dif",),
+        also_reads=("domain_order", "domain_sizes"),
     ),
 ):
     PARTITIONERS.add(_partitioner.name, _partitioner)

@@ -41,6 +41,7 @@ from rich.console import Console
 from raysim.base.errors import ConfigError, RunInterrupted, SweepError
 from raysim.base.paths import sqlite_file
 from raysim.config import Config, beside_store, build_config, load_preset, parse_override, preset_for_method, yaml12
+from raysim.config.partition_keys import refuse_unread_partition_keys
 from raysim.core.registry import get_method
 from raysim.engine.driver import run
 from raysim.engine.ray_connect import connect_ray
@@ -185,6 +186,7 @@ def plan(
             default_space_file(method)  # a one-line error naming the methods that have a space
     layers = [[preset_for_method(load_preset(preset), m)] if preset else [] for m, _ in named]
     probes = [build_config(m, [*before, *flags, own]) for (m, own), before in zip(named, layers)]
+    refuse_unread_partition_keys(flags, probes[0].data.partition)  # every arm's data are the same
     for probe in probes:
         sweeping.refuse_server_resources(probe)
         refuse_unrunnable(probe)

@@ -30,6 +30,7 @@ from raysim.base.errors import ConfigError, RunInterrupted, SweepError, last_lin
 from raysim.base.paths import absolute
 from raysim.base.sole_runner import run_lock, sole_runner
 from raysim.config import NOT_COMPUTED, Config, beside_store, build_config, load_preset, preset_for_method
+from raysim.config.partition_keys import refuse_unread_partition_keys
 from raysim.core.registry import get_method
 from raysim.engine.driver import run
 from raysim.engine.ray_connect import connect_ray
@@ -585,6 +586,7 @@ def plan(
                 f"'fixed:' or with its flag (e.g. --workers, --cpus-per-client)"
             )
     probe = build_config(method, [*before, as_layer(space.fixed), *flag_layers])
+    refuse_unread_partition_keys(flag_layers, probe.data.partition)
     refuse_unreported_metric(metric, probe)
     refuse_spending_samplers(space, probe)
     refuse_server_resources(probe)

@@ -1,4 +1,5 @@
 import math
+from dataclasses import fields
 from importlib import resources
 
 import pytest
@@ -17,7 +18,9 @@ from raysim.config import (
     setting_note,
     yaml12,
 )
+from raysim.config.partition_keys import refuse_unread_partition_keys
 from raysim.core.registry import METHODS
+from raysim.data.partition import PARTITIONERS, PartitionParams
 
 
 def test_defaults_are_valid_and_resolve_method_options():
@@ -336,3 +339,19 @@ def test_every_declared_setting_is_a_preset_on_which_its_method_has_client_types
         "fedgcr needs client types: using the offline-digit5-dif10 setting (--preset offline-digit5-dif10); pass "
         "--dataset/--partition or --preset to choose another"
     )
+
+
+def test_every_partition_knob_belongs_to_the_partition_that_reads_it():
+    """A knob no partition claims would pass the check below unseen: each PartitionParams field is one partition's."""
+    claimed = [key for _, partitioner in PARTITIONERS.items() for key in partitioner.knobs]
+    assert sorted(claimed) == sorted(f.name for f in fields(PartitionParams))
+
+
+def test_a_users_partition_knob_the_partition_does_not_read_is_refused_and_a_presets_is_not():
+    refuse_unread_partition_keys([{"data": {"partition": "pathological", "s": 3}}], "pathological")
+    with pytest.raises(ConfigError, match=r"^data.beta_fine is the pachinko partition's, .* domains \(reads dif, "):
+        refuse_unread_partition_keys([{}, {"data": {"beta_fine": 3.0}}], "domains")
+    preset = {"data": {"partition": "dirichlet", "alpha": 0.3}}  # a flag picks another partition: alpha stays behind
+    flags = [{"data": {"partition": "iid"}}]
+    assert build_config("fedavg", [preset, *flags]).data.partition == "iid"
+    refuse_unread_partition_keys(flags, "iid")

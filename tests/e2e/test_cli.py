@@ -142,6 +142,11 @@ BAD_INPUTS = [
         "s=12 is larger than the number of classes (10)",
     ),
     (["run", "fedvpt", "--partition", "dirichlet", "--set", "data.alpha=0"], "data.alpha=0.0 must be > 0"),
+    (
+        ["run", "fedvpt", "--partition", "pathological", "--set", "data.alpha=0.1"],
+        "data.alpha is the dirichlet partition's, and the partition here is pathological (reads s, class_sets)",
+    ),
+    (["run", "fedvpt", "--set", "data.dif=5"], "drop data.dif, or set data.partition=domains"),
     (["run", "fedvpt", "--participation", "1.5"], "participation=1.5 must be in (0, 1]"),
     (["run", "fedvpt", "--participation", "0"], "participation=0.0 must be in (0, 1]"),
     (["run", "fedvpt", "--clients", "4", "--workers", "8"], "workers=8 is more than the 4 clients"),

@@ -182,6 +182,7 @@ BAD = [
     (["fedavg", "fedvpt:prompt_length"], "'prompt_length' must be KEY=VALUE"),
     (["fedavg", "fedvpt:prompt_length=0"], "prompt_length=0 must be at least 1"),
     (["fedavg", "fedvpt:data.alpha=0.1"], "data.alpha changes the clients' data"),
+    (["fedavg", "fedvpt", "--partition", "iid", "--set", "data.alpha=0.1"], "drop data.alpha, or set data.partition"),
     (["fedavg", "sgpt", "--tune-budget", "-1"], "--tune-budget -1 must be 0"),
     (["fedavg", "sgpt", "--max-concurrent", "0"], "--max-concurrent 0 must be at least 1"),
     (["fedavg", "sgpt:resources.workers=3"], "sgpt:resources.workers=3: resources.workers changes what a cell"),

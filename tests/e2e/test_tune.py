@@ -136,6 +136,7 @@ BAD = [
         ["--space", "SPACE:fixed: {train.lr: 0.01}\nspace:\n  train.lr: {choice: [0.1]}\n"],
         "key 'train.lr' is both fixed and sampled",
     ),
+    (["--set", "data.s=3"], "data.s is the pathological partition's, and the partition here is dirichlet"),
     (["--mode", "best"], "--mode 'best' must be 'max' or 'min'"),
     (["--scheduler", "pbt"], "--scheduler 'pbt' is not one of asha, fifo"),
     (["--num-samples", "0"], "--num-samples 0 must be at least 1"),
