@@ -66,7 +66,7 @@ def attacked(
     from rich.console import Console
 
     from raysim.attacks.membership_attack import lira, membership
-    from raysim.attacks.recorded import client_states, contributors, final_state, recorded_config
+    from raysim.attacks.recorded import client_states, contributors, final_state, personal_models, recorded_config
     from raysim.attacks.shadows import attacked_half
     from raysim.config import build_config, load_preset, preset_for_method
     from raysim.core.protocol import Personalised
@@ -86,8 +86,8 @@ def attacked(
     start = time.perf_counter()
     result = run(build_config(method, layers), show_progress=False, console=Console(file=io.StringIO()))
     config = recorded_config(uri, result.run_id)
-    states = client_states(uri, result.run_id, config)
-    params = final_state(uri, result.run_id).params
+    state = final_state(uri, result.run_id)
+    states, params = personal_models(config, state, client_states(uri, result.run_id, config)), state.params
     config, _, _, shards = initial_state(resolved(config), prepare_shards(config))
     personalised = issubclass(get_method(method).cls, Personalised)
     clients = sorted(states) if personalised else contributors(uri, result.run_id)  # a state: the client trained

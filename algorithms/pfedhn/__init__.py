@@ -27,6 +27,13 @@ class HNOptions(PromptOptions):
     )
     hn_weight_decay: float = setting(1e-3, "Weight decay of the hypernetwork's optimiser.", checks=(non_negative(),))
     clip: float = setting(50.0, "Gradient-norm clip of the hypernetwork's step.", checks=(positive(),))
+    evaluate: str = setting(
+        "generated",
+        "What a client that trained is evaluated with: 'generated', theta_i = h(v_i; phi) from the current "
+        "hypernetwork (the paper's personal model; the authors' evaluate), or 'trained', the tensors it trained from "
+        "its theta_i when it last took part.",
+        choices=("generated", "trained"),
+    )
 
 
 declare(

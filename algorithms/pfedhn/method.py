@@ -9,15 +9,16 @@ theta~_i and sends them; the server, with dtheta_i = theta_i - theta~_i (Alg. 1,
 
 with SGD (momentum 0.9, weight decay 1e-3, lr 1e-2 for phi and the embeddings) after clipping the gradient norm to
 50. h is the authors' MLP: Linear(e, 100), 3 x [ReLU, Linear(100, 100)], one Linear(100, numel) per tensor; e = 1 +
-M / 4; embeddings N(0, 1) (``experiments/pfedhn``). A client is evaluated with the tensors it trained from its
-theta_i (its state). An unseen client gets a new embedding, the mean of the learned ones, and is evaluated with
+M / 4; embeddings N(0, 1) (``experiments/pfedhn``). A client that has trained is evaluated with its personal model
+h(v_i; phi) from the current hypernetwork (the paper's theta_i; the authors' ``evaluate`` loads ``hnet(node_id)``),
+or (``evaluate=trained``) with the tensors it trained from its theta_i when it last took part. A client that has
+not (held out, or not drawn yet) gets a new embedding, the mean of the learned ones, and is evaluated with
 h(v_new; phi), which is the global parameters.
 
 Deviations: the authors step the hypernetwork after each single client (5000 steps of one client, 50 inner
-batches); with m clients per round here, one step with phi's gradient averaged over them. Clients are evaluated
-with what they last trained rather than with h(v_i; phi) regenerated after later rounds (evaluation sees the
-clients' states, not the server's). The paper trains a new client's embedding on its data with phi frozen; raysim's
-held-out clients never train, so they are evaluated at that embedding's starting point (no adaptation).
+batches); with m clients per round here, one step with phi's gradient averaged over them. The paper trains a new
+client's embedding on its data with phi frozen; raysim's held-out clients never train, so they are evaluated at
+that embedding's starting point (no adaptation).
 """
 
 from __future__ import annotations
@@ -83,6 +84,14 @@ class PFedHN(Personalised, ResolvesOptions, FedVPT):
 
     def eval_params(self, params, client_state):
         return params if client_state is None else client_state
+
+    def evaluated_states(self, state, client_ids, states):
+        """``evaluate=generated``: h(v_i; phi) for each client of ``client_ids`` that has trained."""
+        if self.options.evaluate == "trained":
+            return states
+        net, targets = server_part(state.server, NET), {k: tuple(v.shape) for k, v in state.params.items()}
+        trained = state.server[SEEN]
+        return {c: self.generate(net, net[EMBEDDINGS][c], targets) for c in client_ids if trained[c]}
 
     def aggregate(self, round, state, updates) -> GlobalState:
         """One SGD step of the hypernetwork and the round's embeddings from the deltas theta_i - theta~_i."""

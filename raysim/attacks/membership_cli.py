@@ -48,7 +48,7 @@ def membership(run_id, clients, target, shadows, tracking_uri):
     from raysim.attacks.attack_run import attack_run
     from raysim.attacks.figures import roc_figure
     from raysim.attacks.membership_attack import lira, membership, refuse_split_learning
-    from raysim.attacks.recorded import client_states, contributors, final_state, recorded_config
+    from raysim.attacks.recorded import client_states, contributors, final_state, personal_models, recorded_config
     from raysim.attacks.shadows import attacked_half
     from raysim.core.protocol import Personalised
     from raysim.core.registry import get_method
@@ -72,6 +72,8 @@ def membership(run_id, clients, target, shadows, tracking_uri):
             )
         states = client_states(uri, run_id, config)
     state = final_state(uri, run_id)
+    if states is not None:
+        states = personal_models(config, state, states)
     check_client_range(chosen, config.federation.clients)
     if chosen is not None:
         targets = chosen

@@ -22,7 +22,7 @@ Capabilities (mix in the ones a method needs): :class:`CachesRowFeatures`, :clas
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -172,6 +172,13 @@ class Personalised:
 
     def eval_params(self, params: Tensors, client_state: Tensors | None) -> Tensors:
         raise NotImplementedError
+
+    def evaluated_states(
+        self, state: GlobalState, client_ids: list[int], states: Mapping[int, Tensors]
+    ) -> Mapping[int, Tensors]:
+        """The client states :meth:`eval_params` reads for ``client_ids`` under the global ``state``; default: what
+        the clients kept (``states``). pFedHN's are those its hypernetwork generates."""
+        return states
 
 
 ENCODER_PREFIX = "encoder."  # a split method's server blocks in ``GlobalState.server``: encoder.<block>.<name>

@@ -275,10 +275,11 @@ class Simulation:
     def _evaluate(self, report: RoundReport) -> None:
         start = time.perf_counter()
         # client states travel to the workers only for methods that evaluate with them (personalised ones)
-        states = self.clients if isinstance(self.method, Personalised) else {}
-        if states and self.uplink is not None:
-            states = OwnStates(states)  # error feedback's residuals stay out of evaluation
-        counts = self.executor.evaluate(self.state.params, self.eval_seen + self.eval_unseen, states)
+        states, evaluated = {}, self.eval_seen + self.eval_unseen
+        if isinstance(self.method, Personalised):
+            kept = OwnStates(self.clients) if self.uplink is not None else self.clients  # less error feedback's
+            states = self.method.evaluated_states(self.state, evaluated, kept)
+        counts = self.executor.evaluate(self.state.params, evaluated, states)
         report.metrics.update(accuracy_metrics(counts, self.eval_seen, self.eval_unseen, self.shards.client_domain))
         if isinstance(self.method, Personalised):  # the global model too, on the same rows (as held-out clients)
             generic = self.executor.evaluate(self.state.params, self.eval_seen, {})

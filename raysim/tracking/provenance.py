@@ -109,6 +109,10 @@ NEW_DATA = {
     "data.holdout": lambda data: data.holdout != "test",
     "data.pachinko": lambda data: data.partition == "pachinko" and data.pachinko != "proportional",
 }
+# Options added later whose default changed what a method computes: hashed only away from the value every run had
+# before (pFedHN evaluated each client with the tensors it trained until 2026-12-07), so a new setting never joins an
+# old one and a rerun "as it ran" (with the old value) joins its experiment
+OLD_VALUES = {"pfedhn.evaluate": "trained"}
 # Methods whose numbers changed on a date, for the same config: a revision joins their hash, so a resumed comparison
 # never mixes cells from before and after
 REVISIONS = {"harmofl": "amplitude swapped in pixel space (2026-11-29)"}
@@ -132,6 +136,7 @@ def config_hash(config: Config) -> str:
         and key.split(".", 1)[0] not in NOT_COMPUTED
         and not (key.startswith(LATER_KEYS) and value == defaults.get(key))
         and not (key in NEW_DATA and not NEW_DATA[key](config.data))
+        and not (key in OLD_VALUES and value == OLD_VALUES[key])
     }
     if config.method in REVISIONS:
         setting["revision"] = REVISIONS[config.method]

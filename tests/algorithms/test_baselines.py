@@ -124,6 +124,31 @@ def test_pfedhn_sends_each_client_its_own_tensors_and_steps_the_embeddings_of_th
     )
 
 
+def test_pfedhn_evaluates_a_client_that_trained_with_what_its_hypernetwork_generates_for_it_now():
+    states, _, client_states, method = rounds("pfedhn")
+    trained, seen = sorted(client_states), states[-1].server["participated"]
+    others = [c for c in range(len(seen)) if c not in client_states]
+    assert others and seen[trained].all() and not seen[others].any()
+    evaluated = method.evaluated_states(states[-1], trained + others, client_states)
+    now = method.configure(3, states[-1], trained).instructions  # h(v_i; phi), as each would receive it now
+    assert set(evaluated) == set(trained)  # the others: the global parameters, h at the mean embedding
+    for c in trained:
+        assert all(torch.equal(evaluated[c][k], now[c][k]) for k in now[c])
+        assert not torch.equal(evaluated[c]["vit.head.weight"], client_states[c]["vit.head.weight"])
+    as_trained = type(method)(smoke_config("pfedhn", {"pfedhn": {"evaluate": "trained"}}))
+    assert as_trained.evaluated_states(states[-1], trained, client_states) is client_states
+
+
+def test_pfedhns_evaluation_reads_the_generated_models_in_a_run_and_training_is_the_same_either_way():
+    runs = {
+        mode: run_rounds(smoke_config("pfedhn", {"pfedhn": {"evaluate": mode}, "federation": {"eval_every": 1}}))
+        for mode in ("generated", "trained")
+    }
+    (_, generated, g_final), (_, trained, t_final) = runs["generated"], runs["trained"]
+    assert all(torch.equal(g_final.server[k], t_final.server[k]) for k in g_final.server)
+    assert [r.client_acc for r in generated] != [r.client_acc for r in trained]
+
+
 def test_pfedpg_heads_stay_personal_and_prompts_come_from_the_generator():
     states, updates, client_states, method = rounds("pfedpg")
     broadcast = method.configure(3, states[-1], [0, 1])

@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from raysim.attacks.membership_attack import membership
-from raysim.attacks.recorded import client_states, final_state, recorded_config
+from raysim.attacks.recorded import client_states, final_state, personal_models, recorded_config
 from raysim.cli import main
 from raysim.engine.setup import initial_state, prepare_shards, resolved
 
@@ -21,8 +21,8 @@ def recorded(tracked_run):
 def scored(uri, run_id):
     """The run's config, final global tensors, shards, clients with a state, and those clients' states."""
     config = recorded_config(uri, run_id)
-    states = client_states(uri, run_id, config)
-    params = final_state(uri, run_id).params
+    state = final_state(uri, run_id)
+    states, params = personal_models(config, state, client_states(uri, run_id, config)), state.params
     config, _, _, shards = initial_state(resolved(config), prepare_shards(config))
     return config, params, shards, sorted(states), states
 

@@ -172,6 +172,7 @@ PUBLISHED = [  # hashes of 45a766e (2026-11-29 morning): the old forms of the la
     ("fedvpt", None, {"data": {"dataset": "pacs", "partition": "domains", "dif": 10.0}}, "4f76ba"),  # no paper order
     ("sgpt", "offline-five-sources", {"federation": {"rounds": 30}}, "3d5c1d"),  # DIF 1: no domain is rarer
     ("fedvpt", None, {"data": {"partition": "pachinko", "pachinko": "proportional"}}, "bc49f8"),  # at 4e676fa
+    ("pfedhn", None, {"pfedhn": {"evaluate": "trained"}}, "6869f3"),  # at 3a85a8b
 ]
 
 
@@ -205,6 +206,7 @@ def test_a_method_option_added_later_changes_the_hash_only_off_its_default():
         ("fedvpt", "offline-digit5-dif10", {"data": {"domain_sizes": "geometric"}}, "e681b2"),  # the authors' sizes
         ("fedvpt", None, {"data": {"holdout": "validation"}}, "a6abab"),  # scored on validation rows
         ("fedvpt", None, {"data": {"partition": "pachinko"}}, "bc49f8"),  # Reddi et al.'s draw
+        ("pfedhn", None, {}, "6869f3"),  # clients evaluated with h(v_i; phi)
     ],
 )
 def test_a_setting_whose_data_or_numbers_changed_gets_a_new_hash(method, preset, layer, published):
