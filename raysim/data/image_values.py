@@ -54,7 +54,8 @@ def tensor_shape(field: pa.Field, where: str) -> tuple[int, ...] | None:
     if not name:
         return None
     if name not in RAY_TENSOR_TYPES or shape is None:
-        raise ConfigError(f"{where}: the image column is of type {name}, which raysim cannot read; {WRITE}")
+        mixed = " (Ray Data's type for images of different sizes)" if "variable_shaped" in name else ""
+        raise ConfigError(f"{where}: the image column is of type {name}{mixed}, which raysim cannot read; {WRITE}")
     return tuple(shape)
 
 

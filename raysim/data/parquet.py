@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import io
 import itertools
+import math
 import os
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +29,9 @@ PARQUET_LAYOUT = (
 )
 DECODER = 2  # raised whenever the images decoded from the same files change: older copies are then never read
 READ_BUFFER_BYTES = 4 * 2**20  # what the parquet reader holds of a column chunk at a time
+BATCH_BYTES = 32 * 2**20  # a batch of tensor rows, at most (and at most 4096 rows)
+ENCODED_BATCH_ROWS = 256  # rows of file bytes or nested lists decoded between two writes
+SPLIT_FOLDERS = ("train", "test", "val", "valid", "validation")  # what plain subfolders named for a split look like
 
 
 def png_table(images: np.ndarray, labels: np.ndarray, split: np.ndarray) -> pa.Table:
@@ -57,13 +62,17 @@ def read_parquet(cfg):
         dataset = pyarrow.dataset.dataset(cfg.data_dir, format="parquet", partitioning="hive")
         columns = set(dataset.schema.names)
     except Exception as error:
-        raise ConfigError(f"could not read {where} ({type(error).__name__}); expected {PARQUET_LAYOUT}") from None
+        raise ConfigError(
+            f"could not read {where} ({type(error).__name__}: {_reason(error)}); expected {PARQUET_LAYOUT}"
+        ) from None
     if not dataset.files:
         raise ConfigError(f"could not read {where} (no parquet files there); expected {PARQUET_LAYOUT}")
     if not {"image", "label"} <= columns:
         raise ConfigError(f"{where} has columns {sorted(columns)}; expected {PARQUET_LAYOUT}")
     _check_files_alike(dataset, where)
-    small = dataset.to_table(columns=[c for c in ("label", "domain", "split") if c in columns])
+    if "split" not in columns:
+        _refuse_plain_split_folders(dataset.files, cfg.data_dir, where)
+    small = _read(lambda: dataset.to_table(columns=[c for c in ("label", "domain", "split") if c in columns]), where)
     labels = _whole_numbers(small, "label", where)
     if not len(labels):
         raise ConfigError(f"dataset {where} has no rows")
@@ -121,7 +130,7 @@ def _check_files_alike(dataset, where: str) -> None:
     first = None
     for path in dataset.files:
         with dataset.filesystem.open_input_file(path) as source:
-            schema = pyarrow.parquet.read_schema(source)
+            schema = _read(lambda: pyarrow.parquet.read_schema(source), where, path)
         kinds = {
             field.name: _kind(field.type) for field in schema if field.name in ("image", "label", "domain", "split")
         }
@@ -139,6 +148,36 @@ def _check_files_alike(dataset, where: str) -> None:
                     f"{where}: {path} {said}, where {first[0]} has {f'it as {there}' if there else 'none'}; write "
                     "every file with the same columns and types"
                 )
+
+
+def _reason(error: BaseException) -> str:
+    """The first line of pyarrow's message."""
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+def _read(read, where: str, path: str | None = None):
+    """``read()``, a file or a damaged page that pyarrow cannot read refused in one line with its reason."""
+    try:
+        return read()
+    except (pa.ArrowException, OSError) as error:
+        what = f"{path} could not be read as parquet" if path else "a file could not be read as parquet"
+        raise ConfigError(
+            f"{where}: {what} ({_reason(error)}); move anything that is not a data file out of the folder, or write "
+            "the file again"
+        ) from None
+
+
+def _refuse_plain_split_folders(files: list[str], root: str, where: str) -> None:
+    """A folder of ``train/`` and ``test/`` subfolders without a ``split`` column would be split again (its test rows
+    trained on): refused, naming the hive spelling that makes them the split."""
+    top = {Path(os.path.relpath(path, root)).parts[0] for path in files if os.path.isdir(root)}
+    named = sorted(top & set(SPLIT_FOLDERS))
+    if named:
+        raise ConfigError(
+            f"{where} has subfolders {', '.join(f'{n}/' for n in named)} but no 'split' column, so its rows would be "
+            "split again, 20% held out of each cell; rename them split=train/ and split=test/ (hive folders), or "
+            "write a 'split' column"
+        )
 
 
 def _kind(kind: pa.DataType) -> str:
@@ -234,18 +273,19 @@ def _decoded_batches(dataset, size: int | None, where: str):
     """The ``image`` column a batch at a time as uint8 images (:mod:`raysim.data.image_values`), RGB ``size`` x
     ``size`` when a size is given."""
     shape = tensor_shape(dataset.schema.field("image"), where)
-    row = 0
-    for batch in _image_batches(dataset):
+    rows = min(4096, max(1, BATCH_BYTES // math.prod(shape))) if shape is not None else ENCODED_BATCH_ROWS
+    first = 0  # the batch's first row
+    for batch in _image_batches(dataset, rows, where):
         column = batch.column(0)
         if shape is not None:
-            images = tensor_rows(column, shape, row, where)
-        else:
-            images = [decoded(value, row + i, where) for i, value in enumerate(column.to_pylist())]
-        row += len(column)
-        yield [fit_array(image, size) for image in images] if size else images
+            images = tensor_rows(column, shape, first, where)
+        else:  # one image at a time, resized at once: a batch of large photos is never held at full size
+            images = (decoded(value, first + i, where) for i, value in enumerate(column.to_pylist()))
+        yield [fit_array(image, size) for image in images] if size else list(images)
+        first += len(column)
 
 
-def _image_batches(dataset, rows: int = 4096):
+def _image_batches(dataset, rows: int, where: str):
     """The ``image`` column in batches of ``rows``, in the dataset's row order, its pages read through a buffer of
     ``READ_BUFFER_BYTES``, so that the memory does not grow with the file or its row groups (reading a whole row group,
     or a column chunk with Arrow's default unbuffered reads, holds all of it meanwhile: docs/performance.md)."""
@@ -254,4 +294,6 @@ def _image_batches(dataset, rows: int = 4096):
     for path in dataset.files:
         with dataset.filesystem.open_input_file(path) as source:
             parquet = pyarrow.parquet.ParquetFile(source, buffer_size=READ_BUFFER_BYTES, pre_buffer=False)
-            yield from parquet.iter_batches(batch_size=rows, columns=["image"])
+            batches = parquet.iter_batches(batch_size=rows, columns=["image"])
+            while (batch := _read(partial(next, batches, None), where, path)) is not None:
+                yield batch
