@@ -389,7 +389,7 @@ def checked(config: Config, resume: ckpt.Checkpoint | None = None) -> Config:
     """``config`` resolved (:func:`~raysim.engine.setup.resolved`) once its store, the run ``resume`` continues and
     the checkpoints' folder were found usable: the checks that need neither Ray nor the data."""
     uri = config.tracking.resolved_uri
-    check_store(uri)
+    check_store(uri, config.tracking.experiment)
     if resume is not None:
         check_run(uri, resume.run_id)
     checkpoints = config.checkpoint.root(uri)

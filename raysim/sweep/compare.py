@@ -193,7 +193,7 @@ def plan(
     base = probes[0].federation.seed
     name = probes[0].tracking.experiment if sweeping.flag_set(flags, "experiment") else default_name(methods, preset)
     uri = probes[0].tracking.resolved_uri
-    check_store(uri)
+    check_store(uri, name)
     connect_ray(probes[0].resources)
     comparison = Comparison(
         name,

@@ -593,11 +593,11 @@ def plan(
     refuse_unrunnable(probe)
     refuse_unrunnable_corners(method, space, [*before, as_layer(space.fixed), *flag_layers])
     name = name or f"{method}-{time.strftime('%Y%m%d-%H%M%S')}"
-    check_store(probe.tracking.resolved_uri)
+    experiment = probe.tracking.experiment if flag_set(flag_layers, "experiment") else name
+    check_store(probe.tracking.resolved_uri, experiment)
     storage = beside_store(probe.tracking.resolved_uri) / "tune"
     refuse_taken(name, storage / name)
     connect_ray(probe.resources)
-    experiment = probe.tracking.experiment if flag_set(flag_layers, "experiment") else name
     sweep = Sweep(
         method,
         name,

@@ -140,11 +140,22 @@ def _described(runs: list[dict]) -> list[str]:
         f"- tuning: {'; '.join(tuning)}",
         *([f"- tuned values: {'; '.join(f'{m} {v}' for m, v in sorted(tuned.items()))}"] if tuned else []),
         f"- setting: {setting}",
-        f"- CPU: {tags.get('hardware.cpu', 'unknown')}; GPU: {tags.get('hardware.gpu', 'none')}; precision: "
-        f"{', '.join(sorted({r['tags'].get('precision', '?') for r in runs}))}",
+        f"- {_hardware_line(runs)}; precision: {', '.join(sorted({r['tags'].get('precision', '?') for r in runs}))}",
         f"- evaluation: {tags.get('evaluation', 'all clients')}",
         *_code_line(runs),
     ]
+
+
+def _hardware_line(runs: list[dict]) -> str:
+    """The CPUs and GPUs the cells ran on, every one named: figures compare only within one CPU (docs/evidence.md)."""
+    cpus = sorted({run["tags"].get("hardware.cpu", "unknown") for run in runs})
+    gpus = sorted({run["tags"].get("hardware.gpu", "none") for run in runs})
+    line = f"CPU: {' / '.join(cpus)}; GPU: {' / '.join(gpus)}"
+    return line + (
+        " (the cells ran on different machines: a figure compares only with one from the same CPU)"
+        if len(cpus) > 1 or len(gpus) > 1
+        else ""
+    )
 
 
 def _code_line(runs: list[dict]) -> list[str]:

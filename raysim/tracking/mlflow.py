@@ -8,12 +8,14 @@ logged before were ``summary.<metric>.<stat>``, and :func:`summary_key` reads bo
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import functools
 import json
 import logging
 import os
+import sqlite3
 import tempfile
 import time
 import urllib.request
@@ -32,6 +34,7 @@ from raysim.base.paths import sqlite_file, unwritable
 PARAM_LIMIT = 500  # MLflow caps a param value's length
 SUMMARY = "summary/"
 SQLITE_HEADER = b"SQLite format 3\x00"  # the first bytes of every SQLite database file
+MLFLOW_TABLES = {"alembic_version", "experiments"}  # one of them in a store MLflow made, even half made
 KIND, SWEEP = "raysim.kind", "sweep"  # a sweep's parent run is tagged KIND=SWEEP; its trials are nested under it
 TRAINABLE = "trainable_params"  # every run logs the size of its global trainable state once, at step 0
 RACE_TRIES = 3  # a concurrent run added the same row first: look again (see looked_up_again)
@@ -73,11 +76,12 @@ def store_schemes() -> set[str]:
     return set(registered) if registered else {"http", "https", "file", "databricks", *DATABASE_ENGINES}
 
 
-def check_store(uri: str) -> None:
-    """Fail early, with one line, if the store cannot be used; creates nothing.
+def check_store(uri: str, experiment: str | None = None) -> None:
+    """Fail early, with one line, if the store cannot be used, or its ``experiment`` is deleted; creates nothing.
 
-    A SQLite file must be creatable (its nearest existing folder writable); a server must answer ``/health``;
-    a plain folder is refused as MLflow 3 does, unless MLFLOW_ALLOW_FILE_STORE is set.
+    A SQLite file must be creatable (its nearest existing folder writable), and an existing one an MLflow store of
+    this MLflow's schema; a server must answer ``/health``; a plain folder is refused as MLflow 3 does, unless
+    MLFLOW_ALLOW_FILE_STORE is set.
     """
     path = sqlite_file(uri)
     if path is not None:
@@ -89,6 +93,8 @@ def check_store(uri: str) -> None:
                 "pass --tracking-uri sqlite:///SOME/WRITABLE/DIR/mlflow.db"
             )
         refuse_not_sqlite(uri, path)
+        if experiment is not None and path.is_file() and path.stat().st_size:
+            live_experiment(store_client(uri), uri, experiment)
     elif uri.startswith(("http://", "https://")):
         try:
             urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=5).close()
@@ -111,15 +117,38 @@ def check_store(uri: str) -> None:
 
 def refuse_not_sqlite(uri: str, path: Path) -> None:
     """A one-line error where the store's file holds something else than a SQLite database (an empty file is a new
-    one, as SQLite takes it)."""
-    if path.is_file() and path.stat().st_size:
-        with path.open("rb") as file:
-            if file.read(len(SQLITE_HEADER)) == SQLITE_HEADER:
-                return
+    one, as SQLite takes it), or another program's database (MLflow would add its tables to it); read only."""
+    if not (path.is_file() and path.stat().st_size):
+        return
+    with path.open("rb") as file:
+        if file.read(len(SQLITE_HEADER)) != SQLITE_HEADER:
+            raise ConfigError(
+                f"tracking store {uri}: {path} is not a SQLite database; pass --tracking-uri with an MLflow store's "
+                "SQLite file, or a new one"
+            )
+    try:
+        with contextlib.closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as database:
+            tables = {name for (name,) in database.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.Error:  # busy or damaged: MLflow's own error says which
+        return
+    if tables and not tables & MLFLOW_TABLES:
         raise ConfigError(
-            f"tracking store {uri}: {path} is not a SQLite database; pass --tracking-uri with an MLflow store's "
+            f"tracking store {uri}: {path} is a SQLite database of another program (its tables: "
+            f"{', '.join(sorted(tables)[:5])}), not an MLflow store; pass --tracking-uri with an MLflow store's "
             "SQLite file, or a new one"
         )
+
+
+def live_experiment(client: MlflowClient, uri: str, name: str):
+    """Experiment ``name`` of the store (None where there is none), refused in one line where it is deleted: MLflow
+    keeps a deleted experiment's name, so no run can be logged to it and no new one can take the name."""
+    found = client.get_experiment_by_name(name)
+    if found is not None and found.lifecycle_stage == "deleted":
+        raise ConfigError(
+            f"experiment {name!r} is deleted in the MLflow store {uri}; restore it (MLFLOW_TRACKING_URI={uri} mlflow "
+            f"experiments restore --experiment-id {found.experiment_id}) or pass another --experiment"
+        )
+    return found
 
 
 def rounds_reported(uri: str, run_id: str) -> int:
@@ -148,10 +177,21 @@ def created(uri: str) -> None:
     try:
         with open(f"{path}.lock", "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # waits for the process creating the tables
-            MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+            opened(uri)
     except OSError as error:  # an existing store in a folder this user cannot write, or on a read-only disk: as it is
         if error.errno not in (errno.EACCES, errno.EPERM, errno.EROFS) or not path.is_file():
             raise
+        opened(uri)
+
+
+def opened(uri: str) -> None:
+    """Opens the store as MLflow does (creating the tables of a new one); a store of another MLflow's schema is
+    refused in one line, with MLflow's advice."""
+    try:
+        MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+    except MlflowException as error:
+        said = " ".join(str(error.message).split()).split(" NOTE:")[0]
+        raise ConfigError(f"tracking store {uri}: {said}") from None
 
 
 def check_run_store(uri: str, whose: str = "") -> None:
@@ -165,15 +205,22 @@ def check_run_store(uri: str, whose: str = "") -> None:
         raise ConfigError(f"the MLflow store {uri}{whose} does not exist; pass --tracking-uri of an existing store")
     else:
         refuse_not_sqlite(uri, store)
+        if store.stat().st_size:
+            created(uri)  # an MLflow store's tables exist: this creates nothing, and checks the schema
 
 
 def check_run(uri: str, run_id: str) -> None:
     """Fail with one line, creating nothing, unless ``run_id`` is a run in the store ``uri`` (``--resume``)."""
     check_run_store(uri, " of the checkpoint")
     try:
-        store_client(uri).get_run(run_id)
+        run = store_client(uri).get_run(run_id)
     except MlflowException:
         raise ConfigError(f"MLflow run {run_id} of the checkpoint is not in the store {uri}") from None
+    if run.info.lifecycle_stage == "deleted":
+        raise ConfigError(
+            f"MLflow run {run_id} of the checkpoint is deleted in the store {uri}; restore it "
+            f"(MLFLOW_TRACKING_URI={uri} mlflow runs restore --run-id {run_id}) to resume it"
+        )
 
 
 def literal(value: str) -> str:
@@ -268,7 +315,7 @@ class Tracker:
         return looked_up_again(lambda: self._experiment_id(name))
 
     def _experiment_id(self, name: str) -> str:
-        found = self.client.get_experiment_by_name(name)
+        found = live_experiment(self.client, self.uri, name)
         if found is None:
             return self.client.create_experiment(
                 name, artifact_location=_artifact_root(self.uri), tags={EXPERIMENT_KIND: MACHINE_LEARNING}

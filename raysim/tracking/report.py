@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from raysim.base.errors import ConfigError
-from raysim.tracking.mlflow import ATTACK, COMPARE, KIND, SWEEP, every_run, store_client, summary_key
+from raysim.tracking.mlflow import ATTACK, COMPARE, KIND, SWEEP, every_run, live_experiment, store_client, summary_key
 from raysim.tracking.plots import plot_compared_curves, plot_global_vs_worst
 
 COLUMNS = (
@@ -40,7 +40,7 @@ def collect(uri: str, experiment: str, parent_run_id: str | None = None) -> list
     comparison's own run, nor an attack's): name, method, tags, latest metrics, summary statistics {(metric, stat):
     value} and global-accuracy curve."""
     client = store_client(uri)
-    found = client.get_experiment_by_name(experiment)
+    found = live_experiment(client, uri, experiment)
     if found is None:
         names = sorted(e.name for e in client.search_experiments())
         raise ConfigError(f"no experiment {experiment!r} in {uri}; experiments: {', '.join(names) or 'none'}")

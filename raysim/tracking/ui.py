@@ -20,7 +20,14 @@ from pathlib import Path
 
 from raysim.base.errors import ConfigError
 from raysim.config import beside_store
-from raysim.tracking.mlflow import EXPERIMENT_KIND, MACHINE_LEARNING, check_run_store, check_store, store_client
+from raysim.tracking.mlflow import (
+    EXPERIMENT_KIND,
+    MACHINE_LEARNING,
+    check_run_store,
+    check_store,
+    live_experiment,
+    store_client,
+)
 
 START_TIMEOUT_S = 120  # ~10-20 s on a busy 2-core machine
 LOG_NAME = "mlflow-ui.log"
@@ -42,7 +49,7 @@ def experiment_id(uri: str, name: str) -> str:
     """The id of experiment ``name`` in the store ``uri``, marked classic ML if it is not yet (one logged before
     raysim marked them); the error lists the experiments there."""
     client = store_client(uri)
-    found = client.get_experiment_by_name(name)
+    found = live_experiment(client, uri, name)
     if found is None:
         names = sorted(e.name for e in client.search_experiments())
         raise ConfigError(
@@ -119,7 +126,8 @@ def serve(uri: str, experiment: str, host: str, port: int) -> int:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ}  # no GenAI job runner: a faster start
     url = base_url(host, port)
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # stop the server on the way out
+    for stopping in (signal.SIGTERM, signal.SIGHUP):  # a closed terminal too: stop the server on the way out
+        signal.signal(stopping, lambda signum, frame: sys.exit(128 + signum))
     with open(log_path, "w") as log:
         process = subprocess.Popen(
             server_command(uri, host, port), env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True

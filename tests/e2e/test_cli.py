@@ -551,6 +551,19 @@ def test_bad_resume_target_is_one_line_exit_2_and_changes_nothing(finished_run, 
     )
 
 
+def test_resuming_a_run_deleted_in_mlflow_is_one_line_naming_the_restore(finished_run):
+    uri, run_id, run_folder = finished_run
+    client = MlflowClient(tracking_uri=uri)
+    client.delete_run(run_id)
+    try:
+        result = CliRunner().invoke(main, ["run", "--resume", str(run_folder), "--rounds", "5"])
+    finally:
+        client.restore_run(run_id)
+    assert result.exit_code == 2 and len(own_lines(result.stderr)) == 1, result.stderr
+    assert f"is deleted in the store {uri}; restore it" in result.stderr and f"--run-id {run_id}" in result.stderr
+    assert len(client.get_metric_history(run_id, "global_acc")) and not sorted(run_folder.glob("round-0004"))
+
+
 @pytest.mark.parametrize(
     "args, what",
     [

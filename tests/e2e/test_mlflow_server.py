@@ -216,7 +216,8 @@ def read_line(process: subprocess.Popen, timeout_s: float) -> str:
     return process.stdout.readline().strip()
 
 
-def test_raysim_ui_serves_the_store_on_loopback_and_prints_the_runs_table_url(tmp_path):
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP (terminal closed)"])
+def test_raysim_ui_serves_the_store_on_loopback_and_prints_the_runs_table_url(tmp_path, stop):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     experiment = Tracker(uri).experiment_id("cmp")
     port = free_port()
@@ -247,7 +248,7 @@ def test_raysim_ui_serves_the_store_on_loopback_and_prints_the_runs_table_url(tm
             tags = {t["key"]: t["value"] for t in json.load(response)["experiment"]["tags"]}
         assert tags["mlflow.experimentKind"] == "custom_model_development"
     finally:
-        ui.send_signal(signal.SIGTERM)  # raysim ui stops its server on the way out
+        ui.send_signal(stop)  # raysim ui stops its server on the way out
         ui.wait(timeout=30)
     assert not listening_sockets(port), "the MLflow server outlived raysim ui"
     assert (tmp_path / "mlflow-ui.log").is_file()

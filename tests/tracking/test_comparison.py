@@ -263,3 +263,16 @@ def test_the_report_names_the_commits_its_cells_ran_at(tmp_path, tracking_uri):
     [line] = _code_line([{"tags": commit}, {"tags": later}, {"tags": commit}])
     assert line.startswith("- code: 63596b4, d50110b+dirty (the cells ran at different commits")
     assert _code_line([{"tags": {}}]) == []  # no checkout (an installed package): no line
+
+
+def test_the_report_names_every_cpu_its_cells_ran_on(tmp_path, tracking_uri):
+    figures = {"global_acc": [1.0, 2.0, 3.0], "local_acc": [1.0, 2.0, 3.0], "worst_local_acc": [0.0, 1.0, 2.0]}
+    _log_cells(tracking_uri, "mixed", {"a": figures, "b": figures}, tags={"hardware.cpu": "AMD EPYC (2 CPUs)"})
+    write_comparison(tracking_uri, "mixed", tmp_path / "one", order=["a", "b"])
+    assert "- CPU: AMD EPYC (2 CPUs); GPU: none; precision:" in (tmp_path / "one" / "report.md").read_text()
+    client = MlflowClient(tracking_uri)
+    for run in client.search_runs([client.get_experiment_by_name("mixed").experiment_id], "tags.method = 'b'"):
+        client.set_tag(run.info.run_id, "hardware.cpu", "Intel Xeon (2 CPUs)")  # b's cells resumed elsewhere
+    write_comparison(tracking_uri, "mixed", tmp_path / "two", order=["a", "b"])
+    line = next(line for line in (tmp_path / "two" / "report.md").read_text().splitlines() if "CPU:" in line)
+    assert line.startswith("- CPU: AMD EPYC (2 CPUs) / Intel Xeon (2 CPUs); GPU: none (the cells ran on different")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 from click.testing import CliRunner
-from mlflow.entities import Metric
+from mlflow.entities import Metric, ViewType
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
@@ -147,3 +147,36 @@ def test_a_runs_nan_summary_leaves_it_out_of_its_methods_mean(tmp_path, tracking
         client.set_terminated(run.info.run_id)
     table, _ = write_report(tracking_uri, "nan", tmp_path / "out")
     assert _rows(table) == {"fedvpt": ["2", "40.00", "30.50", "20.00"]}
+
+
+def test_a_store_of_another_program_or_mlflow_and_a_deleted_experiment_are_one_line_and_left_as_they_are(
+    tmp_path, tracking_uri
+):
+    import sqlite3
+
+    other = tmp_path / "other.db"
+    with sqlite3.connect(other) as database:
+        database.execute("CREATE TABLE notes (text)")
+    older = tmp_path / "older.db"
+    uri = _store(tmp_path, tracking_uri)
+    older.write_bytes((tmp_path / "mlflow.db").read_bytes())
+    with sqlite3.connect(older) as database:
+        database.execute("UPDATE alembic_version SET version_num = '0c779009ac13'")
+    client = MlflowClient(uri)
+    deleted = client.get_experiment_by_name("cmp").experiment_id
+    client.delete_experiment(deleted)
+    runs = len(client.search_runs([deleted], run_view_type=ViewType.ALL))
+    cases = [
+        (["report", "cmp", "--tracking-uri", f"sqlite:///{other}"], "is a SQLite database of another program"),
+        (["report", "cmp", "--tracking-uri", f"sqlite:///{older}"], "Detected out-of-date database schema"),
+        (["report", "cmp", "--tracking-uri", uri], "experiment 'cmp' is deleted in the MLflow store"),
+        (["ui", "--experiment", "cmp", "--tracking-uri", uri], "mlflow experiments restore --experiment-id"),
+        (["run", "fedavg", "--experiment", "cmp", "--tracking-uri", uri], "or pass another --experiment"),
+    ]
+    for args, fragment in cases:
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+        assert fragment in result.stderr, result.stderr
+    with sqlite3.connect(other) as database:  # MLflow added none of its tables
+        assert [name for (name,) in database.execute("SELECT name FROM sqlite_master")] == ["notes"]
+    assert len(client.search_runs([deleted], run_view_type=ViewType.ALL)) == runs == 4  # the run started none
