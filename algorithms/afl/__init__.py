@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from raysim.algorithms._declarations import PromptOptions
-from raysim.base.settings import non_negative, setting
+from raysim.base.settings import setting
 from raysim.core.registry import declare
 
 LAMBDA_STEPS = ("ascent", "one-step")  # afl.lambda_step
@@ -17,9 +17,11 @@ class AFLOptions(PromptOptions):
     """Agnostic FL (Mohri et al., ICML 2019): the mixture lambda over clients and how it moves."""
 
     lambda_lr: float = setting(
-        0.1,
-        "Step size of the ascent on the client mixture lambda.",
-        checks=(non_negative("0 keeps the uniform mixture"),),
+        -1.0,
+        "Step size of the ascent on the client mixture lambda (0 keeps the uniform mixture; -1: m / (2 M^2) for M "
+        "clients, m a round, or 1 / (2 m) with lambda_step=one-step, so that a client's weight gains half its "
+        "uniform share per unit of loss in a round; the paper gives no value).",
+        checks=((lambda v: v >= 0 or v == -1, "must be >= 0 (0 keeps the uniform mixture; -1: m / (2 M^2))"),),
     )
     lambda_step: str = setting(
         "ascent",

@@ -16,6 +16,7 @@ from raysim.config import build_config
 from raysim.core.messages import ClientUpdate, GlobalState
 from raysim.core.registry import get_method
 from raysim.ops.nullspace import null_space_projector
+from raysim.ops.reweighting import afl_lambda_step
 from raysim.testing.smoke import open_simulation, run_rounds, smoke_config
 
 
@@ -255,7 +256,7 @@ def two_clients(method: str, options: dict):
 
 
 def test_afl_ascent_averages_with_the_old_lambda_then_ascends_it():
-    w, server = two_clients("afl", {"lambda_step": "ascent"})
+    w, server = two_clients("afl", {"lambda_step": "ascent", "lambda_lr": 0.1})
     assert w == pytest.approx(0.5)  # lambda [0.5, 0.5]
     assert server["afl_lambda"].tolist() == pytest.approx([0.6, 0.4])  # Proj([0.5 + 0.1 * 2, 0.5]) = [0.7, 0.5] - 0.1
 
@@ -265,7 +266,7 @@ def test_afl_ascent_keeps_the_model_where_the_sampled_clients_have_no_lambda():
     model step sum_k lambda_k grad F_k is 0, so w stays 0 instead of their uniform average 0.5; lambda still
     ascends, by M / m = 3 / 2 times the step."""
     federation = {"clients": 3, "participation": 0.67}
-    config = build_config("afl", [{"federation": federation, "afl": {"lambda_step": "ascent"}}])
+    config = build_config("afl", [{"federation": federation, "afl": {"lambda_step": "ascent", "lambda_lr": 0.1}}])
     server = {"afl_lambda": torch.tensor([0.0, 0.0, 1.0], dtype=torch.float64)}
     updates = [
         ClientUpdate(0, 1, {"w": torch.tensor([1.0])}, metrics={"global_loss": 2.0}),
@@ -278,9 +279,34 @@ def test_afl_ascent_keeps_the_model_where_the_sampled_clients_have_no_lambda():
 
 
 def test_afl_one_step_averages_with_a_projection_from_the_data_shares_and_keeps_no_lambda():
-    w, server = two_clients("afl", {"lambda_step": "one-step"})
+    w, server = two_clients("afl", {"lambda_step": "one-step", "lambda_lr": 0.1})
     assert w == pytest.approx(0.35)  # Proj([1/4 + 0.1 * 2, 3/4]) = [0.35, 0.65]
     assert server == {}
+
+
+def test_afls_default_step_moves_a_clients_weight_by_half_its_uniform_share_per_unit_of_loss():
+    w, server = two_clients("afl", {"lambda_step": "ascent"})  # M = m = 2: m / (2 M^2) = 1/4
+    assert server["afl_lambda"].tolist() == pytest.approx([0.75, 0.25])  # Proj([0.5 + 0.25 * 2, 0.5])
+    w, _ = two_clients("afl", {"lambda_step": "one-step"})  # 1 / (2 m) = 1/4
+    assert w == pytest.approx(0.5)  # Proj([1/4 + 1/4 * 2, 3/4]) = [0.5, 0.5]
+    config = build_config("afl", [{"federation": {"clients": 100, "participation": 0.1}}])
+    assert get_method("afl").cls(config).resolved_options(6).lambda_lr == pytest.approx(10 / (2 * 100**2))
+
+
+@pytest.mark.parametrize("lambda_lr, frozen", [(-1.0, False), (0.1, True)])
+def test_afls_default_step_never_leaves_a_cohort_without_lambda_where_a_fixed_large_one_does(lambda_lr, frozen):
+    """M = 100, m = 10, 40 rounds of losses in [1.5, 2.5]: at 0.1 lambda lands on one cohort and a later cohort
+    holds none of it (the model would stay); the default step keeps some on every cohort."""
+    config = build_config(
+        "afl", [{"federation": {"clients": 100, "participation": 0.1}, "afl": {"lambda_lr": lambda_lr}}]
+    )
+    step, rng = get_method("afl").cls(config).lambda_lr, np.random.default_rng(0)
+    lam, left_without = torch.full((100,), 0.01, dtype=torch.float64), False
+    for _ in range(40):
+        cohort = sorted(rng.choice(100, 10, replace=False).tolist())
+        left_without |= bool(lam[cohort].sum() == 0)
+        lam = afl_lambda_step(lam, cohort, rng.uniform(1.5, 2.5, 10).tolist(), step, 10.0)
+    assert left_without == frozen
 
 
 def test_term_default_tilt_is_terms_fair_fl_one_and_fedgcrs_tilts_less():
