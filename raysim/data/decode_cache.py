@@ -8,11 +8,13 @@ never read through its old copy, and that copy, as large as the decoded images, 
 copy therefore carries a note of its files and decoder (``parquet-<key>.json``) and its rows' digests
 (``parquet-<key>.digests``, :mod:`raysim.data.row_digests`); reading any parquet data set removes the copies whose
 files changed or are gone, or that another decoder wrote, and the data set's own copies of other files than its
-folder now holds.
+folder now holds. A copy a process has mapped (:func:`hold`: the run's driver, as long as it lives) is kept until no
+process holds it, so a run never loses the rows it trains on to another run's clean-up.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import logging
@@ -25,6 +27,39 @@ from raysim.base.owned_files import abandoned, owner_tag
 log = logging.getLogger("raysim")
 
 Stamp = list[list]  # [absolute path, size in bytes, modification time in ns, status-change time in ns] per file
+_held: dict[Path, object] = {}  # the copies this process reads, each with its lock file open (a shared flock)
+
+
+def lock_path(copy: Path) -> Path:
+    return copy.with_suffix(".lock")
+
+
+def hold(copy: Path) -> None:
+    """Mark ``copy`` in use for as long as this process lives (a shared ``flock`` on its lock file, which the kernel
+    drops when the process ends, however it ends): :func:`prune` in another run leaves it."""
+    if copy not in _held:
+        lock = open(lock_path(copy), "a")  # noqa: SIM115 - held open for the process's lifetime
+        fcntl.flock(lock, fcntl.LOCK_SH)
+        _held[copy] = lock
+
+
+def _remove_unused(copy: Path) -> bool:
+    """Remove ``copy``, its rows' digests, note and lock file unless a process holds it (:func:`hold`): under an
+    exclusive ``flock``, so a process that opens the lock file meanwhile waits, then finds the copy gone."""
+    try:
+        lock = open(lock_path(copy), "a")  # noqa: SIM115 - closed below, after the removal
+    except OSError:
+        return False
+    with lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        copy.unlink(missing_ok=True)
+        copy.with_suffix(".digests").unlink(missing_ok=True)  # its rows' digests (raysim.data.row_digests)
+        copy.with_suffix(".json").unlink(missing_ok=True)
+        lock_path(copy).unlink(missing_ok=True)
+    return True
 
 
 def stamp(files: list[str]) -> Stamp:
@@ -78,9 +113,9 @@ def prune(folder: Path, decoder: list, source: str, listed: Stamp) -> None:
             continue
         copy = recorded.with_suffix(".npy")
         size = copy.stat().st_size if copy.exists() else 0
-        copy.unlink(missing_ok=True)
-        copy.with_suffix(".digests").unlink(missing_ok=True)  # its rows' digests (raysim.data.row_digests)
-        recorded.unlink(missing_ok=True)
+        if not _remove_unused(copy):
+            log.info("kept %s: a running process reads it; a later read removes it once none does", copy)
+            continue
         log.info(
             "removed %s (%.0f MB): its parquet files changed, went or were joined by others, or its decoder changed",
             copy,

@@ -235,6 +235,7 @@ def _decoded_images(dataset, rows: int, cfg, where: str) -> tuple[np.ndarray, np
     path = decode_cache.copy_path(cache_dir(), files, cfg.image_size, *decoder)
     path.parent.mkdir(parents=True, exist_ok=True)
     source = os.path.abspath(cfg.data_dir)
+    decode_cache.hold(path)  # before the clean-up: another run's never removes the copy this run reads
     decode_cache.prune(path.parent, decoder, source, files)
     if path.exists():
         images = np.load(path, mmap_mode="r")

@@ -205,7 +205,7 @@ def test_sources_that_do_not_parallelise_never_import_ray_data(tmp_path):
 def test_decoded_copies_of_changed_or_deleted_parquet_files_are_removed(tmp_path, monkeypatch):
     """A rewritten file gets a new decoded copy and its old copy goes (one rewritten with its size and modification
     time too); a deleted file's copy goes at the next read of any parquet set; an unchanged file's copy stays (and is
-    mapped, not decoded again)."""
+    mapped, not decoded again). Each read is a run's process, which holds the copy it maps while it lives."""
     monkeypatch.setenv("RAYSIM_CACHE", str(tmp_path / "cache"))
 
     def copies():
@@ -216,7 +216,10 @@ def test_decoded_copies_of_changed_or_deleted_parquet_files_are_removed(tmp_path
         pq.write_table(table, path)
 
     def read(path):
-        return load_dataset(DataConfig(dataset="parquet", data_dir=str(path)))[1]["image"]
+        out = tmp_path / "read.npy"
+        done = subprocess.run([sys.executable, "-c", READ_TO_NPY, str(path), str(out)], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return np.load(out)
 
     kept, changing = tmp_path / "kept.parquet", tmp_path / "changing.parquet"
     write(kept, 1, 4)
@@ -283,6 +286,32 @@ def test_a_decoded_copy_keeps_its_rows_digests_and_the_partition_digest_does_not
     assert in_place.image_rows is not None and in_place.digest and in_memory.digest is None
     assert in_place.content_digest() == in_memory.content_digest()
     assert replace(in_place, digest=None).content_digest() == in_place.content_digest()  # hashed from the images
+
+
+READ_TO_NPY = """
+import sys
+import numpy as np
+from raysim.config import DataConfig
+from raysim.data.sources import load_dataset
+np.save(sys.argv[2], load_dataset(DataConfig(dataset="parquet", data_dir=sys.argv[1]))[1]["image"])
+"""
+
+
+def test_a_copy_a_running_process_reads_is_kept_when_its_folder_gains_a_file(tmp_path, monkeypatch):
+    """Another run's read would remove the copy of the folder's earlier files; this process maps it (a run's driver,
+    whose workers open it by path), so it stays, and its workers still find it."""
+    monkeypatch.setenv("RAYSIM_CACHE", str(tmp_path / "cache"))
+    folder = tmp_path / "folder"
+    _good(folder, "a.parquet")
+    held = load_dataset(DataConfig(dataset="parquet", data_dir=str(folder)))[1]["image"]
+    (copy,) = (tmp_path / "cache").glob("parquet-*.npy")
+    _good(folder, "b.parquet")
+    other = subprocess.run(
+        [sys.executable, "-c", READ_TO_NPY, str(folder), str(tmp_path / "other.npy")], capture_output=True, text=True
+    )
+    assert other.returncode == 0, other.stderr[-2000:]
+    assert np.load(tmp_path / "other.npy").shape[0] == 20 and copy.is_file()
+    assert np.array_equal(np.load(copy, mmap_mode="r"), held)
 
 
 DECODE_AND_REPORT = """
