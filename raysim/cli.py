@@ -306,6 +306,7 @@ def tune(method, space, num_samples, max_concurrent, metric, mode, scheduler, na
     """
     from raysim.sweep import tune as sweeping  # imports Ray, Tune and MLflow: only when a sweep starts
 
+    take_sigterm()  # a scheduler's stop is a clean one: as Ctrl-C, exit 143
     if resume is not None:
         planned = ("space", "num_samples", "max_concurrent", "metric", "mode", "scheduler", "name")
         given = [f"--{k.replace('_', '-')}" for k, v in flags.items() if v is not None] + (
@@ -366,6 +367,7 @@ def compare(methods, seeds, tune_budget, max_concurrent, preset, overrides, **fl
     """
     from raysim.sweep import compare as comparing  # imports Ray, Tune and MLflow: only when a comparison starts
 
+    take_sigterm()  # a scheduler's stop is a clean one: as Ctrl-C, exit 143
     given = flag_layers(overrides, flags)
     named = [arm.split(":", 1)[0] for arm in methods]
     if setting := own_setting(named, preset, given):

@@ -49,7 +49,7 @@ from raysim.engine.setup import prepare_shards, refuse_unrunnable
 from raysim.sweep import tune as sweeping
 from raysim.sweep.space import as_layer, default_space_file
 from raysim.sweep.trial_progress import CellProgress, RoundsToTune
-from raysim.sweep.tune_console import fit, quiet_trial_exit, stopped_at
+from raysim.sweep.tune_console import fit, quiet_trial_exit, stop_signum, stopped_at
 from raysim.tracking import provenance
 from raysim.tracking.comparison import (
     CELL,
@@ -537,7 +537,8 @@ def execute(comparison: Comparison) -> tuple[str, list[Path]]:
         status, stopped = "KILLED", stopped_at(stop)
         done, total = len(finished_cells(comparison, tuned)), len(comparison.methods) * len(comparison.seeds)
         raise RunInterrupted(
-            f"stopped comparison {comparison.name} with {done} of {total} cells done; run the same command to resume"
+            f"stopped comparison {comparison.name} with {done} of {total} cells done; run the same command to resume",
+            stop_signum(stop),
         ) from None
     finally:
         end_stopped_cells(comparison, tracker.run_id, stopped)

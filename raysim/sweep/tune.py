@@ -47,7 +47,7 @@ from raysim.sweep.space import (
     with_private_levers,
 )
 from raysim.sweep.trial_progress import RoundsToTune, SweepProgress
-from raysim.sweep.tune_console import fit, quiet_trial_exit, quiet_trial_logs, stopped_at
+from raysim.sweep.tune_console import fit, quiet_trial_exit, quiet_trial_logs, stop_signum, stopped_at
 from raysim.tracking import checkpoint as ckpt
 from raysim.tracking import provenance
 from raysim.tracking.mlflow import KIND, SWEEP, Tracker, check_store, end_running, store_client
@@ -381,7 +381,9 @@ def execute(sweep: Sweep, folder: Path, resume_path: str | None = None) -> dict[
         config = sweep.trial_config({})  # the trials' runs end KILLED (a resumed trial's run is RUNNING again)
         uri, experiment = config.tracking.resolved_uri, config.tracking.experiment
         end_running(uri, experiment, SWEEP_TAG, sweep.name, failed_since=stopped_at(stop))
-        raise RunInterrupted(f"stopped sweep {sweep.name}; resume with: raysim tune --resume {folder}") from None
+        raise RunInterrupted(
+            f"stopped sweep {sweep.name}; resume with: raysim tune --resume {folder}", stop_signum(stop)
+        ) from None
     except (ConfigError, SweepError):
         raise
     except Exception as error:  # Tune's own (its trials killed for memory, a lost node): one line, not its traceback

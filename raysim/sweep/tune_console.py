@@ -14,6 +14,8 @@ import time
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+from raysim.base.errors import Terminated
+
 if TYPE_CHECKING:
     from ray import tune
 
@@ -76,12 +78,13 @@ SILENT = {
 
 
 class TuneStopped(KeyboardInterrupt):
-    """Ctrl-C stopped a fit; ``at``: when (epoch seconds). A trial the stop cuts short can fail on its way out (a
-    run of the suite saw one end FAILED): a run that ended FAILED after ``at`` was stopped, not failed."""
+    """Ctrl-C (or a SIGTERM: ``signum``) stopped a fit; ``at``: when (epoch seconds). A trial the stop cuts short can
+    fail on its way out (a run of the suite saw one end FAILED): a run that ended FAILED after ``at`` was stopped, not
+    failed."""
 
-    def __init__(self, at: float):
+    def __init__(self, at: float, signum: int = signal.SIGINT):
         super().__init__(at)
-        self.at = at
+        self.at, self.signum = at, signum
 
 
 def stopped_at(stop: KeyboardInterrupt) -> float | None:
@@ -125,30 +128,49 @@ def fit(tuner: tune.Tuner) -> tune.ResultGrid:
     Tune's Ctrl-C handler ends the fit after saving the experiment's state with each trial's latest checkpoint (a
     resumed sweep continues its trials from them), then returns the trials so far as if the sweep were done. When it
     fires it puts back the handler it found, and Tune never removes it otherwise: so the handler found is a sentinel
-    here, and finding it again after the fit means Ctrl-C. A second Ctrl-C reaches the sentinel: it stops at once."""
+    here, and finding it again after the fit means Ctrl-C. A second Ctrl-C reaches the sentinel: it stops at once.
+    A SIGTERM (a scheduler's stop) is a Ctrl-C here, and the :class:`TuneStopped` says so."""
     if threading.current_thread() is not threading.main_thread():  # Tune handles no signal off the main thread
         with tune_silent():
             return tuner.fit()
-    handler = signal.getsignal(signal.SIGINT)
+    handler, on_term, terminated = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM), []
 
     def sentinel(signum, frame):
         raise KeyboardInterrupt
 
+    def as_ctrl_c(signum, frame):
+        terminated.append(signum)
+        signal.raise_signal(signal.SIGINT)
+
     signal.signal(signal.SIGINT, sentinel)
+    signal.signal(signal.SIGTERM, as_ctrl_c)
     stop_lines = None
     try:
         with tune_silent() as stop_lines:
             results = tuner.fit()
     except KeyboardInterrupt:  # a second Ctrl-C (the sentinel): the first one's moment still counts
         if stop_lines is not None and stop_lines.stopped_at is not None:
-            raise TuneStopped(stop_lines.stopped_at) from None
+            raise TuneStopped(stop_lines.stopped_at, _signum(terminated)) from None
         raise
     finally:
         stopped = signal.getsignal(signal.SIGINT) is sentinel
         signal.signal(signal.SIGINT, handler)
+        signal.signal(signal.SIGTERM, on_term)
     if stopped:
-        raise TuneStopped(stop_lines.stopped_at or time.time())
+        raise TuneStopped(stop_lines.stopped_at or time.time(), _signum(terminated))
     return results
+
+
+def _signum(terminated: list[int]) -> int:
+    return signal.SIGTERM if terminated else signal.SIGINT
+
+
+def stop_signum(stop: KeyboardInterrupt) -> int:
+    """The signal that stopped a command: SIGTERM for a :class:`~raysim.base.errors.Terminated` or a fit a SIGTERM
+    stopped, else SIGINT (Ctrl-C)."""
+    if isinstance(stop, Terminated) or getattr(stop, "signum", signal.SIGINT) == signal.SIGTERM:
+        return signal.SIGTERM
+    return signal.SIGINT
 
 
 def quiet_trial_logs() -> None:

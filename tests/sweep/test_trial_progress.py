@@ -20,8 +20,9 @@ import pytest
 from ray import tune
 from rich.console import Console
 
+from raysim.base.errors import Terminated
 from raysim.sweep.trial_progress import CellProgress, SweepProgress
-from raysim.sweep.tune_console import SILENT, TuneStopped, fit, stopped_at, tune_silent
+from raysim.sweep.tune_console import SILENT, TuneStopped, fit, stop_signum, stopped_at, tune_silent
 from raysim.testing.console import own_lines
 
 
@@ -156,6 +157,31 @@ def test_a_fit_stopped_by_ctrl_c_raises_the_moment_tunes_handler_fired():
         fit(tuner)
     assert tuner.firing <= stopped.value.at <= tuner.fired  # while the handler ran, not when the fit returned
     assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_a_sigterm_during_a_fit_stops_it_as_ctrl_c_does_and_says_it_was_a_sigterm():
+    """A scheduler's SIGTERM reaches Tune as its Ctrl-C (its graceful stop, with the trials' checkpoints saved); the
+    stop carries SIGTERM, so the command exits 143; both handlers from before the fit are back."""
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+
+    class TermedTuner:
+        def fit(self):
+            found = signal.getsignal(signal.SIGINT)
+
+            def tunes_handler(signum, frame):
+                logging.getLogger("ray.tune.tune").warning("Stop signal received (e.g. via SIGINT/Ctrl+C), ending")
+                signal.signal(signal.SIGINT, found)
+
+            signal.signal(signal.SIGINT, tunes_handler)
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.2)
+            return "results"
+
+    with pytest.raises(TuneStopped) as stopped:
+        fit(TermedTuner())
+    assert stop_signum(stopped.value) == signal.SIGTERM and stop_signum(TuneStopped(0.0)) == signal.SIGINT
+    assert stop_signum(Terminated()) == signal.SIGTERM and stop_signum(KeyboardInterrupt()) == signal.SIGINT
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
 
 
 def test_tunes_timing_of_its_own_loop_is_dropped_and_its_other_warnings_kept():
