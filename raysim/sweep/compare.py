@@ -53,7 +53,9 @@ from raysim.sweep.tune_console import fit, quiet_trial_exit, stop_signum, stoppe
 from raysim.tracking import provenance
 from raysim.tracking.comparison import (
     CELL,
+    METHODS_TAG,
     NAME,
+    SEEDS_TAG,
     TUNED,
     TUNING,
     TUNING_SEED,
@@ -476,24 +478,27 @@ def open_run(comparison: Comparison, scored: dict[str, str]) -> Tracker:
     """The comparison's own MLflow run (re-opened when the comparison resumes); ``scored``: :func:`scoring`'s."""
     uri = comparison.uri
     tracker = Tracker(uri)
-    experiment = tracker.client.get_experiment_by_name(comparison.name)
-    if experiment is not None:
-        query = f"tags.`{KIND}` = '{COMPARE}' and tags.`{NAME}` = {literal(comparison.name)}"
-        for found in tracker.client.search_runs([experiment.experiment_id], filter_string=query):
-            tracker.attach(found.info.run_id)
-            return tracker
     first = comparison.config(comparison.methods[0], comparison.seeds[0], {})
     note = (
         f"raysim compare {' '.join(comparison.methods)}: seeds {list(comparison.seeds)}; {comparison.tuning(scored)}; "
         f"each cell {provenance.describe(first, first)}"
     )
+    # what this command asked for, which a command run again with more seeds or methods changes (params cannot)
+    asked = {MLFLOW_RUN_NOTE: note, METHODS_TAG: " ".join(comparison.methods), SEEDS_TAG: str(len(comparison.seeds))}
+    experiment = tracker.client.get_experiment_by_name(comparison.name)
+    if experiment is not None:
+        query = f"tags.`{KIND}` = '{COMPARE}' and tags.`{NAME}` = {literal(comparison.name)}"
+        for found in tracker.client.search_runs([experiment.experiment_id], filter_string=query):
+            tracker.attach(found.info.run_id)
+            tracker.set_tags(asked)
+            return tracker
     tags = {
         KIND: COMPARE,
         NAME: comparison.name,
         "dataset": first.data.dataset,
         "partition": first.data.partition,
         "precision": first.train.precision,
-        MLFLOW_RUN_NOTE: note,
+        **asked,
         **provenance.provenance_tags(first.resources.gpus_per_client > 0),
     }
     params = {

@@ -30,6 +30,7 @@ from raysim.tracking.statistics import finite, interval, paired, pareto_front
 NAME, CELL, VARIANT = "raysim.compare", "raysim.cell", "raysim.variant"  # tags of every cell
 TUNING, TUNED = "raysim.tuning", "raysim.tuned"  # how its values were chosen, and the tuned values (JSON)
 TUNING_SEED = "raysim.tuning_seed"  # the seed the tuned values were chosen on (tuned cells only)
+METHODS_TAG, SEEDS_TAG = "compare.methods", "compare.seeds"  # the comparison's own run: what its last command asked
 STATISTICS = (
     ("global_acc", "final"),
     ("global_acc", "mean"),
@@ -92,12 +93,15 @@ def is_comparison(uri: str, experiment: str) -> bool:
 
 
 def named_order(uri: str, experiment: str) -> list[str]:
-    """The methods in the order ``raysim compare`` named them (its own run's ``compare.methods``); empty if none."""
+    """The methods in the order ``raysim compare`` last named them (its own run's ``compare.methods`` tag; the param
+    of its first command where a run has no tag); empty if none."""
     client = store_client(uri)
     found = client.get_experiment_by_name(experiment)
     query = f"tags.`{KIND}` = '{COMPARE}'"
     own = client.search_runs([found.experiment_id], filter_string=query, max_results=1) if found else []
-    return own[0].data.params.get("compare.methods", "").split() if own else []
+    if not own:
+        return []
+    return own[0].data.tags.get(METHODS_TAG, own[0].data.params.get(METHODS_TAG, "")).split()
 
 
 def _cell(mean: float, half: float, digits: int = 2) -> str:

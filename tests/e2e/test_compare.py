@@ -125,7 +125,11 @@ def test_compare_runs_every_cell_reports_intervals_and_resumes(ray_session, tmp_
     assert second.exit_code == 2 and len(own_lines(second.stderr)) == 1, second.stderr
     assert f"comparison {NAME!r} is running in process {os.getpid()}" in second.stderr
     assert {r.info.run_id for r in _cells(client)[1]} == {r.info.run_id for r in cells_after}
-    assert CliRunner().invoke(main, [*COMMAND, "--tracking-uri", tracking_uri]).exit_code == 0
+    one_seed = [*COMMAND[: COMMAND.index("--seeds") + 1], "1", *COMMAND[COMMAND.index("--seeds") + 2 :]]
+    assert CliRunner().invoke(main, [*one_seed, "--tracking-uri", tracking_uri]).exit_code == 0
+    tags = _cells(client)[0].data.tags  # the own run says what the last command asked for
+    assert (tags["compare.seeds"], tags["compare.methods"]) == ("1", f"{VARIANT} fedavg")
+    assert tags["mlflow.note.content"].startswith(f"raysim compare {VARIANT} fedavg: seeds [0]; ")
 
     # its methods in another order, in its experiment, would pair them with another: refused before any run
     other = ["compare", "fedavg", VARIANT, *COMMAND[3:], "--experiment", NAME, "--tracking-uri", tracking_uri]
