@@ -73,9 +73,17 @@ def tensor_rows(column: pa.Array, shape: tuple[int, ...], first_row: int, where:
 
 
 def decoded(value, row: int, where: str) -> np.ndarray:
-    """One cell of the ``image`` column (image file bytes, or an array as nested lists) as a checked uint8 image."""
+    """One cell of the ``image`` column (image file bytes, Hugging Face's image struct of bytes and path, or an array
+    as nested lists) as a checked uint8 image."""
     if value is None:
         raise ConfigError(f"{where}: row {row} has no image (null); {WRITE}")
+    if isinstance(value, dict) and "bytes" in value:  # Hugging Face's Image feature: {"bytes": ..., "path": ...}
+        if value["bytes"] is None:
+            raise ConfigError(
+                f"{where}: row {row}'s image holds a path ({value.get('path')!r}), not the image's bytes; write the "
+                "images' bytes into the column (Hugging Face: save the data set with its images embedded)"
+            )
+        value = value["bytes"]
     if isinstance(value, (bytes, bytearray)):
         from PIL import Image
 

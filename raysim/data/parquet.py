@@ -54,8 +54,10 @@ def read_parquet(cfg):
     through, and the next run maps the cache. Copies of files that changed or are gone, and copies of an older
     decoder, are removed (:mod:`raysim.data.decode_cache`)."""
     where = f"parquet at {cfg.data_dir}"
-    if not cfg.data_dir or not Path(cfg.data_dir).exists():
-        raise ConfigError(f"dataset 'parquet' needs data.data_dir: {PARQUET_LAYOUT}; got {cfg.data_dir!r}")
+    if not cfg.data_dir:
+        raise ConfigError(f"dataset 'parquet' needs data.data_dir: {PARQUET_LAYOUT}")
+    if not Path(cfg.data_dir).exists():
+        raise ConfigError(f"data.data_dir {cfg.data_dir} does not exist; pass --data-dir with {PARQUET_LAYOUT}")
     import pyarrow.dataset  # here, not at the top: it imports pandas, 0.2 s in every process that imports raysim.data
 
     try:

@@ -142,7 +142,7 @@ def _good(folder: Path, name: str) -> None:
 @pytest.mark.parametrize(
     "make, fragment",
     [
-        (lambda p: None, "needs data.data_dir"),
+        (lambda p: None, "missing does not exist; pass --data-dir with a parquet file or folder"),
         (
             lambda p: (_good(p, "a.parquet"), (p / "zz_notes.txt").write_text("notes")),
             "zz_notes.txt could not be read as parquet (",
@@ -168,6 +168,18 @@ def test_bad_parquet_dirs_give_one_line_errors(ray_session, tmp_path, make, frag
     with pytest.raises(ConfigError) as info:
         load_dataset(DataConfig(dataset="parquet", data_dir=data_dir))
     assert fragment in str(info.value) and "\n" not in str(info.value)
+
+
+def test_parquet_of_hugging_faces_image_structs_reads_their_bytes_and_names_a_row_with_a_path_only(tmp_path):
+    image = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    rows = [{"bytes": _png(np.full((4, 4), 10 * i, np.uint8)), "path": f"{i}.png"} for i in range(10)]
+    pq.write_table(pa.table({"image": pa.array(rows, image), "label": [i % 2 for i in range(10)]}), tmp_path / "a.pq")
+    _, arrays = load_dataset(DataConfig(dataset="parquet", data_dir=str(tmp_path / "a.pq")))
+    assert [int(arrays["image"][i].max()) for i in range(10)] == [10 * i for i in range(10)]
+    rows[3] = {"bytes": None, "path": "/data/3.png"}
+    pq.write_table(pa.table({"image": pa.array(rows, image), "label": [i % 2 for i in range(10)]}), tmp_path / "b.pq")
+    with pytest.raises(ConfigError, match=r"row 3's image holds a path \('/data/3.png'\), not the image's bytes"):
+        load_dataset(DataConfig(dataset="parquet", data_dir=str(tmp_path / "b.pq")))
 
 
 def test_parquet_of_mixed_sizes_needs_image_size_and_then_resizes(ray_session, tmp_path):
