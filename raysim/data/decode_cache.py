@@ -14,6 +14,7 @@ process holds it, so a run never loses the rows it trains on to another run's cl
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
@@ -37,10 +38,16 @@ def lock_path(copy: Path) -> Path:
 def hold(copy: Path) -> None:
     """Mark ``copy`` in use for as long as this process lives (a shared ``flock`` on its lock file, which the kernel
     drops when the process ends, however it ends): :func:`prune` in another run leaves it."""
-    if copy not in _held:
+    if copy in _held:
+        return
+    try:
         lock = open(lock_path(copy), "a")  # noqa: SIM115 - held open for the process's lifetime
-        fcntl.flock(lock, fcntl.LOCK_SH)
-        _held[copy] = lock
+    except OSError as error:  # a cache shared read-only: no run here can remove the copy either
+        if error.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise
+        return
+    fcntl.flock(lock, fcntl.LOCK_SH)
+    _held[copy] = lock
 
 
 def _remove_unused(copy: Path) -> bool:

@@ -326,6 +326,29 @@ def test_a_copy_a_running_process_reads_is_kept_when_its_folder_gains_a_file(tmp
     assert np.array_equal(np.load(copy, mmap_mode="r"), held)
 
 
+def test_a_decoded_copy_in_a_cache_that_cannot_be_written_is_read(tmp_path, monkeypatch):
+    """A cache shared read-only (here a folder made immutable, which binds root too): its copy is read as it is, with
+    no lock file beside it."""
+    monkeypatch.setenv("RAYSIM_CACHE", str(tmp_path / "cache"))
+    _good(tmp_path, "a.parquet")
+    first = subprocess.run(
+        [sys.executable, "-c", READ_TO_NPY, str(tmp_path / "a.parquet"), str(tmp_path / "first.npy")],
+        capture_output=True,
+        text=True,
+    )
+    assert first.returncode == 0, first.stderr[-2000:]
+    (cache,) = {path.parent for path in (tmp_path / "cache").rglob("parquet-*.npy")}
+    for lock in cache.glob("*.lock"):
+        lock.unlink()
+    if subprocess.run(["chattr", "+i", str(cache)], capture_output=True).returncode:
+        pytest.skip("chattr cannot make a folder immutable here")
+    try:
+        images = load_dataset(DataConfig(dataset="parquet", data_dir=str(tmp_path / "a.parquet")))[1]["image"]
+    finally:
+        subprocess.run(["chattr", "-i", str(cache)], check=True)
+    assert np.array_equal(np.asarray(images), np.load(tmp_path / "first.npy"))
+
+
 DECODE_AND_REPORT = """
 import sys
 open("/proc/self/clear_refs", "w").write("5")  # the peak starts here: a process forked from the test's inherits its
