@@ -79,6 +79,16 @@ def rows_sent(trained: torch.Tensor | None, left_out: torch.Tensor | None) -> to
     return ~left_out if trained is None else trained & ~left_out
 
 
+def as_rows(residual: torch.Tensor, owed: torch.Tensor, trained: torch.Tensor | None) -> torch.Tensor:
+    """``residual`` in ``owed``'s rows; a checkpoint of raysim before 338ce83 kept a capacity tier's trained rows'
+    residual only, which goes back to those rows."""
+    if residual.numel() == owed.numel() or trained is None:
+        return residual.reshape(owed.shape)
+    full = torch.zeros_like(owed)
+    full[trained] = residual.reshape(-1, owed.shape[1])
+    return full
+
+
 class Uplink:
     """The round's uplink under ``compression.*``: :meth:`send` turns a trained update into what the server
     receives, and remembers each sender's new residual until :meth:`state_to_keep` stores it."""
@@ -115,7 +125,7 @@ class Uplink:
             # the change and the residual, one row per row of the tensor (a scalar: one row)
             owed = (tensor - base).reshape(max(len(base), 1) if base.dim() else 1, -1).float()
             if name in residual:
-                owed = owed + residual[name].reshape(owed.shape)
+                owed = owed + as_rows(residual[name], owed, update.trained.get(name))
             chosen = owed if rows is None else owed[rows]
             values = torch.zeros_like(chosen)
             if chosen.numel():

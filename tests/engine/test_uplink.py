@@ -86,6 +86,15 @@ def test_error_feedback_keeps_the_key_rows_of_groups_a_client_did_not_choose_for
     assert kept.tolist() == [0.0, 1.0, 1.5, 1.5, 0.0, 0.0]
 
 
+def test_a_tiers_residual_kept_by_an_older_raysim_for_its_trained_rows_only_goes_back_to_those_rows():
+    uplink = fedvpt_uplink({"compression": {"uplink": "topk:1", "error_feedback": True}})
+    rows = {"w": torch.tensor([False, True])}
+    update = ClientUpdate(0, 5, {"w": torch.tensor([[5.0, 5.0], [5.0, 5.0]])}, trained=rows)
+    older = {RESIDUAL + "w": torch.tensor([1.0, -1.0])}  # the trained row's, alone
+    sent = uplink.send(1, Broadcast({"w": torch.full((2, 2), 5.0)}), update, older)
+    assert sent.params["w"].tolist() == [[5.0, 5.0], [6.0, 4.0]]  # row 1's residual (1, -1), row 0 not sent
+
+
 def test_an_update_that_is_not_finite_goes_unencoded_for_screening_to_reject_and_leaves_no_residual():
     from raysim.engine.screening import screen
 
