@@ -508,6 +508,10 @@ RESUME_INPUTS = [
     (["run", "--resume", "RUN", "--rounds", "5", "--set", "train.lr=0.1"], "train.lr cannot change when resuming"),
     (["run", "--resume", "RUN", "--rounds", "5", "--preset", "quick"], "--preset cannot change a resumed run"),
     (["run", "--resume", "RUN", "--rounds", "5", "--experiment", "other"], "tracking.experiment cannot change when"),
+    (
+        ["run", "--resume", "RUN", "--rounds", "5", "--tracking-uri", "sqlite:////nope/other.db"],
+        "--tracking-uri sqlite:////nope/other.db is not the store of run",
+    ),
     (["run", "--resume", "CORRUPT", "--rounds", "5"], "does not match the SHA-256 in its manifest"),
     (["run", "--resume", "UNREADABLE", "--rounds", "5"], "state.safetensors is not a readable safetensors file"),
     (["run", "--resume", "OTHER_RUN", "--rounds", "5"], "MLflow run 0123abcd of the checkpoint is not in the store"),
