@@ -121,6 +121,7 @@ RESOLVED_ON_NANO = {  # 4 blocks: the paper's layouts scaled, the last block's q
     "fgpt-u": {"group_block": 2, "select_layer": 4},
     "qffl": {"lipschitz": 1 / 3e-3},
     "pfedhn": {"embed_dim": 2},  # 1 + clients / 4, with the smoke config's 6 clients
+    "afl": {"lambda_lr": 3 / (2 * 6**2)},  # m / (2 M^2): 3 of the 6 clients a round
 }
 
 
