@@ -37,6 +37,20 @@ class _TunesStopLines(logging.Filter):
         return "Tuner.restore" not in message and not message.startswith("Trials did not complete")
 
 
+class _TunesUnreportedTrials(logging.Filter):
+    """After a stop (``stop_lines`` noted one), drops Tune's "Failed to fetch metrics for N trial(s): ...
+    FileNotFoundError(...)": the trials the stop cut before they reported a round, which a resumed sweep or
+    comparison runs again."""
+
+    def __init__(self, stop_lines: _TunesStopLines):
+        super().__init__()
+        self.stop_lines = stop_lines
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        stopped = self.stop_lines.stopped_at is not None
+        return not (stopped and record.getMessage().startswith("Failed to fetch metrics"))
+
+
 class _TunesSlowSteps(logging.Filter):
     """Drops Tune's "The `on_step_begin` operation took 0.865 s, which may be a performance bottleneck.": its timing
     of its own loop, which a busy machine (a 2-core laptop running two trials) passes and no user can act on."""
@@ -98,7 +112,8 @@ def tune_silent():
     """Tune without its own console output (:data:`SILENT`) and its Ctrl-C lines, for a ``fit`` whose command draws
     its own progress and says how to resume (``raysim tune --resume``, the comparison's own command; Tune's
     ``Tuner.restore`` is neither) and its timing of its own loop (:class:`_TunesSlowSteps`), and a failed copy of its
-    state in one line (:class:`_TunesStateCopyFailures`); Tune's other warnings stay (a trial the cluster cannot
+    state in one line (:class:`_TunesStateCopyFailures`), and after a stop its warning about the trials the stop cut
+    before they reported (:class:`_TunesUnreportedTrials`); Tune's other warnings stay (a trial the cluster cannot
     host, a trial's error).
     The environment is restored after. Yields the filter of Tune's stop lines, which notes when Ctrl-C came."""
     before = {name: os.environ.get(name) for name in SILENT}
@@ -106,15 +121,16 @@ def tune_silent():
     tunes, stop_lines = logging.getLogger("ray.tune.tune"), _TunesStopLines()
     timings, slow_steps = logging.getLogger("ray.tune.utils.util"), _TunesSlowSteps()
     state, copy_failures = logging.getLogger("ray.tune.execution.experiment_state"), _TunesStateCopyFailures()
-    tunes.addFilter(stop_lines)
-    timings.addFilter(slow_steps)
-    state.addFilter(copy_failures)
+    analysis = logging.getLogger("ray.tune.analysis.experiment_analysis")
+    unreported = _TunesUnreportedTrials(stop_lines)
+    filtered = ((tunes, stop_lines), (timings, slow_steps), (state, copy_failures), (analysis, unreported))
+    for logger, kept_out in filtered:
+        logger.addFilter(kept_out)
     try:
         yield stop_lines
     finally:
-        tunes.removeFilter(stop_lines)
-        timings.removeFilter(slow_steps)
-        state.removeFilter(copy_failures)
+        for logger, kept_out in filtered:
+            logger.removeFilter(kept_out)
         for name, value in before.items():
             if value is None:
                 del os.environ[name]

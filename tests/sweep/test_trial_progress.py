@@ -159,6 +159,23 @@ def test_a_fit_stopped_by_ctrl_c_raises_the_moment_tunes_handler_fired():
     assert signal.getsignal(signal.SIGINT) is before
 
 
+def test_tunes_warning_about_unreported_trials_is_dropped_only_after_a_stop():
+    analysis, kept = logging.getLogger("ray.tune.analysis.experiment_analysis"), []
+    handler = logging.Handler()
+    handler.emit = kept.append
+    analysis.addHandler(handler)
+    try:
+        with tune_silent():
+            analysis.warning("Failed to fetch metrics for 1 trial(s): before any stop")
+            logging.getLogger("ray.tune.tune").warning("Stop signal received (e.g. via SIGINT/Ctrl+C), ending")
+            analysis.warning("Failed to fetch metrics for 1 trial(s): after the stop")
+            analysis.warning("Another warning")
+    finally:
+        analysis.removeHandler(handler)
+    shown = [r.getMessage() for r in kept]
+    assert shown == ["Failed to fetch metrics for 1 trial(s): before any stop", "Another warning"]
+
+
 def test_a_sigterm_during_a_fit_stops_it_as_ctrl_c_does_and_says_it_was_a_sigterm():
     """A scheduler's SIGTERM reaches Tune as its Ctrl-C (its graceful stop, with the trials' checkpoints saved); the
     stop carries SIGTERM, so the command exits 143; both handlers from before the fit are back."""
