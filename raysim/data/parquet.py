@@ -90,13 +90,14 @@ def read_parquet(cfg):
 
 def _whole_numbers(table: pa.Table, column: str, where: str) -> np.ndarray:
     """``table[column]`` as int64, refused in one line (naming the first offending row and value) unless every value
-    is a whole number >= 0: a class or domain index, which a float such as 1.5 is not."""
+    is a whole number from 0 to 2^62: a class or domain index, which a float such as 1.5 is not."""
     values = table[column]
     kind = values.type
     if not (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind)):
         raise ConfigError(f"{where}: column {column!r} holds {kind}, not whole numbers >= 0 (class indices)")
     as_float = values.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False)
-    bad = np.flatnonzero(~np.isfinite(as_float) | (as_float < 0) | (np.floor(as_float) != as_float))
+    too_large = as_float >= 2.0**62  # no class or domain index, and past int64 once cast
+    bad = np.flatnonzero(~np.isfinite(as_float) | (as_float < 0) | (np.floor(as_float) != as_float) | too_large)
     if len(bad):
         raise ConfigError(
             f"{where}: column {column!r} must hold whole numbers >= 0, but row {bad[0]} holds "

@@ -230,6 +230,14 @@ def test_a_label_in_the_billions_is_a_gap_found_without_counting_every_class(tmp
         read(written(tmp_path, cells, labels=[0, 3_000_000_000, 0, 3_000_000_000]))
 
 
+def test_a_uint64_label_past_int64_is_named_not_wrapped_to_a_negative_class(tmp_path):
+    cells = [encoded(Image.new("L", (4, 4)))] * 4
+    labels = pa.array([0, 2**63 + 5, 1, 0], pa.uint64())
+    pq.write_table(pa.table({"image": cells, "label": labels}), tmp_path / "d.parquet")
+    with pytest.raises(ConfigError, match=f"column 'label' must hold whole numbers >= 0, but row 1 holds {2**63 + 5}"):
+        read(tmp_path / "d.parquet")
+
+
 def test_a_copy_another_decoder_wrote_is_removed(tmp_path):
     """A decoded copy is keyed by the decoder; one that an older decoder (or Pillow release) wrote is never read
     again, so reading any parquet set removes it."""
