@@ -99,20 +99,27 @@ def test_trials_open_with_their_values_and_a_stopped_or_restored_trial_says_so(r
     ]
 
 
-def test_tunes_restore_hint_is_dropped_and_its_other_warnings_kept():
-    tunes, kept = logging.getLogger("ray.tune.tune"), []
-    handler = logging.Handler()
-    handler.emit = kept.append  # Ray's loggers do not propagate to pytest's caplog
-    tunes.addHandler(handler)
+@contextlib.contextmanager
+def records(name: str):
+    """The records logger ``name`` emits meanwhile (Ray's loggers do not propagate to pytest's caplog)."""
+    logger, kept, handler = logging.getLogger(name), [], logging.Handler()
+    handler.emit = kept.append
+    logger.addHandler(handler)
     try:
+        yield kept
+    finally:
+        logger.removeHandler(handler)
+
+
+def test_tunes_restore_hint_is_dropped_and_its_other_warnings_kept():
+    tunes = logging.getLogger("ray.tune.tune")
+    with records("ray.tune.tune") as kept:
         with tune_silent():
             tunes.warning("Experiment has been interrupted, ...\nResume experiment with: Tuner.restore(path=...)")
             tunes.warning("No trial is running and no new trial has been started within the last 60 seconds.")
             tunes.error("Trials did not complete: [_trial_00001]")  # raysim's progress named each failed trial
             assert os.environ["TUNE_PRINT_ALL_TRIAL_ERRORS"] == "0"  # nor Tune's traceback of each: its line does
         tunes.warning("Resume experiment with: Tuner.restore(path=...)")  # outside a comparison, as Tune says it
-    finally:
-        tunes.removeHandler(handler)
     assert [r.getMessage()[:17] for r in kept] == ["No trial is runni", "Resume experiment"]
 
 
@@ -160,18 +167,12 @@ def test_a_fit_stopped_by_ctrl_c_raises_the_moment_tunes_handler_fired():
 
 
 def test_tunes_warning_about_unreported_trials_is_dropped_only_after_a_stop():
-    analysis, kept = logging.getLogger("ray.tune.analysis.experiment_analysis"), []
-    handler = logging.Handler()
-    handler.emit = kept.append
-    analysis.addHandler(handler)
-    try:
-        with tune_silent():
-            analysis.warning("Failed to fetch metrics for 1 trial(s): before any stop")
-            logging.getLogger("ray.tune.tune").warning("Stop signal received (e.g. via SIGINT/Ctrl+C), ending")
-            analysis.warning("Failed to fetch metrics for 1 trial(s): after the stop")
-            analysis.warning("Another warning")
-    finally:
-        analysis.removeHandler(handler)
+    analysis = logging.getLogger("ray.tune.analysis.experiment_analysis")
+    with records(analysis.name) as kept, tune_silent():
+        analysis.warning("Failed to fetch metrics for 1 trial(s): before any stop")
+        logging.getLogger("ray.tune.tune").warning("Stop signal received (e.g. via SIGINT/Ctrl+C), ending")
+        analysis.warning("Failed to fetch metrics for 1 trial(s): after the stop")
+        analysis.warning("Another warning")
     shown = [r.getMessage() for r in kept]
     assert shown == ["Failed to fetch metrics for 1 trial(s): before any stop", "Another warning"]
 
@@ -204,17 +205,12 @@ def test_a_sigterm_during_a_fit_stops_it_as_ctrl_c_does_and_says_it_was_a_sigter
 def test_tunes_timing_of_its_own_loop_is_dropped_and_its_other_warnings_kept():
     from ray.tune.utils.util import warn_if_slow
 
-    timings, kept = logging.getLogger("ray.tune.utils.util"), []
-    handler = logging.Handler()
-    handler.emit = kept.append
-    timings.addHandler(handler)
-    try:
+    timings = logging.getLogger("ray.tune.utils.util")
+    with records(timings.name) as kept:
         with tune_silent():
             timings.warning(warn_if_slow.DEFAULT_MESSAGE.format(name="on_step_begin", duration=0.865))
             timings.warning("Some other warning of Tune's")
         timings.warning(warn_if_slow.DEFAULT_MESSAGE.format(name="on_step_begin", duration=0.865))
-    finally:
-        timings.removeHandler(handler)
     assert [r.getMessage()[:24] for r in kept] == ["Some other warning of Tu", "The `on_step_begin` oper"]
 
 
@@ -227,11 +223,7 @@ def test_a_failed_copy_of_tunes_state_is_one_line_with_its_error(ray_session, tm
     from ray.train._internal.storage import StorageContext
     from ray.tune.execution.experiment_state import _ExperimentCheckpointManager
 
-    logger, kept = logging.getLogger("ray.tune.execution.experiment_state"), []
-    handler = logging.Handler()
-    handler.emit = kept.append
-    logger.addHandler(handler)
-    try:
+    with records("ray.tune.execution.experiment_state") as kept:
         for silent in (True, False):
             storage = StorageContext(storage_path=str(tmp_path / str(silent)), experiment_dir_name="s")
             shutil.rmtree(storage.experiment_fs_path)
@@ -245,8 +237,6 @@ def test_a_failed_copy_of_tunes_state_is_one_line_with_its_error(ray_session, tm
             manager = _ExperimentCheckpointManager(storage=storage, checkpoint_period=0)
             with tune_silent() if silent else contextlib.nullcontext():
                 manager.sync_up_experiment_state(save_fn=save, force=True, wait=True)
-    finally:
-        logger.removeHandler(handler)
     one_line, with_traceback = kept
     assert one_line.exc_info is None and "\n" not in one_line.getMessage()
     assert one_line.getMessage().startswith("Saving experiment state to storage at ")
