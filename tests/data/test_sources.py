@@ -228,10 +228,7 @@ def test_decoded_copies_of_changed_or_deleted_parquet_files_are_removed(tmp_path
         pq.write_table(table, path)
 
     def read(path):
-        out = tmp_path / "read.npy"
-        done = subprocess.run([sys.executable, "-c", READ_TO_NPY, str(path), str(out)], capture_output=True, text=True)
-        assert done.returncode == 0, done.stderr[-2000:]
-        return np.load(out)
+        return read_in_a_process(path, tmp_path / "read.npy")
 
     kept, changing = tmp_path / "kept.parquet", tmp_path / "changing.parquet"
     write(kept, 1, 4)
@@ -309,6 +306,14 @@ np.save(sys.argv[2], load_dataset(DataConfig(dataset="parquet", data_dir=sys.arg
 """
 
 
+def read_in_a_process(data_dir: Path, out: Path) -> np.ndarray:
+    """The images of the parquet at ``data_dir`` as another run's process reads them (the copies it held freed as it
+    ends), by way of ``out``."""
+    done = subprocess.run([sys.executable, "-c", READ_TO_NPY, str(data_dir), str(out)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return np.load(out)
+
+
 def test_a_copy_a_running_process_reads_is_kept_when_its_folder_gains_a_file(tmp_path, monkeypatch):
     """Another run's read would remove the copy of the folder's earlier files; this process maps it (a run's driver,
     whose workers open it by path), so it stays, and its workers still find it."""
@@ -318,11 +323,7 @@ def test_a_copy_a_running_process_reads_is_kept_when_its_folder_gains_a_file(tmp
     held = load_dataset(DataConfig(dataset="parquet", data_dir=str(folder)))[1]["image"]
     (copy,) = (tmp_path / "cache").glob("parquet-*.npy")
     _good(folder, "b.parquet")
-    other = subprocess.run(
-        [sys.executable, "-c", READ_TO_NPY, str(folder), str(tmp_path / "other.npy")], capture_output=True, text=True
-    )
-    assert other.returncode == 0, other.stderr[-2000:]
-    assert np.load(tmp_path / "other.npy").shape[0] == 20 and copy.is_file()
+    assert read_in_a_process(folder, tmp_path / "other.npy").shape[0] == 20 and copy.is_file()
     assert np.array_equal(np.load(copy, mmap_mode="r"), held)
 
 
@@ -331,12 +332,7 @@ def test_a_decoded_copy_in_a_cache_that_cannot_be_written_is_read(tmp_path, monk
     no lock file beside it."""
     monkeypatch.setenv("RAYSIM_CACHE", str(tmp_path / "cache"))
     _good(tmp_path, "a.parquet")
-    first = subprocess.run(
-        [sys.executable, "-c", READ_TO_NPY, str(tmp_path / "a.parquet"), str(tmp_path / "first.npy")],
-        capture_output=True,
-        text=True,
-    )
-    assert first.returncode == 0, first.stderr[-2000:]
+    first = read_in_a_process(tmp_path / "a.parquet", tmp_path / "first.npy")
     (cache,) = {path.parent for path in (tmp_path / "cache").rglob("parquet-*.npy")}
     for lock in cache.glob("*.lock"):
         lock.unlink()
@@ -346,7 +342,7 @@ def test_a_decoded_copy_in_a_cache_that_cannot_be_written_is_read(tmp_path, monk
         images = load_dataset(DataConfig(dataset="parquet", data_dir=str(tmp_path / "a.parquet")))[1]["image"]
     finally:
         subprocess.run(["chattr", "-i", str(cache)], check=True)
-    assert np.array_equal(np.asarray(images), np.load(tmp_path / "first.npy"))
+    assert np.array_equal(np.asarray(images), first)
 
 
 DECODE_AND_REPORT = """
