@@ -278,11 +278,11 @@ def run(method, resume, preset, overrides, progress, **flags):
     from raysim.tracking import resume as resuming
 
     found = resuming.find(resume, flags["tracking_uri"])  # the store only helps find the run; it cannot change
-    given = flags["tracking_uri"] and TrackingConfig(tracking_uri=flags["tracking_uri"]).resolved_uri
-    if given and given != found.tracking_uri:
+    named_store = flags["tracking_uri"] and TrackingConfig(tracking_uri=flags["tracking_uri"]).resolved_uri
+    if named_store and named_store != found.tracking_uri:
         raise ConfigError(
-            f"--tracking-uri {given} is not the store of run {found.run_id} ({found.tracking_uri}); a resumed run "
-            "logs to its own store: drop --tracking-uri"
+            f"--tracking-uri {named_store} is not the store of run {found.run_id} ({found.tracking_uri}); a resumed "
+            "run logs to its own store: drop --tracking-uri"
         )
     tracked = [f"tracking.{key}" for layer in layers for key in layer.get("tracking", {}) if key != "tracking_uri"]
     if tracked:

@@ -15,6 +15,11 @@ def unknown_name(kind: str, name: str, valid) -> ConfigError:
     return ConfigError(f"unknown {kind} {name!r}; valid {kind}s: {', '.join(sorted(valid))}")
 
 
+def first_line(error: BaseException) -> str:
+    """The first non-empty line of ``error``'s message ("" where it has none)."""
+    return (str(error).strip().splitlines() or [""])[0]
+
+
 def last_line(error: BaseException, limit: int = 300) -> str:
     """``error``'s type and the last non-empty line of its message, clipped, for a one-line message (Ray's and
     Tune's errors carry their cause last)."""

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from raysim.base.errors import ConfigError
+from raysim.base.errors import ConfigError, first_line
 from raysim.data import decode_cache, row_digests
 from raysim.data.image_values import decoded, fit_array, tensor_rows, tensor_shape
 from raysim.data.npy_file import write_npy
@@ -65,7 +65,7 @@ def read_parquet(cfg):
         columns = set(dataset.schema.names)
     except Exception as error:
         raise ConfigError(
-            f"could not read {where} ({type(error).__name__}: {_reason(error)}); expected {PARQUET_LAYOUT}"
+            f"could not read {where} ({type(error).__name__}: {first_line(error)}); expected {PARQUET_LAYOUT}"
         ) from None
     if not dataset.files:
         raise ConfigError(f"could not read {where} (no parquet files there); expected {PARQUET_LAYOUT}")
@@ -153,28 +153,25 @@ def _check_files_alike(dataset, where: str) -> None:
                 )
 
 
-def _reason(error: BaseException) -> str:
-    """The first line of pyarrow's message."""
-    return (str(error).strip().splitlines() or [type(error).__name__])[0]
-
-
 def _read(read, where: str, path: str | None = None):
     """``read()``, a file or a damaged page that pyarrow cannot read refused in one line with its reason."""
     try:
         return read()
     except (pa.ArrowException, OSError) as error:
         what = f"{path} could not be read as parquet" if path else "a file could not be read as parquet"
+        reason = first_line(error) or type(error).__name__
         raise ConfigError(
-            f"{where}: {what} ({_reason(error)}); move anything that is not a data file out of the folder, or write "
-            "the file again"
+            f"{where}: {what} ({reason}); move anything that is not a data file out of the folder, or write the file "
+            "again"
         ) from None
 
 
 def _refuse_plain_split_folders(files: list[str], root: str, where: str) -> None:
     """A folder of ``train/`` and ``test/`` subfolders without a ``split`` column would be split again (its test rows
     trained on): refused, naming the hive spelling that makes them the split."""
-    top = {Path(os.path.relpath(path, root)).parts[0] for path in files if os.path.isdir(root)}
-    named = sorted(top & set(SPLIT_FOLDERS))
+    if not os.path.isdir(root):  # one file: no subfolders
+        return
+    named = sorted({Path(os.path.relpath(path, root)).parts[0] for path in files} & set(SPLIT_FOLDERS))
     if named:
         raise ConfigError(
             f"{where} has subfolders {', '.join(f'{n}/' for n in named)} but no 'split' column, so its rows would be "

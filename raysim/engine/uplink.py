@@ -133,10 +133,10 @@ class Uplink:
                 encoded = encode(self.codec, vector, generator)
                 values = decode(self.codec, encoded, len(vector)).reshape(chosen.shape)
                 sent += nbytes(encoded)
-            arrived = torch.zeros_like(owed)
             if rows is None:
                 arrived = values
             else:  # the rows it did not send: what it received
+                arrived = torch.zeros_like(owed)
                 arrived[rows] = values
             decoded[name] = base + arrived.reshape(base.shape).to(tensor.dtype)
             if self.feedback:

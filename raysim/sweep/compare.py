@@ -502,8 +502,8 @@ def open_run(comparison: Comparison, scored: dict[str, str]) -> Tracker:
         **provenance.provenance_tags(first.resources.gpus_per_client > 0),
     }
     params = {
-        "compare.methods": " ".join(comparison.methods),
-        "compare.seeds": len(comparison.seeds),
+        METHODS_TAG: " ".join(comparison.methods),
+        SEEDS_TAG: len(comparison.seeds),
         "compare.tune_budget": comparison.tune_budget,
     }
     tracker.start(comparison.name, comparison.name, params, tags)

@@ -14,7 +14,7 @@ import time
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from raysim.base.errors import Terminated
+from raysim.base.errors import Terminated, first_line
 
 if TYPE_CHECKING:
     from ray import tune
@@ -71,8 +71,7 @@ class _TunesStateCopyFailures(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if record.exc_info and record.getMessage().startswith("Saving experiment state to storage"):
             error = record.exc_info[1]
-            detail = (str(error).strip().splitlines() or [""])[0]
-            record.msg, record.args = f"{record.getMessage()}{type(error).__name__}: {detail}", ()
+            record.msg, record.args = f"{record.getMessage()}{type(error).__name__}: {first_line(error)}", ()
             record.exc_info = record.exc_text = None
         return True
 
