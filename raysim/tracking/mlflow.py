@@ -81,9 +81,10 @@ def check_store(uri: str, experiment: str | None = None) -> None:
 
     A SQLite file must be creatable (its nearest existing folder writable), and an existing one an MLflow store of
     this MLflow's schema; a server must answer ``/health``; a plain folder is refused as MLflow 3 does, unless
-    MLFLOW_ALLOW_FILE_STORE is set.
+    MLFLOW_ALLOW_FILE_STORE is set. The experiment is looked up in an existing SQLite store or a server.
     """
     path = sqlite_file(uri)
+    server = uri.startswith(("http://", "https://"))
     if path is not None:
         blocked = path if path.exists() and not (path.is_file() and os.access(path, os.W_OK)) else None
         blocked = blocked or (None if path.exists() else unwritable(path.parent))
@@ -93,9 +94,7 @@ def check_store(uri: str, experiment: str | None = None) -> None:
                 "pass --tracking-uri sqlite:///SOME/WRITABLE/DIR/mlflow.db"
             )
         refuse_not_sqlite(uri, path)
-        if experiment is not None and path.is_file() and path.stat().st_size:
-            live_experiment(store_client(uri), uri, experiment)
-    elif uri.startswith(("http://", "https://")):
+    elif server:
         try:
             urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=5).close()
         except OSError as error:
@@ -113,6 +112,9 @@ def check_store(uri: str, experiment: str | None = None) -> None:
             f"tracking store {uri!r} is a plain folder, which MLflow 3 refuses; pass "
             "--tracking-uri sqlite:///PATH/mlflow.db (or set MLFLOW_ALLOW_FILE_STORE=1)"
         )
+    existing = server or (path is not None and path.is_file() and path.stat().st_size > 0)
+    if experiment is not None and existing:
+        live_experiment(store_client(uri), uri, experiment)
 
 
 def refuse_not_sqlite(uri: str, path: Path) -> None:

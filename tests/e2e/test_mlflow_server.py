@@ -206,6 +206,12 @@ def test_run_is_tracked_through_an_mlflow_server(ray_session, mlflow_server, tmp
     assert (checkpoints / run_id).is_dir() and not (tmp_path / "raysim-runs").exists()
     assert server.poll() is None  # still serving after the run
 
+    # an experiment deleted on the server is refused in one line before the data are read, as in a SQLite store
+    client.delete_experiment(client.create_experiment("gone"))
+    gone = CliRunner().invoke(main, ["run", "fedavg", "--experiment", "gone", "--tracking-uri", url])
+    assert gone.exit_code == 2 and len(gone.stderr.strip().splitlines()) == 1, gone.stderr
+    assert "experiment 'gone' is deleted in the MLflow store" in gone.stderr
+
 
 def read_line(process: subprocess.Popen, timeout_s: float) -> str:
     """The next line ``process`` prints to stdout, waiting at most ``timeout_s``."""
