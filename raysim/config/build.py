@@ -135,11 +135,12 @@ class Config:
                 "under federation.sampling=poisson how many there are depends on whether a client takes part, which "
                 "user-level accounting does not count; use federation.sampling=fixed"
             )
-        if p.secure_aggregation and p.mode == "user" and fed.deadline_s > 0 and fed.stragglers == "drop":
+        if p.secure_aggregation and p.mode == "user" and fed.deadline_s > 0 and fed.stragglers != "wait":
             raise ConfigError(
                 "privacy.secure_aggregation loses a round whose survivors are fewer than privacy.min_survivors, and "
-                "with federation.deadline_s a client's arrival depends on its rows, which user-level accounting does "
-                "not count; use federation.stragglers=partial or wait, or no deadline"
+                f"with federation.deadline_s and federation.stragglers={fed.stragglers} a client's arrival depends on "
+                "its rows (a straggler with no time for one batch sends nothing), which user-level accounting does "
+                "not count; use federation.stragglers=wait, or no deadline"
             )
         if p.accountant == "pld" and (p.mode == "record" or (p.mode == "user" and fed.sampling == "fixed")):
             raise ConfigError(

@@ -186,7 +186,12 @@ BAD = {
     ),
     "lost rounds at a deadline": (
         f"{USER} privacy.secure_aggregation=true federation.deadline_s=5 systems.speed=lognormal:3,0.5",
-        "a client's arrival depends on its rows, which user-level accounting does not count",
+        "federation.stragglers=drop a client's arrival depends on its rows",
+    ),
+    "lost rounds at a deadline, cut stragglers": (
+        f"{USER} privacy.secure_aggregation=true federation.deadline_s=5 systems.speed=lognormal:3,0.5 "
+        "federation.stragglers=partial",
+        "federation.stragglers=partial a client's arrival depends on its rows",
     ),
 }
 
