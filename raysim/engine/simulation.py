@@ -247,6 +247,8 @@ class Simulation:
         kept = states.get if self.uplink is None else lambda c: own_state(states[c])
         tasks = [(c, broadcast.instructions.get(c, {}), kept(c), share, self.tier(c)) for c, share in work]
         updates = sorted(self.executor.train(round, broadcast, tasks), key=lambda u: u.client_id)
+        if self.view is not None:
+            updates = [self.view.as_sent(u) for u in updates]
         if self.uplink is not None:
             updates = [self.uplink.send(round, broadcast, u, states[u.client_id]) for u in updates]
         return updates

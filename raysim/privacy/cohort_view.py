@@ -52,9 +52,17 @@ class CohortView:
         self.user = p.mode == "user"
         self.cohort = fed.clients_per_round  # m, the expected cohort size the noised sum is divided by
         self.shares = dict(method.private_extras) if self.user and isinstance(method, SendsExtras) else {}
+        self.unsent = {name for name, share in self.shares.items() if share == 0}
         self.count_std = calibration.count_noise(config)
         self.update_noise = calibration.update_noise(config) if self.user else 0.0
         self.guaranteed = p.min_survivors if p.noise_by == "clients" else None  # t: whom the clients' noise counts on
+
+    def as_sent(self, update: ClientUpdate) -> ClientUpdate:
+        """``update`` as its client sends it: without the extras it does not send under user-level DP (a share of
+        0), which the traffic then does not carry and the step gets as zeros (:meth:`view`)."""
+        if self.unsent:
+            update.extras = {name: t for name, t in update.extras.items() if name not in self.unsent}
+        return update
 
     def view(
         self, round: int, state: GlobalState, updates: list[ClientUpdate], clip: float
@@ -72,7 +80,7 @@ class CohortView:
         params = state.params
         total: Tensors = {name: torch.zeros(t.shape, dtype=torch.float64) for name, t in params.items()}
         declared = self.method.uplink_extras(state) if self.shares else {}
-        sent = {name: share for name, share in self.shares.items() if share > 0}  # a share of 0: not sent under DP
+        sent = {name: share for name, share in self.shares.items() if name not in self.unsent}
         extras: Tensors = {name: torch.zeros(declared[name], dtype=torch.float64) for name in sent}
         unclipped = 0
         for update in updates:

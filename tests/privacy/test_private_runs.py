@@ -140,6 +140,17 @@ def test_secure_aggregation_changes_the_bytes_and_not_the_numbers(tracking_uri, 
         assert {k: b[k] for k in same} == {k: a[k] for k in same}
 
 
+def test_an_extra_not_sent_under_user_level_dp_is_not_charged_to_the_uplink(tracking_uri, tmp_path):
+    """FGPT's group counts have a private share of 0: under user-level DP its clients do not send them, so each
+    reached client's upload is the counts' bytes lighter (float64, one a group) and the step gets zeros."""
+    small = {k: v for k, v in SMALL.items() if k != "fedvpt"} | {"fgpt": {"groups": 3}}
+    tracking = {"tracking": {"tracking_uri": tracking_uri}, "checkpoint": {"dir": str(tmp_path / "ck"), "keep": 0}}
+    user = {"privacy": {"mode": "user", "noise_multiplier": 1.0, "delta": 1e-5}}
+    plain, private = (quiet_run(build_config("fgpt", [small, extra, tracking])) for extra in ({}, user))
+    for a, b in zip(plain.history, private.history, strict=True):
+        assert a["bytes_up"] - b["bytes_up"] == 10 * 3 * 8
+
+
 def test_compressed_links_under_user_level_dp_spend_the_budget_of_uncompressed_ones(tracking_uri, tmp_path):
     """The server clips each update as it decodes it, and the downlink encodes the model the noised mean made
     (post-processing): the epsilon is the uncompressed run's every round; the bytes on both links are fewer."""
