@@ -122,6 +122,14 @@ def not_empty(option: str, value: str | None) -> str | None:
     return value
 
 
+def plain_name(option: str, value: str | None) -> str | None:
+    """``value``, refused where it is empty or a path: it names a folder of its own under the store's."""
+    value = not_empty(option, value)
+    if value is not None and ("/" in value or "\\" in value or value in (".", "..")):
+        raise click.BadParameter(f"{option} '{value}' is a path; give a plain name, e.g. {option} my-sweep")
+    return value
+
+
 def fail(message: str) -> None:
     click.echo(f"raysim: error: {message}", err=True)
     sys.exit(2)
@@ -301,7 +309,11 @@ def run(method, resume, preset, overrides, progress, **flags):
 @click.option("--metric", default="global_acc", show_default=True, help="Per-round metric to optimise.")
 @click.option("--mode", default="max", show_default=True, help="max or min.")
 @click.option("--scheduler", default="asha", show_default=True, help="asha (stops bad trials early) or fifo.")
-@click.option("--name", help="Sweep name: its MLflow experiment and folder (default METHOD-DATE-TIME).")
+@click.option(
+    "--name",
+    callback=lambda _, __, value: plain_name("--name", value),
+    help="Sweep name: its MLflow experiment and folder (default METHOD-DATE-TIME).",
+)
 @click.option("--resume", metavar="SWEEP_DIR", help="Finish an interrupted sweep (the folder printed at its start).")
 @config_options(defaults={"experiment": "the sweep's --name"})
 def tune(method, space, num_samples, max_concurrent, metric, mode, scheduler, name, resume, preset, overrides, **flags):
@@ -435,7 +447,13 @@ def report(experiment, tracking_uri, out):
 @main.command()
 @click.option("--tracking-uri", help="MLflow store (default sqlite:///./raysim-runs/mlflow.db, as raysim run).")
 @click.option("--experiment", default="raysim", show_default=True, help="The experiment whose runs the URL opens.")
-@click.option("--host", default="127.0.0.1", show_default=True, help="Where the UI listens (127.0.0.1: this machine).")
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    callback=lambda _, __, value: not_empty("--host", value),
+    help="Where the UI listens (127.0.0.1: this machine).",
+)
 @click.option("--port", type=click.IntRange(1, 65535), default=5000, show_default=True, help="The UI's port.")
 def ui(tracking_uri, experiment, host, port):
     """Start MLflow's UI on the run store and print the URL of the runs table.

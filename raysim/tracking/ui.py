@@ -31,7 +31,7 @@ from raysim.tracking.mlflow import (
 
 START_TIMEOUT_S = 120  # ~10-20 s on a busy 2-core machine
 LOG_NAME = "mlflow-ui.log"
-WILDCARDS = ("0.0.0.0", "::", "")
+WILDCARDS = ("0.0.0.0", "::")
 
 
 def runs_url(base: str, experiment_id: str) -> str:

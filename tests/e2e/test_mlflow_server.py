@@ -275,9 +275,11 @@ def test_raysim_ui_bad_input_is_one_line_exit_2(tmp_path):
     assert busy.exit_code == 2 and f"cannot listen on {HOST}:{port}" in busy.stderr and "pass --port" in busy.stderr
     elsewhere = CliRunner().invoke(main, ["ui", "--tracking-uri", uri, "--experiment", "cmp", "--host", "192.0.2.1"])
     assert elsewhere.exit_code == 2 and "pass --host with an address of this machine" in elsewhere.stderr
+    unset = CliRunner().invoke(main, ["ui", "--tracking-uri", uri, "--experiment", "cmp", "--host", ""])
+    assert unset.exit_code == 2 and "--host '' is empty" in unset.stderr  # "" would listen on every interface
     for port in ("70000", "0", "-5"):  # no port, and none a socket can bind
         out_of_range = CliRunner().invoke(main, ["ui", "--tracking-uri", uri, "--port", port])
         assert out_of_range.exit_code == 2 and "is not in the range 1<=x<=65535" in out_of_range.stderr
     assert MlflowClient(uri).get_experiment_by_name("cmp").tags["mlflow.experimentKind"] == "custom_model_development"
-    for result in (missing, unknown, busy, elsewhere):
+    for result in (missing, unknown, busy, elsewhere, unset):
         assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith("raysim: error: ")

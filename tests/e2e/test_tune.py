@@ -140,6 +140,8 @@ BAD = [
     (["--mode", "best"], "--mode 'best' must be 'max' or 'min'"),
     (["--scheduler", "pbt"], "--scheduler 'pbt' is not one of asha, fifo"),
     (["--num-samples", "0"], "--num-samples 0 must be at least 1"),
+    (["--name", ""], "--name '' is empty; give a value or leave --name out"),
+    (["--name", "../../escape"], "--name '../../escape' is a path; give a plain name"),
     (["--max-concurrent", "3"], "--max-concurrent 3 trials need 3 x 1.5 CPU, and the cluster hosts 1"),
     (["--space", "SPACE:space:\n  fedvpt.prompt_lenght: {choice: [1]}\n"], "space key 'fedvpt.prompt_lenght'"),
     (["--space", "SPACE:space:\n  train.lr: {uniform: [0.1, 0.01]}\n"], "uniform bounds [0.1, 0.01] need low < high"),
