@@ -438,6 +438,12 @@ def partition(
     _validate(name, num_classes, num_domains, num_clients, params, coarse_of_class)
     _check_data("train", train_labels, train_domains, num_classes, num_domains)
     _check_data("test", test_labels, test_domains, num_classes, num_domains)
+    if num_clients * min_train_samples > len(train_labels):
+        raise ConfigError(
+            f"num_clients={num_clients} clients need at least {min_train_samples} training "
+            f"row{'s' if min_train_samples > 1 else ''} each, {num_clients * min_train_samples} in all, and the data "
+            f"has {len(train_labels)}; choose at most {len(train_labels) // min_train_samples} clients"
+        )
     share_rng, train_rng, test_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(3))
     fn = PARTITIONERS[name].fn
     draws = _MAX_REDRAWS + 1 if _redraws(name, params) else 1

@@ -514,6 +514,7 @@ def test_domains_geometric_sizes_at_dif_1_are_the_full_split():
         ("domains", {"num_domains": 1}, "has 1"),
         ("domains", {"num_domains": 4, "num_clients": 3}, "num_clients=3"),
         ("iid", {"num_clients": 2000}, "num_clients=2000"),
+        ("dirichlet", {"num_clients": 10**20}, "need at least 1 training row each"),  # refused before any draw
         ("pathological", {"num_clients": 600, "train_per_cell": 50}, "num_clients=600"),  # 500 rows < 600 clients
     ],
 )
