@@ -20,6 +20,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
+import psutil
 import torch
 from safetensors.torch import save_file
 
@@ -29,7 +30,7 @@ from raysim.base.paths import unwritable
 from raysim.base.precision import autocast
 from raysim.base.preprocess import to_model_input
 from raysim.config.pretrain_recipe import PretrainRecipe
-from raysim.data.glyphs import pretrain_corpus, renderer
+from raysim.data.glyphs import SIZE, pretrain_chars, pretrain_corpus, renderer
 from raysim.models.backbones import build_backbone, input_spec, refuse_unknown_backbone
 
 HELD_OUT = 0.05
@@ -69,6 +70,18 @@ def _accuracy(model, images: np.ndarray, labels: np.ndarray, size, mean, std) ->
     return 100.0 * hits / max(1, len(labels))
 
 
+def refuse_corpus_beyond_memory(per_class: int) -> None:
+    """Refuse (one line) a corpus that would not fit in the memory available now: its images are rendered in memory
+    and the training split copied, so a process asked for more would be killed for it, with other work beside it."""
+    images = per_class * len(pretrain_chars())
+    need, available = 2 * images * SIZE * SIZE * 3, psutil.virtual_memory().available
+    if need > available:
+        raise ConfigError(
+            f"pretrain: --per-class={per_class} renders {images:,} images, about {need / 2**30:,.1f} GiB with the "
+            f"training split's copy, and {available / 2**30:.1f} GiB of memory is available; lower --per-class"
+        )
+
+
 def pretrain(
     recipe: PretrainRecipe, out: str | Path, command: str = "", report: Callable[[int, int, float], None] | None = None
 ) -> dict:
@@ -88,6 +101,7 @@ def pretrain(
     if blocked is not None:
         raise ConfigError(f"--out {out} cannot be written (no files can be created in {blocked}); pass another --out")
     refuse_unknown_backbone(recipe.backbone)  # before the corpus is rendered, not after
+    refuse_corpus_beyond_memory(recipe.per_class)
     torch.set_num_threads(recipe.threads)
     reuse_freed_memory()
     start = time.perf_counter()

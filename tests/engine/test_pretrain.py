@@ -120,3 +120,10 @@ def test_a_bad_recipe_value_is_refused_naming_it(field, value, requirement):
     with pytest.raises(ConfigError) as info:
         PretrainRecipe(**{field: value})
     assert str(info.value) == f"pretrain: {requirement}"
+
+
+def test_a_corpus_beyond_the_available_memory_is_refused_before_it_is_rendered(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        pretrain(PretrainRecipe(per_class=10**12), tmp_path / "w.safetensors")
+    assert "--per-class=1000000000000 renders" in str(info.value) and "lower --per-class" in str(info.value)
+    assert list(tmp_path.iterdir()) == []
