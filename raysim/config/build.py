@@ -226,6 +226,10 @@ def load_preset(name_or_path: str) -> dict[str, Any]:
             raise ConfigError(f"preset file {name_or_path} {why_not_a_file(path, error)}") from None
     elif name_or_path in presets():  # a folder of that name here does not hide it
         text = resources.files("raysim.config.presets").joinpath(f"{name_or_path}.yaml").read_text()
+    elif path.is_dir():
+        raise ConfigError(
+            f"preset {name_or_path} is a folder; pass a YAML file in it, or a preset by name (raysim ls presets)"
+        )
     else:
         raise unknown_name("preset", name_or_path, presets())
     try:

@@ -204,7 +204,8 @@ def check_run_store(uri: str, whose: str = "") -> None:
     if store is None:
         check_store(uri)
     elif not store.is_file():
-        raise ConfigError(f"the MLflow store {uri}{whose} does not exist; pass --tracking-uri of an existing store")
+        what = "is a folder, not a SQLite file" if store.is_dir() else "does not exist"
+        raise ConfigError(f"the MLflow store {uri}{whose} {what}; pass --tracking-uri of an existing store")
     else:
         refuse_not_sqlite(uri, store)
         if store.stat().st_size:

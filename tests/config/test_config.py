@@ -159,6 +159,8 @@ def test_a_preset_that_is_not_utf8_text_is_a_folder_or_cannot_be_read_is_one_lin
         load_preset(str(tmp_path / "binary.yaml"))
     with pytest.raises(ConfigError, match="folder.yaml is a folder, not a file"):
         load_preset(str(tmp_path / "folder.yaml"))
+    with pytest.raises(ConfigError, match="is a folder; pass a YAML file in it, or a preset by name"):
+        load_preset(str(tmp_path))
     # a file that exists and that reading fails on (even for root: offset 0 of a process's memory is unmapped)
     with pytest.raises(ConfigError, match=r"^preset file /proc/self/mem cannot be read \(Input/output error\)$"):
         load_preset("/proc/self/mem")
