@@ -99,7 +99,8 @@ def epsilon(event: dp_accounting.DpEvent, delta: float, accountant: str = "rdp")
         raise ValueError(f"accountant={accountant!r} cannot account {event}; build it with user_event or record_event")
     if accountant == "pld":
         try:
-            return float(fresh.compose(event).get_epsilon(delta))
+            with np.errstate(over="ignore", divide="ignore"):  # z near 0 overflows on its way to the error below
+                return float(fresh.compose(event).get_epsilon(delta))
         except (MemoryError, OverflowError):  # a privacy-loss distribution too wide to discretise (z near 0)
             raise ConfigError(
                 f"the PLD accountant cannot discretise {event}'s privacy loss (the noise is too small); pass "

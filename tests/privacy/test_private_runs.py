@@ -207,6 +207,7 @@ BAD = {
 }
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # a user would see it above the line
 @pytest.mark.parametrize("settings, fragment", BAD.values(), ids=BAD)
 def test_bad_privacy_input_is_one_line_exit_2_and_leaves_no_run(tmp_path, settings, fragment):
     args = [part for setting in settings.split() for part in ("--set", setting)]
