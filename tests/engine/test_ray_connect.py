@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ import pytest
 import raysim
 from raysim.base.errors import ConfigError
 from raysim.config import build_config
-from raysim.engine.ray_connect import connect_ray_during, warn_of_another_raysim
+from raysim.engine.ray_connect import check_reachable, connect_ray_during, warn_of_another_raysim
 from raysim.testing.smoke import FAST
 
 
@@ -168,3 +169,17 @@ def test_a_run_started_beside_other_raysim_code_is_told_its_workers_would_import
         assert not caplog.records
         warn_of_another_raysim(tmp_path / "changed")
         assert [r for r in caplog.records if "the workers will import" in r.getMessage()]
+
+
+def test_an_address_where_a_web_server_answers_is_refused_in_seconds_not_retried_for_minutes():
+    """Ray's own connection retries a service that is not its GCS (here a web server) for minutes; the probe asks
+    for gRPC, which Ray's GCS and client server speak, and gives up after its timeout."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    address = f"127.0.0.1:{server.server_address[1]}"
+    try:
+        with pytest.raises(ConfigError, match=f"{address} answers, but not as Ray: no gRPC within 1 s"):
+            check_reachable(address, timeout_s=1.0)
+    finally:
+        server.shutdown()
+        server.server_close()
