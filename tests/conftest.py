@@ -55,7 +55,9 @@ def pytest_configure(config):
         value = config.getoption(option)
         if value is not None:
             os.environ[variable] = str(value)
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a single user's local Ray, as raysim starts it
+    # the suite's own Ray sessions and clusters skip token authentication; raysim's local Ray keeps it on
+    # (tests/engine/test_ray_connect.py and README's command start it so)
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -173,7 +173,7 @@ def ray_data():
     Imported here, by the sources that parallelise with it (glyph generation, decoding the papers' datasets), so a
     run whose source does not use it does not import it. Waits for a Ray that another thread is starting (its first
     call would otherwise start a second one); in a run that starts no Ray unless asked (the sequential backend), has
-    the run's own local Ray started, not Ray's default (its dashboard, token authentication): :func:`ensure_ray`."""
+    the run's own local Ray started, not Ray's default (its dashboard, idle workers): :func:`ensure_ray`."""
     import ray.data
 
     ensure_ray()

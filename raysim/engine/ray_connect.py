@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import secrets
 import socket
 import threading
 from collections.abc import Callable
@@ -24,6 +25,8 @@ log = logging.getLogger("raysim")
 
 HIDE_UNRESERVED_GPUS = "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO"  # see connect_ray
 RAY_ADDRESS = "RAY_ADDRESS"  # an address the user exported, or Ray set for a job's entrypoint: joined as --address
+RAY_AUTH_MODE = "RAY_AUTH_MODE"  # Ray's token authentication, on for a local Ray unless set to disabled
+RAY_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
 
 LEAN = {  # a local Ray for one run: no idle workers started up front, and none kept once idle (actors are not idle)
     "prestart_worker_first_driver": False,
@@ -38,10 +41,12 @@ def connect_ray(resources) -> None:
     the run's own (Ray's ``address="local"``), whatever ``ray start`` left running or behind on the machine (a plain
     ``ray.init()`` would join that cluster, or fail on its stale address file): ``--address auto`` joins the user's.
 
-    A local Ray is a single user's: token authentication (Ray 2.60's default) is turned off for it unless the user
-    set ``RAY_AUTH_MODE``, the dashboard starts only with ``--dashboard`` (then on ``dashboard_host``, 127.0.0.1 by
-    default), it keeps no idle worker processes (``LEAN``), and a worker that reserved no GPU sees none. A
-    cluster's settings are the cluster's own (cluster/README.md; its configs hide unreserved GPUs too).
+    A local Ray keeps token authentication on (Ray 2.60's default for a local cluster: its services listen on the
+    machine's address, not on loopback alone), with the user's token (:func:`ensure_token`) and without Ray's
+    warning that it chose it, unless the user set ``RAY_AUTH_MODE``; the dashboard starts only with ``--dashboard``
+    (then on ``dashboard_host``, 127.0.0.1 by default); it keeps no idle worker processes (``LEAN``), and a worker
+    that reserved no GPU sees none. A cluster's settings are the cluster's own (cluster/README.md; its configs hide
+    unreserved GPUs too).
     """
     if ray.is_initialized():
         return
@@ -60,7 +65,9 @@ def connect_ray(resources) -> None:
                 f"with 'ray start --head' or 'ray up cluster/onprem.yaml', or drop {given}"
             ) from None
     else:
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        if RAY_AUTH_MODE not in os.environ:  # Ray turns token authentication on, with the token file
+            ensure_token(Path.home() / ".ray" / "auth_token")
+            logging.getLogger(RAY_AUTH_LOGGER).addFilter(quiet_default_auth)
         # Ray 2.60 no longer hides the GPUs from a worker that reserved none: a client worker on the CPU would see
         # them and train there (``pick_device``) unreserved. This restores the hiding (Ray issue 54868).
         os.environ.setdefault(HIDE_UNRESERVED_GPUS, "1")
@@ -72,6 +79,30 @@ def connect_ray(resources) -> None:
                 _system_config=LEAN,
                 **kwargs,
             )
+
+
+def quiet_default_auth(record: logging.LogRecord) -> bool:
+    """Drop Ray's warning that it turned token authentication on for a local Ray (the default raysim keeps)."""
+    return not record.getMessage().startswith("Token authentication is enabled for this Ray cluster")
+
+
+def ensure_token(path: Path) -> None:
+    """Write a new random token to ``path`` (Ray's default token file, which ``ray get-auth-token`` prints) unless
+    one is there: whole or not at all (a temporary file linked into place), so that runs starting at once all read
+    the one that won, where Ray's own generation writes the file in place and the last writer wins."""
+    if path.exists() or os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH"):
+        return
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    try:
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "w") as file:
+            file.write(secrets.token_hex(32))
+        os.link(temporary, path)
+    except FileExistsError:  # another run's token won
+        pass
+    finally:
+        temporary.unlink(missing_ok=True)
 
 
 def joined_address(resources) -> tuple[str | None, str]:

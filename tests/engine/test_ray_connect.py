@@ -17,7 +17,7 @@ import pytest
 import raysim
 from raysim.base.errors import ConfigError
 from raysim.config import build_config
-from raysim.engine.ray_connect import check_reachable, connect_ray_during, warn_of_another_raysim
+from raysim.engine.ray_connect import check_reachable, connect_ray_during, ensure_token, warn_of_another_raysim
 from raysim.testing.smoke import FAST
 
 
@@ -143,8 +143,10 @@ print("Ray's starts in a second run:", len(starts), flush=True)
 def test_the_sequential_backend_starts_no_ray_until_the_setup_needs_ray_data(tmp_path):
     """Its clients train in the driver's process: no Ray daemons (390 MB and 3 s at start-up, docs/performance.md).
     Ray Data on the set-up thread has the run's thread start the lean local Ray (not Ray's default: dashboard,
-    token auth), which serves the whole set-up and is stopped, its processes gone, once the set-up ends."""
-    env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}
+    no idle workers), with token authentication on, as Ray has it for a local cluster: it serves the whole set-up
+    and is stopped, its processes gone, once the set-up ends."""
+    home = tmp_path / "home"  # the token file goes to ~/.ray, made here for a user who had none
+    env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"} | {"HOME": str(home)}
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     done = subprocess.run(
         [sys.executable, "-c", SEQUENTIAL, uri], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=180
@@ -152,7 +154,8 @@ def test_the_sequential_backend_starts_no_ray_until_the_setup_needs_ray_data(tmp
     assert done.returncode == 0, done.stderr[-2000:]
     assert "after the run, Ray is up: False" in done.stdout
     assert "during the set-up, Ray's processes: 3" in done.stdout
-    assert "on the main thread, rows, put, auth: (False, 8, 7, 'disabled')" in done.stdout
+    assert "on the main thread, rows, put, auth: (False, 8, 7, 'token')" in done.stdout
+    assert (home / ".ray" / "auth_token").stat().st_mode & 0o777 == 0o600 and "Token authentication" not in done.stderr
     assert "after the set-up, Ray is up: False its processes: 0" in done.stdout
     assert "Ray's starts in a second run: 0" in done.stdout
 
@@ -183,3 +186,12 @@ def test_an_address_where_a_web_server_answers_is_refused_in_seconds_not_retried
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_the_token_file_is_written_whole_once_and_a_users_own_is_kept(tmp_path):
+    path = tmp_path / ".ray" / "auth_token"
+    ensure_token(path)
+    token = path.read_text()
+    assert len(token) == 64 and int(token, 16) >= 0 and path.stat().st_mode & 0o777 == 0o600
+    ensure_token(path)
+    assert path.read_text() == token and [p.name for p in path.parent.iterdir()] == ["auth_token"]
