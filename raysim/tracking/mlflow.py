@@ -29,7 +29,7 @@ from mlflow.store.db.db_types import DATABASE_ENGINES
 from mlflow.tracking import MlflowClient
 
 from raysim.base.errors import ConfigError
-from raysim.base.paths import sqlite_file, unwritable
+from raysim.base.paths import sqlite_file, unwritable, why_not_a_file
 
 PARAM_LIMIT = 500  # MLflow caps a param value's length
 SUMMARY = "summary/"
@@ -204,8 +204,9 @@ def check_run_store(uri: str, whose: str = "") -> None:
     if store is None:
         check_store(uri)
     elif not store.is_file():
-        what = "is a folder, not a SQLite file" if store.is_dir() else "does not exist"
-        raise ConfigError(f"the MLflow store {uri}{whose} {what}; pass --tracking-uri of an existing store")
+        raise ConfigError(
+            f"the MLflow store {uri}{whose} {why_not_a_file(store)}; pass --tracking-uri of an existing store"
+        )
     else:
         refuse_not_sqlite(uri, store)
         if store.stat().st_size:

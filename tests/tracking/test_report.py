@@ -105,7 +105,7 @@ def test_report_errors_are_one_line(tmp_path, tracking_uri):
     assert no_store.exit_code == 2 and "does not exist" in no_store.stderr
     assert not (tmp_path / "x").exists()
     folder = CliRunner().invoke(main, ["report", "cmp", "--tracking-uri", f"sqlite:///{tmp_path}"])
-    assert folder.exit_code == 2 and "is a folder, not a SQLite file" in folder.stderr
+    assert folder.exit_code == 2 and f"sqlite:///{tmp_path} is a folder, not a file" in folder.stderr
     (tmp_path / "junk.db").write_text("not a database")
     junk = CliRunner().invoke(main, ["report", "cmp", "--tracking-uri", f"sqlite:///{tmp_path}/junk.db"])
     assert junk.exit_code == 2 and len(junk.stderr.strip().splitlines()) == 1, junk.stderr
