@@ -233,9 +233,14 @@ def load_preset(name_or_path: str) -> dict[str, Any]:
     else:
         raise unknown_name("preset", name_or_path, presets())
     try:
-        data = yaml12.load(text) or {}
+        data = yaml12.load(text)
     except yaml.YAMLError as error:
         raise ConfigError(f"preset {name_or_path} is not valid YAML: {yaml12.problem(error)}") from None
+    if data is None:
+        raise ConfigError(
+            f"preset {name_or_path} sets nothing (it is empty, or only comments); give it settings, e.g. "
+            "'federation: {rounds: 10}', or drop --preset"
+        )
     if not isinstance(data, dict) or not all(isinstance(v, dict) or k == "method" for k, v in data.items()):
         raise ConfigError(
             f"preset {name_or_path} must map section names to mappings, e.g. 'federation: {{rounds: 10}}'"

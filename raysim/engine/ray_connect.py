@@ -18,6 +18,7 @@ import ray
 
 from raysim.base.errors import ConfigError
 from raysim.base.ray_start import starting_ray
+from raysim.base.settings import differs
 from raysim.base.stop_signals import kept_sigterm
 
 T = TypeVar("T")
@@ -53,6 +54,7 @@ def connect_ray(resources) -> None:
     warn_of_another_raysim(Path.cwd())
     kwargs = dict(logging_level=logging.WARNING, configure_logging=True)
     address, given = joined_address(resources)
+    refuse_unused_dashboard(resources, address, given)
     if address:
         check_reachable(address, given)
         try:
@@ -79,6 +81,28 @@ def connect_ray(resources) -> None:
                 _system_config=LEAN,
                 **kwargs,
             )
+
+
+def refuse_unused_dashboard(resources, address: str | None, given: str, rounds_on_ray: bool = True) -> None:
+    """One line where a dashboard setting would do nothing: ``--dashboard`` where the run joins a cluster (which has
+    its own) or where its rounds do not run on Ray (``rounds_on_ray`` false: the sequential backend trains its
+    clients in this process), and a ``dashboard_host`` without ``--dashboard``."""
+    if resources.dashboard and address:
+        raise ConfigError(
+            f"--dashboard (resources.dashboard) starts a local Ray's dashboard, and this run joins the cluster at "
+            f"{address!r} ({given}), whose dashboard is its own ('ray dashboard CLUSTER.yaml', or port 8265 of its "
+            "head): drop --dashboard"
+        )
+    if resources.dashboard and not rounds_on_ray:
+        raise ConfigError(
+            "--dashboard (resources.dashboard) starts a local Ray's dashboard, and the sequential backend starts "
+            "none (its clients train in this process): drop --dashboard, or use --backend ray"
+        )
+    if not resources.dashboard and differs(resources, "dashboard_host"):
+        raise ConfigError(
+            f"resources.dashboard_host={resources.dashboard_host} is where --dashboard listens; add --dashboard, or "
+            "drop the host"
+        )
 
 
 def quiet_default_auth(record: logging.LogRecord) -> bool:
@@ -163,6 +187,8 @@ def connect_ray_during(resources, work: Callable[[], T], meanwhile: Callable[[],
     at once there, and this thread then waits for ``work`` (serving its requests for Ray). Where Ray is up already (a
     Tune trial), it is used, and left up.
     """
+    if not ray.is_initialized():  # before the work starts: a refused run reads and writes nothing
+        refuse_unused_dashboard(resources, *joined_address(resources), rounds_on_ray=resources.backend == "ray")
     without_ray = resources.backend == "sequential" and not resources.address and not ray.is_initialized()
     asked = queue.SimpleQueue()  # a request for Ray from ``work`` (an Event to set once it is up); None: work ended
     outcome = {}

@@ -216,6 +216,7 @@ BAD_INPUTS = [
         "federation.rounds='many' has the wrong type",
     ),
     (["run", "fedvpt", "--preset", "FILE:list.yaml:- 1"], "must map section names to mappings"),
+    (["run", "fedvpt", "--preset", "FILE:blank.yaml:# rounds: 3"], "sets nothing (it is empty, or only comments)"),
     (["run", "fedvpt", "--preset", "/nope/p.yaml"], "preset file /nope/p.yaml does not exist"),
     (["run", "fedvpt", "--set", "federation.roundz=3"], "unknown key federation.roundz"),
     (["run", "fedvpt", "--set", "checkpoint.every=-1"], "checkpoint.every=-1 must be >= 0"),
@@ -401,6 +402,9 @@ def test_real_console_script_help_ls_and_one_line_errors(tmp_path):
     assert bad.returncode == 2
     assert own_lines(bad.stderr)[-1].startswith("raysim: error: could not connect to Ray at '127.0.0.1:9'")
     assert "Traceback" not in bad.stderr
+    shown_nowhere = raysim("run", "fedvpt", "--backend", "sequential", "--dashboard")  # before the data are read
+    assert shown_nowhere.returncode == 2 and "Traceback" not in shown_nowhere.stderr
+    assert own_lines(shown_nowhere.stderr)[-1].endswith("drop --dashboard, or use --backend ray")
     assert not (tmp_path / "raysim-runs").exists()
 
 

@@ -17,7 +17,13 @@ import pytest
 import raysim
 from raysim.base.errors import ConfigError
 from raysim.config import build_config
-from raysim.engine.ray_connect import check_reachable, connect_ray_during, ensure_token, warn_of_another_raysim
+from raysim.engine.ray_connect import (
+    check_reachable,
+    connect_ray_during,
+    ensure_token,
+    refuse_unused_dashboard,
+    warn_of_another_raysim,
+)
 from raysim.testing.smoke import FAST
 
 
@@ -195,3 +201,17 @@ def test_the_token_file_is_written_whole_once_and_a_users_own_is_kept(tmp_path):
     assert len(token) == 64 and int(token, 16) >= 0 and path.stat().st_mode & 0o777 == 0o600
     ensure_token(path)
     assert path.read_text() == token and [p.name for p in path.parent.iterdir()] == ["auth_token"]
+
+
+def test_a_dashboard_setting_that_would_do_nothing_is_refused():
+    """A local Ray's dashboard is shown only where the run starts that Ray for its rounds."""
+    asked = build_config("fedvpt", [FAST, {"resources": {"dashboard": True}}]).resources
+    refuse_unused_dashboard(asked, None, "--address")  # a local Ray for the rounds: shown
+    with pytest.raises(ConfigError, match=r"joins the cluster at '10.0.0.1:6379' \(RAY_ADDRESS\), whose dashboard"):
+        refuse_unused_dashboard(asked, "10.0.0.1:6379", "RAY_ADDRESS")
+    with pytest.raises(ConfigError, match="sequential backend starts none .* drop --dashboard, or use --backend ray"):
+        refuse_unused_dashboard(asked, None, "--address", rounds_on_ray=False)
+    host = build_config("fedvpt", [FAST, {"resources": {"dashboard_host": "0.0.0.0"}}]).resources
+    with pytest.raises(ConfigError, match="dashboard_host=0.0.0.0 is where --dashboard listens; add --dashboard"):
+        refuse_unused_dashboard(host, None, "--address")
+    refuse_unused_dashboard(build_config("fedvpt", [FAST]).resources, "10.0.0.1:6379", "--address")
