@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from raysim.base.errors import ConfigError
 from raysim.base.settings import Settings, at_least, in_range, non_negative, positive, setting
 from raysim.core.registry import declare
 
@@ -62,6 +63,16 @@ class FedGCROptions(Settings):
     covariance: str = setting("full", "Covariance of the Gaussian mixture (scikit-learn's names).", choices=COVARIANCES)
 
 
+def clusters_within_a_round(config) -> None:
+    """The Gaussian mixture fits T' components to the h_tilde of one round's clients: T' <= the clients a round."""
+    per_round = config.federation.clients_per_round
+    if config.options.clusters > per_round:
+        raise ConfigError(
+            f"fedgcr.clusters={config.options.clusters} (T') is more than the {per_round} clients taking part each "
+            "round; lower it or raise --participation"
+        )
+
+
 FEDGCR = dict(  # FedGCR's and its two ablations'
     family="domain",
     options=FedGCROptions,
@@ -70,6 +81,7 @@ FEDGCR = dict(  # FedGCR's and its two ablations'
     needs_client_types=True,
     setting="offline-digit5-dif10",  # digits5's domains as client types: no download
     smoke={"data": {"partition": "domains"}, "fedgcr": {"clusters": 2}},  # the smoke tests' 3 clients a round: T' 2
+    check=clusters_within_a_round,
 )
 
 declare(

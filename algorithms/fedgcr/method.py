@@ -32,7 +32,6 @@ import torch
 from raysim.algorithms import _group_custom as gc
 from raysim.algorithms._fairness import GLOBAL_LOSS, client_losses, last_epoch_mean, received_model_loss, with_data
 from raysim.algorithms.fedavg.method import FedAvg
-from raysim.base.errors import ConfigError
 from raysim.base.prompts import PromptSlot, PromptSpec
 from raysim.base.seeding import Purpose, derive_seed
 from raysim.core import training
@@ -56,15 +55,6 @@ class FedGCR(CachesRowFeatures, SendsExtras, Diagnostics, FedAvg):
     extras_sent: ClassVar[dict[str, str]] = {REPR: "h_tilde, the client's type-specific feature averaged over its data"}
     customize: ClassVar[bool] = True
     reweight: ClassVar[bool] = True
-
-    def __init__(self, config):
-        super().__init__(config)
-        per_round = config.federation.clients_per_round
-        if self.options.clusters > per_round:
-            raise ConfigError(
-                f"fedgcr.clusters={self.options.clusters} (T') is more than the {per_round} clients "
-                f"taking part each round; lower it or raise --participation"
-            )
 
     @property
     def kind(self) -> str:

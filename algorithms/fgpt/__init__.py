@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from raysim.algorithms._declarations import GROUP_METRICS, LAYER_READINGS
+from raysim.base.errors import ConfigError
 from raysim.base.settings import Settings, at_least, non_negative, setting
 from raysim.core.registry import declare
 
@@ -59,6 +60,16 @@ declare(
     cohort=True,
 )
 
+
+def top_k_within_groups(config) -> None:
+    """FGPT-U averages the logits of the top K of the G groups at inference: K <= G."""
+    options = config.options
+    if options.k > options.groups:
+        raise ConfigError(
+            f"fgpt.k={options.k} must be in 1..groups={options.groups} (top-K of the G groups at inference)"
+        )
+
+
 declare(
     "fgpt-u",
     "raysim.algorithms.fgpt.method:FGPTU",
@@ -68,4 +79,5 @@ declare(
     options_key="fgpt",
     metrics=GROUP_METRICS,
     cohort=True,
+    check=top_k_within_groups,
 )

@@ -137,14 +137,6 @@ class FGPT(gp.GroupDiagnostics, CachesRowFeatures, SendsExtras, ResolvesOptions,
 
 @implements("fgpt-u")
 class FGPTU(FGPT):
-    def __init__(self, config):
-        super().__init__(config)
-        if self.options.k > self.options.groups:
-            raise ConfigError(
-                f"fgpt.k={self.options.k} must be in 1..groups={self.options.groups} "
-                f"(top-K of the G groups at inference)"
-            )
-
     @property
     def top_k(self) -> int:
         return self.options.k

@@ -387,8 +387,10 @@ def as_recorded(layer: Mapping[str, Any]) -> dict[str, Any]:
     return dict(layer)
 
 
-def build_config(method: str, layers: list[Mapping[str, Any]]) -> Config:
-    """Merge layers (defaults < preset < CLI flags < --set) into a validated :class:`Config`."""
+def build_config(method: str, layers: list[Mapping[str, Any]], *, method_check: bool = True) -> Config:
+    """Merge layers (defaults < preset < CLI flags < --set) into a validated :class:`Config`; ``method_check=False``
+    leaves out the method's check of the whole config (:attr:`~raysim.core.registry.MethodInfo.check`), for one value
+    of a search space whose other keys are still to be sampled."""
     info = get_method(method)
     sections: dict[str, dict[str, Any]] = {name: {} for name in SECTIONS}
     options: dict[str, Any] = {}
@@ -411,7 +413,10 @@ def build_config(method: str, layers: list[Mapping[str, Any]]) -> Config:
         raise ConfigError(
             f"{method} needs float32 client compute ({info.fp32_reason}); use train.precision=fp32 or auto"
         )
-    return Config(method=method, **built)
+    config = Config(method=method, **built)
+    if method_check and info.check is not None:
+        info.check(config)
+    return config
 
 
 def dump_yaml(config: Config) -> str:

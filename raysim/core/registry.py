@@ -7,6 +7,7 @@ is built without importing torch. The class side, :func:`~raysim.core.protocol.i
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +39,8 @@ class MethodInfo:
             (:class:`~raysim.core.protocol.CohortTraining`).
         tiers: the method trains by capacity tier (``systems.tiers``): its clients train whatever tensors the
             model leaves trainable, and its server averages each row over the clients that sent it.
+        check: what the method requires of the whole config beyond its options' own checks (a one-line
+            ConfigError), run when the config is built, without torch: before Ray starts or the data are read.
     """
 
     name: str
@@ -54,6 +57,7 @@ class MethodInfo:
     smoke: dict[str, Any] = field(default_factory=dict)
     cohort: bool = False
     tiers: bool = False
+    check: Callable[[Any], None] | None = None
 
     @property
     def split_learning(self) -> bool:
@@ -88,6 +92,7 @@ def declare(
     smoke: dict[str, Any] | None = None,
     cohort: bool = False,
     tiers: bool = False,
+    check: Callable[[Any], None] | None = None,
 ) -> MethodInfo:
     """Make method ``name`` runnable as ``raysim run NAME``; ``implementation``: its class or ``"module:Class"``,
     whose class carries :func:`implements`."""
@@ -108,6 +113,7 @@ def declare(
         smoke or {},
         cohort,
         tiers,
+        check,
     )
     return METHODS.add(name, info)
 
