@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from raysim.algorithms._declarations import BLOCKS
+from raysim.algorithms._declarations import BLOCKS, PROMPT_TOKENS
 from raysim.base.settings import Settings, at_least, non_negative, setting
 from raysim.core.registry import declare
 
@@ -17,9 +17,11 @@ class DualPromptOptions(Settings):
 
     pool: int = setting(10, "Expert prompts in the pool (E-prompts, each with a learned key).", checks=(at_least(1),))
     general_length: int = setting(
-        5, "Tokens of the general prompt (G-prompt) at each of its blocks.", checks=(at_least(1),)
+        5, "Tokens of the general prompt (G-prompt) at each of its blocks.", checks=(at_least(1), PROMPT_TOKENS)
     )
-    expert_length: int = setting(5, "Tokens of an expert prompt at each of its blocks.", checks=(at_least(1),))
+    expert_length: int = setting(
+        5, "Tokens of an expert prompt at each of its blocks.", checks=(at_least(1), PROMPT_TOKENS)
+    )
     general_blocks: tuple = setting((), f"Blocks the G-prompt enters ({BLOCKS}; empty: DualPrompt's 0-1 of 12 scaled).")
     expert_blocks: tuple = setting((), f"Blocks the E-prompt enters ({BLOCKS}; empty: DualPrompt's 2-4 of 12 scaled).")
     pull: float = setting(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from raysim.algorithms._declarations import PROMPT_TOKENS
 from raysim.base.errors import ConfigError
 from raysim.base.settings import Settings, at_least, in_range, non_negative, positive, setting
 from raysim.core.registry import declare
@@ -19,7 +20,7 @@ class FedGCROptions(Settings):
     Its authors' FedGR is ``reweighting=code`` with ``client_loss=global``."""
 
     prompts: int = setting(
-        4, "Global prompts n (tokens before block 0, each customised by GC-Net).", checks=(at_least(1),)
+        4, "Global prompts n (tokens before block 0, each customised by GC-Net).", checks=(at_least(1), PROMPT_TOKENS)
     )
     clusters: int = setting(
         5,

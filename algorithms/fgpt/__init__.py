@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from raysim.algorithms._declarations import GROUP_METRICS, LAYER_READINGS
+from raysim.algorithms._declarations import GROUP_METRICS, LAYER_READINGS, PROMPT_TOKENS
 from raysim.base.errors import ConfigError
 from raysim.base.settings import Settings, at_least, non_negative, setting
 from raysim.core.registry import declare
@@ -20,7 +20,9 @@ class FGPTOptions(Settings):
 
     groups: int = setting(10, "G, the number of group prompts and fixed keys.", checks=(at_least(1),))
     shared_length: int = setting(
-        5, "Tokens of the shared prompt before the first block.", checks=(non_negative("0: no shared prompts"),)
+        5,
+        "Tokens of the shared prompt before the first block.",
+        checks=(non_negative("0: no shared prompts"), PROMPT_TOKENS),
     )
     group_block: int = setting(
         -1,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from raysim.algorithms._declarations import BLOCKS, GROUP_METRICS, LAYER_READINGS
+from raysim.algorithms._declarations import BLOCKS, GROUP_METRICS, LAYER_READINGS, PROMPT_TOKENS
 from raysim.base.settings import Settings, at_least, in_range, non_negative, setting
 from raysim.core.registry import declare
 
@@ -87,7 +87,7 @@ class SGPTOptions(Settings):
     shared_length: int = setting(
         1,
         "Tokens of the shared prompt (the paper's prompt length).",
-        checks=(at_least(1, "no shared prompts: prompts=group"),),
+        checks=(at_least(1, "no shared prompts: prompts=group"), PROMPT_TOKENS),
     )
     shared_length_at: str = setting(
         "every",

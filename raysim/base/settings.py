@@ -31,6 +31,10 @@ def at_least(low: float, why: str = "") -> Check:
     return (lambda v: v >= low, f"must be at least {low:g}" + (f" ({why})" if why else ""))
 
 
+def at_most(high: float, why: str = "") -> Check:
+    return (lambda v: v <= high, f"must be at most {high:g}" + (f" ({why})" if why else ""))
+
+
 def in_range(low: float, high: float, *, open_low: bool = False, open_high: bool = False, why: str = "") -> Check:
     """``low <= v <= high``, either end open; the requirement reads ``must be in [low, high)``."""
     brackets = ("(" if open_low else "[", ")" if open_high else "]")
