@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -55,9 +58,18 @@ def pytest_configure(config):
         value = config.getoption(option)
         if value is not None:
             os.environ[variable] = str(value)
-    # the suite's own Ray sessions and clusters skip token authentication; raysim's local Ray keeps it on
-    # (tests/engine/test_ray_connect.py and README's command start it so)
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    # every Ray the suite starts (its sessions, clusters, `ray start`, raysim's own) authenticates with a token of
+    # this session's, as raysim's local Ray does by default with the user's ~/.ray/auth_token
+    if "RAY_AUTH_TOKEN_PATH" not in os.environ and "RAY_AUTH_TOKEN" not in os.environ:
+        folder = Path(tempfile.mkdtemp(prefix="raysim-tests-token-"))
+        (folder / "auth_token").write_text(secrets.token_hex(32))
+        os.environ["RAY_AUTH_TOKEN_PATH"] = str(folder / "auth_token")
+        config.token_folder = folder  # removed by the process that made it, at its end
+
+
+def pytest_unconfigure(config):
+    if hasattr(config, "token_folder"):
+        shutil.rmtree(config.token_folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 import os
 import queue
-import secrets
 import socket
 import threading
 from collections.abc import Callable
@@ -20,14 +19,20 @@ from raysim.base.errors import ConfigError
 from raysim.base.ray_start import starting_ray
 from raysim.base.settings import differs
 from raysim.base.stop_signals import kept_sigterm
+from raysim.engine.ray_auth import (
+    RAY_AUTH_LOGGER,
+    RAY_AUTH_MODE,
+    default_token_path,
+    ensure_token,
+    quiet_default_auth,
+    refuse_unless_admitted,
+)
 
 T = TypeVar("T")
 log = logging.getLogger("raysim")
 
 HIDE_UNRESERVED_GPUS = "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO"  # see connect_ray
 RAY_ADDRESS = "RAY_ADDRESS"  # an address the user exported, or Ray set for a job's entrypoint: joined as --address
-RAY_AUTH_MODE = "RAY_AUTH_MODE"  # Ray's token authentication, on for a local Ray unless set to disabled
-RAY_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
 
 LEAN = {  # a local Ray for one run: no idle workers started up front, and none kept once idle (actors are not idle)
     "prestart_worker_first_driver": False,
@@ -68,7 +73,7 @@ def connect_ray(resources) -> None:
             ) from None
     else:
         if RAY_AUTH_MODE not in os.environ:  # Ray turns token authentication on, with the token file
-            ensure_token(Path.home() / ".ray" / "auth_token")
+            ensure_token(default_token_path())
             logging.getLogger(RAY_AUTH_LOGGER).addFilter(quiet_default_auth)
         # Ray 2.60 no longer hides the GPUs from a worker that reserved none: a client worker on the CPU would see
         # them and train there (``pick_device``) unreserved. This restores the hiding (Ray issue 54868).
@@ -103,30 +108,6 @@ def refuse_unused_dashboard(resources, address: str | None, given: str, rounds_o
             f"resources.dashboard_host={resources.dashboard_host} is where --dashboard listens; add --dashboard, or "
             "drop the host"
         )
-
-
-def quiet_default_auth(record: logging.LogRecord) -> bool:
-    """Drop Ray's warning that it turned token authentication on for a local Ray (the default raysim keeps)."""
-    return not record.getMessage().startswith("Token authentication is enabled for this Ray cluster")
-
-
-def ensure_token(path: Path) -> None:
-    """Write a new random token to ``path`` (Ray's default token file, which ``ray get-auth-token`` prints) unless
-    one is there: whole or not at all (a temporary file linked into place), so that runs starting at once all read
-    the one that won, where Ray's own generation writes the file in place and the last writer wins."""
-    if path.exists() or os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH"):
-        return
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
-    try:
-        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(descriptor, "w") as file:
-            file.write(secrets.token_hex(32))
-        os.link(temporary, path)
-    except FileExistsError:  # another run's token won
-        pass
-    finally:
-        temporary.unlink(missing_ok=True)
 
 
 def joined_address(resources) -> tuple[str | None, str]:
@@ -244,6 +225,8 @@ def check_reachable(address: str, given: str = "--address", timeout_s: float = 3
         ) from None
     if os.environ.get("RAY_USE_TLS", "0").lower() in ("0", "false", ""):  # under TLS, Ray's own check
         refuse_unless_grpc(host, int(port), address, given, timeout_s)
+        if "://" not in address:  # the GCS's address (ray:// is Ray Client's server, which checks on its own)
+            refuse_unless_admitted(host, int(port), address, given, timeout_s)
 
 
 def refuse_unless_grpc(host: str, port: int, address: str, given: str, timeout_s: float) -> None:

@@ -17,10 +17,10 @@ import pytest
 import raysim
 from raysim.base.errors import ConfigError
 from raysim.config import build_config
+from raysim.engine.ray_auth import ensure_token
 from raysim.engine.ray_connect import (
     check_reachable,
     connect_ray_during,
-    ensure_token,
     refuse_unused_dashboard,
     warn_of_another_raysim,
 )
@@ -152,7 +152,8 @@ def test_the_sequential_backend_starts_no_ray_until_the_setup_needs_ray_data(tmp
     no idle workers), with token authentication on, as Ray has it for a local cluster: it serves the whole set-up
     and is stopped, its processes gone, once the set-up ends."""
     home = tmp_path / "home"  # the token file goes to ~/.ray, made here for a user who had none
-    env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"} | {"HOME": str(home)}
+    own_token = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH")  # the suite's (tests/conftest.py): this user has none
+    env = {k: v for k, v in os.environ.items() if k not in own_token} | {"HOME": str(home)}
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     done = subprocess.run(
         [sys.executable, "-c", SEQUENTIAL, uri], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=180
@@ -194,7 +195,8 @@ def test_an_address_where_a_web_server_answers_is_refused_in_seconds_not_retried
         server.server_close()
 
 
-def test_the_token_file_is_written_whole_once_and_a_users_own_is_kept(tmp_path):
+def test_the_token_file_is_written_whole_once_and_a_users_own_is_kept(tmp_path, monkeypatch):
+    monkeypatch.delenv("RAY_AUTH_TOKEN_PATH", raising=False)  # the suite's own (tests/conftest.py)
     path = tmp_path / ".ray" / "auth_token"
     ensure_token(path)
     token = path.read_text()
