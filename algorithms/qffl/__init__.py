@@ -21,7 +21,8 @@ class QFFLOptions(PromptOptions):
     )
     lipschitz: float = setting(
         0.0,
-        "L, the Lipschitz constant that turns a model change into a gradient (0: 1 / train.lr, the paper's with SGD).",
+        "L, the Lipschitz constant that turns a model change into a gradient (0: 1 / train.lr, the paper's with plain "
+        "SGD: train.optimizer=sgd, train.momentum=0).",
         checks=(non_negative("0 = 1 / train.lr"),),
     )
 

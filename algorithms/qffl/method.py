@@ -5,8 +5,9 @@ F_k is the received global model's loss on the client's train rows; each client 
 
 L (``qffl.lipschitz``; 0 derives it): q-FedAvg trains locally with SGD of step size 1/L and turns the model change
 into a gradient with L (Algorithm 2; fair_flearn flearn/trainers/qffedavg.py:13, 57, 62 use L = 1 / the SGD
-learning rate), so with ``train.optimizer=sgd`` L is 1 / train.lr. Another optimiser (AdamW, the default) has no
-such step and L is a free constant: 0 then takes 1 / train.lr as well, which is what FedGCR's comparison ran
+learning rate, plain gradient descent), so with ``train.optimizer=sgd`` and ``train.momentum=0`` L is 1 / train.lr.
+Momentum (SGD's default 0.9 here) lengthens the local steps, and another optimiser (AdamW, the default) has no such
+step: L is then a free constant, and 0 takes 1 / train.lr all the same, which is what FedGCR's comparison ran
 (their utils/util.py:1068 fixes lr = 0.001, their AdamW's): a choice, not an estimate, so the q-FFL space tunes
 it. The run records the L it used (``resolved_options``)."""
 
