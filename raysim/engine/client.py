@@ -23,6 +23,7 @@ from raysim.data.shards import ClientData, ShardStore
 from raysim.engine.capacity import sent_rows, tier_rows
 from raysim.engine.cohort import train_cohort
 from raysim.engine.cohort_plan import cohort_training
+from raysim.engine.too_large import refused_if_too_large
 from raysim.privacy import calibration
 from raysim.privacy.dp_sgd import DPSGD
 from raysim.systems.tiers import ALL
@@ -75,7 +76,8 @@ class ClientRuntime:
         self.config = config
         self.method = get_method(config.method).cls(config)
         self.device = pick_device(config.resources.gpus_per_client)
-        model = build_model(config, self.method, num_classes)
+        with refused_if_too_large(config.method):
+            model = build_model(config, self.method, num_classes)
         self.remote = None
         self.record_noise: float | None = None  # record-level DP's z, from the run's clients' sizes (first round)
         if isinstance(self.method, SplitLearning):  # the server's blocks run elsewhere; a stand-in asks for them

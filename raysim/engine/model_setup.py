@@ -17,6 +17,7 @@ from raysim.core.registry import get_method
 from raysim.core.training import PASS_BATCH, model_inputs
 from raysim.data.npy_file import read_through
 from raysim.data.shards import ShardStore
+from raysim.engine.too_large import refused_if_too_large
 
 
 def model_setup(
@@ -28,10 +29,11 @@ def model_setup(
     built from ``config``, whole and untrained, on the CPU (the first worker's own), used instead of a new build; it
     is left on the CPU."""
     method = get_method(config.method).cls(config)
-    if model is None:
-        from raysim.models.factory import build_model  # the model code: only in the process that builds the model
+    with refused_if_too_large(config.method):
+        if model is None:
+            from raysim.models.factory import build_model  # the model code: only in the process that builds the model
 
-        model = build_model(config, method, num_classes)
+            model = build_model(config, method, num_classes)
     options = config.options
     if isinstance(method, ResolvesOptions):
         options = method.resolved_options(len(model.vit.blocks))
@@ -39,7 +41,9 @@ def model_setup(
         seeding.derive_seed(config.federation.seed, Purpose.INIT, Init.GLOBAL_STATE)
     )
     features = {} if rows is None else features_here(method, model, rows.images, config)
-    return options, method.init_global(model, generator), features
+    with refused_if_too_large(config.method):  # the server's own state too (pFedHN's hypernetwork)
+        initial = method.init_global(model, generator)
+    return options, initial, features
 
 
 def trainable_count(state: GlobalState) -> float:
