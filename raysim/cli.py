@@ -24,6 +24,7 @@ from raysim.base.stop_signals import take_sigterm
 from raysim.config import (
     TrackingConfig,
     build_config,
+    check_runnable,
     load_preset,
     other_method_note,
     own_setting,
@@ -271,6 +272,7 @@ def run(method, resume, preset, overrides, progress, **flags):
     layers = ([preset_for_method(load_preset(preset or setting), method)] if preset or setting else []) + given
     if resume is None:
         config = build_config(method, layers)  # a typo stops here, before Ray is imported
+        check_runnable(config)
         refuse_unread_partition_keys(given, config.data.partition)
         if setting:
             click.echo(f"raysim: {setting_note([method], setting)}", err=True)

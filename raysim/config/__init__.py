@@ -9,6 +9,7 @@ from raysim.config.build import (  # noqa: F401
     Config,
     as_recorded,
     build_config,
+    check_runnable,
     dump_yaml,
     load_preset,
     other_method_note,

@@ -387,10 +387,8 @@ def as_recorded(layer: Mapping[str, Any]) -> dict[str, Any]:
     return dict(layer)
 
 
-def build_config(method: str, layers: list[Mapping[str, Any]], *, method_check: bool = True) -> Config:
-    """Merge layers (defaults < preset < CLI flags < --set) into a validated :class:`Config`; ``method_check=False``
-    leaves out the method's check of the whole config (:attr:`~raysim.core.registry.MethodInfo.check`), for one value
-    of a search space whose other keys are still to be sampled."""
+def build_config(method: str, layers: list[Mapping[str, Any]]) -> Config:
+    """Merge layers (defaults < preset < CLI flags < --set) into a validated :class:`Config`."""
     info = get_method(method)
     sections: dict[str, dict[str, Any]] = {name: {} for name in SECTIONS}
     options: dict[str, Any] = {}
@@ -413,10 +411,17 @@ def build_config(method: str, layers: list[Mapping[str, Any]], *, method_check: 
         raise ConfigError(
             f"{method} needs float32 client compute ({info.fp32_reason}); use train.precision=fp32 or auto"
         )
-    config = Config(method=method, **built)
-    if method_check and info.check is not None:
-        info.check(config)
-    return config
+    return Config(method=method, **built)
+
+
+def check_runnable(config: Config) -> None:
+    """The method's check of the whole config (:attr:`~raysim.core.registry.MethodInfo.check`: FGPT-U's K at most its
+    G, FedGCR's T' at most the clients a round), a one-line ConfigError, for a config a run is about to start from
+    (:func:`raysim.engine.setup.initial_state`, and ``raysim run`` at once); not for the configs a sweep builds
+    before it samples (their defaults may be what the samples replace)."""
+    check = get_method(config.method).check
+    if check is not None:
+        check(config)
 
 
 def dump_yaml(config: Config) -> str:

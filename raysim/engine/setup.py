@@ -17,7 +17,7 @@ from raysim.base.errors import ConfigError
 from raysim.base.precision import resolve
 from raysim.base.ray_start import wait_for_ray
 from raysim.base.seeding import Purpose
-from raysim.config import Config
+from raysim.config import Config, check_runnable
 from raysim.core.registry import get_method, require_tiers
 from raysim.data.partition import PARTITIONERS, PartitionParams, held_out_clients, partition
 from raysim.data.shards import ShardStore, build_shards
@@ -147,7 +147,9 @@ def initial_state(
     none, a cluster's head) in a CUDA context the worker needs anyway. The workers take ``config`` as given: its
     options resolve to values the method computes with exactly as with the placeholders. A pool the cluster could
     never hold is refused before the build. Without a reservation the build runs here.
-    Checks the run first (:func:`refuse_unrunnable`)."""
+    Checks the run first: the method's check of the whole config (:func:`~raysim.config.check_runnable`, which
+    ``raysim run`` ran at once) and :func:`refuse_unrunnable`."""
+    check_runnable(config)
     refuse_unrunnable(config, shards)
     res = config.resources
     if reservation is not None:

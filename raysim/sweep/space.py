@@ -154,7 +154,7 @@ def load_space(path: str, method: str, before: list[dict], after: list[dict]) ->
         if kind in ("uniform", "loguniform"):  # whole-number bounds pass; the draws between them are real numbers
             inside = _inside(kind, *values)
             try:
-                build_config(method, [*before, as_layer(fixed), *after, as_layer({key: inside})], method_check=False)
+                build_config(method, [*before, as_layer(fixed), *after, as_layer({key: inside})])
             except ConfigError as error:
                 raise ConfigError(
                     f"{where}: space key {key!r}: {kind} draws values such as {inside:.4g}, which {key} refuses "
@@ -198,16 +198,13 @@ def _inside(kind: str, low: float, high: float) -> float:
 
 
 def _valid_value(where: str, part: str, key: str, value: Any, method: str, layers: list[dict]) -> Config:
-    """The config of ``layers`` with ``key`` set to ``value``, checked without the method's check of the whole config
-    (the other keys' values are still to be sampled: :func:`raysim.sweep.tune.refuse_unrunnable_corners` checks
-    them together)."""
     if not isinstance(key, str) or key.count(".") != 1:
         raise ConfigError(f"{where}: {part} key {key!r} must look like section.key (e.g. train.lr)")
     try:
-        return build_config(method, [*layers, as_layer({key: value})], method_check=False)
+        return build_config(method, [*layers, as_layer({key: value})])
     except ConfigError as error:
         try:  # the same error without the key: the preset's or the flags' own, not the space's
-            build_config(method, layers, method_check=False)
+            build_config(method, layers)
         except ConfigError as own:
             if str(own) == str(error):
                 raise own from None

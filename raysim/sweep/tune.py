@@ -29,7 +29,15 @@ from rich.console import Console
 from raysim.base.errors import ConfigError, RunInterrupted, SweepError, last_line
 from raysim.base.paths import absolute
 from raysim.base.sole_runner import run_lock, sole_runner
-from raysim.config import NOT_COMPUTED, Config, beside_store, build_config, load_preset, preset_for_method
+from raysim.config import (
+    NOT_COMPUTED,
+    Config,
+    beside_store,
+    build_config,
+    check_runnable,
+    load_preset,
+    preset_for_method,
+)
 from raysim.config.partition_keys import refuse_unread_partition_keys
 from raysim.core.registry import get_method
 from raysim.engine.driver import run
@@ -232,7 +240,9 @@ def refuse_unrunnable_corners(method: str, space: SearchSpace, layers: list[dict
     cls = get_method(method).cls
     for params in corners(space):
         try:
-            cls(build_config(method, [*layers, as_layer(params)]))
+            config = build_config(method, [*layers, as_layer(params)])
+            check_runnable(config)
+            cls(config)
         except ConfigError as error:
             shown = ", ".join(f"{key}={provenance.show(value)}" for key, value in params.items())
             raise ConfigError(

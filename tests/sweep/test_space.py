@@ -7,7 +7,14 @@ import pytest
 from raysim.base.errors import ConfigError
 from raysim.config import build_config, yaml12
 from raysim.core.registry import METHODS
-from raysim.sweep.space import corners, default_space_file, load_space, shipped_spaces, with_private_levers
+from raysim.sweep.space import (
+    as_layer,
+    corners,
+    default_space_file,
+    load_space,
+    shipped_spaces,
+    with_private_levers,
+)
 
 PRIVATE = {"privacy": {"mode": "user", "target_epsilon": 4.0, "delta": 1e-5}}
 
@@ -255,3 +262,17 @@ def test_a_trial_reads_the_files_the_command_named_from_its_own_folder(tmp_path,
         str(tmp_path / "cli" / "w.safetensors"),
         str(tmp_path / "cli" / "rows.parquet"),
     )
+
+
+def test_a_space_whose_samples_replace_the_defaults_its_method_refuses_is_planned(tmp_path):
+    """fgpt.k's default 5 is above the space's fixed fgpt.groups 3, and no trial keeps it: every K the space samples
+    fits, so the sweep starts (its trials' own configs are checked as each run starts)."""
+    from raysim.sweep.tune import refuse_unrunnable_corners
+
+    path = space_file(tmp_path, "fixed: {fgpt.groups: 3}\nspace:\n  fgpt.k: {choice: [1, 2, 3]}\n")
+    space = with_private_levers(load_space(path, "fgpt-u", [], []), "fgpt-u", [], [])
+    refuse_unrunnable_corners("fgpt-u", space, [as_layer(space.fixed)])
+    (tmp_path / "wider").mkdir()
+    wider = load_space(space_file(tmp_path / "wider", "space:\n  fgpt.k: {choice: [1, 4]}\n"), "fgpt-u", [], [])
+    with pytest.raises(ConfigError, match=r"can sample fgpt.k=4, which no trial could run \(fgpt.k=4 must be in"):
+        refuse_unrunnable_corners("fgpt-u", wider, [as_layer(space.fixed)])
