@@ -34,6 +34,7 @@ from raysim.engine.callbacks import Callback
 from raysim.engine.driver import run
 from raysim.ops import selection as sel
 from raysim.ops.metrics import TIMING_KEYS
+from raysim.testing.smoke import FAST
 from raysim.tracking import checkpoint as ckpt
 from raysim.tracking import provenance, resume
 
@@ -393,3 +394,14 @@ def test_a_ctrl_c_while_a_finished_run_logs_its_results_lets_them_in(tracking_ur
     assert sent and client.get_run(finished.run_id).info.status == "FINISHED"
     assert "summary.json" in {a.path for a in client.list_artifacts(finished.run_id)}
     assert "Ctrl-C: the rounds are done; logging their results, then the run ends" in shown.getvalue()
+
+
+def test_a_resumed_run_shows_a_dashboard_only_where_its_own_command_asks():
+    """Whether a local Ray shows its dashboard is each command's choice, not the run's: a run started with
+    --dashboard resumes on another backend or a cluster without it, and a resume may ask for it."""
+    recorded = build_config("fedvpt", [FAST, {"resources": {"dashboard": True, "dashboard_host": "10.0.0.5"}}])
+    found = ckpt.Checkpoint("r", 1, recorded.to_dict(), None, {}, "sqlite:///never.db")
+    moved = resume.resumed_config(found, "fedvpt", [{"resources": {"backend": "sequential"}}])
+    assert not moved.resources.dashboard and moved.resources.dashboard_host == "127.0.0.1"
+    asked = resume.resumed_config(found, "fedvpt", [{"resources": {"dashboard": True}}])
+    assert asked.resources.dashboard and asked.resources.dashboard_host == "127.0.0.1"
