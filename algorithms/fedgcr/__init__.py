@@ -69,8 +69,8 @@ def clusters_within_a_round(config) -> None:
     per_round = config.federation.clients_per_round
     if config.options.clusters > per_round:
         raise ConfigError(
-            f"fedgcr.clusters={config.options.clusters} (T') is more than the {per_round} clients taking part each "
-            "round; lower it or raise --participation"
+            f"fedgcr.clusters={config.options.clusters} (T') is more than the {per_round} "
+            f"client{'s' if per_round != 1 else ''} taking part each round; lower it or raise --participation"
         )
 
 

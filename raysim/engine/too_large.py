@@ -12,15 +12,19 @@ from raysim.base.errors import ConfigError
 
 CPU_REFUSAL = re.compile(r"can't allocate memory: you tried to allocate (\d+) bytes")  # torch's CPU allocator
 CUDA_REFUSAL = re.compile(r"Tried to allocate ([\d.]+ [KMGTP]iB)")  # torch.OutOfMemoryError on a GPU
+OVERFLOWS = ("Storage size calculation overflowed", "Overflow when unpacking long long")  # sizes past 2^63
 
 
 def refused_allocation(error: BaseException) -> str | None:
     """How much memory ``error`` says could not be allocated ("40.0 GB", "20.00 GiB"; "memory" where Python's
-    MemoryError does not say), or None where it is no refused allocation."""
+    MemoryError does not say; "more than 2^63 bytes" where torch could not count the bytes), or None where it is no
+    refused allocation."""
     if isinstance(error, MemoryError):
         return "memory"
-    if not isinstance(error, RuntimeError):
+    if not isinstance(error, (RuntimeError, TypeError)):
         return None
+    if any(overflow in str(error) for overflow in OVERFLOWS):
+        return "more than 2^63 bytes"
     if found := CPU_REFUSAL.search(str(error)):
         return f"{int(found[1]) / 1e9:,.1f} GB"
     if found := CUDA_REFUSAL.search(str(error)):
@@ -33,7 +37,7 @@ def refused_if_too_large(method: str) -> Iterator[None]:
     """Turns a refused allocation while ``method``'s model or state is built into a one-line ConfigError."""
     try:
         yield
-    except (MemoryError, RuntimeError) as error:
+    except (MemoryError, RuntimeError, TypeError) as error:
         wanted = refused_allocation(error)
         if wanted is None:
             raise

@@ -167,7 +167,7 @@ BAD_INPUTS = [
     (["run", "sgpt", *BUILT, "sgpt.groups=500"], "500 orthogonal keys need groups <= the backbone width 192"),
     (["run", "fgpt-u", *SYN, "fgpt.k=11"], "fgpt.k=11 must be in 1..groups=10"),
     (["run", "fedvpt", *SYN, "fedvpt.prompt_length=100000"], "fedvpt.prompt_length=100000 must be at most 1000 (a"),
-    (["run", "pfedhn", *BUILT, "pfedhn.hidden=1000000"], "pfedhn's model and state do not fit in memory (an"),
+    (["run", "pfedhn", *BUILT, "pfedhn.hidden=100000000"], "pfedhn's model and state do not fit in memory (an"),
     (["run", "fed-dualprompt", *SYN, "fed-dualprompt.expert_length=5000"], "expert_length=5000 must be at most 1000"),
     (["run", "fgpt", *BUILT, "fgpt.group_block=6"], "fgpt.group_block=6 is outside the backbone's blocks 0..5"),
     (["run", "fedgcr", *SYN, "fedgcr.clusters=0"], "fedgcr.clusters=0 must be at least 1"),

@@ -11,13 +11,16 @@ from raysim.engine.too_large import refused_allocation, refused_if_too_large
 
 def test_a_refused_allocation_says_how_much_and_which_options_to_lower():
     with pytest.raises(ConfigError) as refused, refused_if_too_large("pfedhn"):
-        torch.empty(10**13)  # 40 TB: the CPU allocator refuses it at once
+        torch.empty(10**15)  # 4 PB, past any address space: refused however the kernel overcommits
     assert str(refused.value) == (
-        "pfedhn's model and state do not fit in memory (an allocation of 40,000.0 GB was refused); lower its size "
+        "pfedhn's model and state do not fit in memory (an allocation of 4,000,000.0 GB was refused); lower its size "
         "options (raysim ls options pfedhn)"
     )
     with pytest.raises(ConfigError, match=r"an allocation of memory was refused"), refused_if_too_large("fedem"):
         raise MemoryError
+    for size in ((10**17, 1, 5, 64), (10**20,)):  # bytes torch cannot count: a RuntimeError, a TypeError
+        with pytest.raises(ConfigError, match=r"an allocation of more than 2\^63 bytes"), refused_if_too_large("fedem"):
+            torch.empty(size)
 
 
 def test_other_errors_pass_through_and_a_gpus_refusal_is_read():
