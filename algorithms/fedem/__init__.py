@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from raysim.algorithms._declarations import PromptOptions
-from raysim.base.settings import at_least, setting
+from raysim.base.settings import at_least, at_most, setting
 from raysim.core.registry import declare
 
 
@@ -15,7 +15,9 @@ class EMOptions(PromptOptions):
     """FedEM (Marfoq et al., NeurIPS 2021): the number of mixture components."""
 
     components: int = setting(
-        3, "Mixture components K: prompt + head sets mixed per client by EM.", checks=(at_least(1),)
+        3,
+        "Mixture components K: prompt + head sets mixed per client by EM.",
+        checks=(at_least(1), at_most(100, "a client trains and evaluates every component; the paper's K is 3")),
     )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from raysim.algorithms._declarations import PromptOptions
-from raysim.base.settings import at_least, in_range, non_negative, positive, setting
+from raysim.base.settings import at_least, at_most, in_range, non_negative, positive, setting
 from raysim.core.registry import declare
 
 
@@ -20,7 +20,11 @@ class HNOptions(PromptOptions):
         checks=((lambda v: v >= 1 or v == -1, "must be at least 1 (-1: 1 + clients / 4)"),),
     )
     hidden: int = setting(100, "Width of the hypernetwork's hidden layers.", checks=(at_least(1),))
-    hidden_layers: int = setting(3, "Hidden layers of the hypernetwork after its first.", checks=(non_negative(),))
+    hidden_layers: int = setting(
+        3,
+        "Hidden layers of the hypernetwork after its first.",
+        checks=(non_negative(), at_most(100, "each runs in every round's generation; the paper's are 3")),
+    )
     hn_lr: float = setting(1e-2, "Learning rate of the hypernetwork and the embeddings.", checks=(positive(),))
     hn_momentum: float = setting(
         0.9, "SGD momentum of the hypernetwork's optimiser.", checks=(in_range(0, 1, open_high=True),)

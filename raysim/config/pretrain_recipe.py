@@ -46,7 +46,7 @@ class PretrainRecipe:
             ("per_class", self.per_class >= 2, "must be at least 2"),
             ("epochs", self.epochs >= 1, "must be at least 1"),
             ("batch_size", self.batch_size >= 1, "must be at least 1"),
-            ("threads", self.threads >= 1, "must be at least 1"),
+            ("threads", 1 <= self.threads <= 1024, "must be in [1, 1024]"),
             ("seed", self.seed >= 0, "must be >= 0"),
             ("lr", math.isfinite(self.lr) and self.lr > 0, "must be a finite number > 0"),
             (

@@ -14,7 +14,17 @@ from pathlib import Path
 
 from raysim.base.errors import ConfigError, unknown_name
 from raysim.base.paths import absolute, lower_scheme, sqlite_file, why_not_a_file
-from raysim.base.settings import FLOAT32_MAX, NON_NEGATIVE, POSITIVE, at_least, differs, positive, setting, validate
+from raysim.base.settings import (
+    FLOAT32_MAX,
+    NON_NEGATIVE,
+    POSITIVE,
+    at_least,
+    at_most,
+    differs,
+    positive,
+    setting,
+    validate,
+)
 from raysim.data import FROM_DISK
 from raysim.data.partition import CLASS_SETS, PACHINKO_FORMS, PARTITIONERS
 from raysim.data.sources import SOURCES
@@ -35,6 +45,7 @@ PRIVACY_MODES = ("none", "user", "record")
 NOISE_ADDERS = ("server", "clients")  # privacy.noise_by: who adds user-level DP's Gaussian noise
 ACCOUNTANTS = ("rdp", "pld")
 RESOURCE_UNIT = 1e-4  # the finest CPU or GPU share Ray reserves
+MAX_THREADS = 1024  # torch threads one worker may ask for: past the cores they only wait, and past ~1e5 libgomp crashes
 
 
 def half_up(x: float) -> int:
@@ -309,7 +320,9 @@ class DataConfig:
     partition: str = setting("dirichlet", "How data is split over clients (raysim ls partitions).", flag="--partition")
     data_dir: str | None = setting(None, "Folder or file for datasets read from disk.", flag="--data-dir")
     image_size: int | None = setting(
-        None, "Resize every image to RGB N x N (null: the source's size).", checks=(at_least(4),)
+        None,
+        "Resize every image to RGB N x N (null: the source's size).",
+        checks=(at_least(4), at_most(4096, "a client's batch holds N^2 pixels a row; 224 is ImageNet's")),
     )
     s: int = setting(2, "Pathological: classes per client.", checks=(at_least(1),))
     class_sets: str = setting(
@@ -420,7 +433,10 @@ class ResourceConfig:
         0, "Size of the client worker pool (0: one per free CPU).", flag="--workers", checks=(NON_NEGATIVE,)
     )
     cpus_per_client: float = setting(
-        1.0, "CPUs each worker reserves (fractions allowed).", flag="--cpus-per-client", checks=(NON_NEGATIVE,)
+        1.0,
+        "CPUs each worker reserves (fractions allowed).",
+        flag="--cpus-per-client",
+        checks=(NON_NEGATIVE, at_most(MAX_THREADS, "a worker's torch threads follow its CPUs")),
     )
     gpus_per_client: float = setting(
         0.0,
@@ -432,7 +448,9 @@ class ResourceConfig:
         None, "Ray cluster to join ('auto', 'HOST:PORT' or 'ray://HOST:10001').", flag="--address"
     )
     threads: int = setting(
-        0, "Torch threads per client worker (0: its CPUs, at least 1; $RAYSIM_TORCH_THREADS).", checks=(NON_NEGATIVE,)
+        0,
+        "Torch threads per client worker (0: its CPUs, at least 1; $RAYSIM_TORCH_THREADS).",
+        checks=(NON_NEGATIVE, at_most(MAX_THREADS, "torch threads in one worker")),
     )
     dashboard: bool = setting(False, "Start Ray's dashboard with a local Ray (on dashboard_host).", flag="--dashboard")
     dashboard_host: str = setting("127.0.0.1", "Where a local Ray's dashboard listens (with --dashboard).")
@@ -469,7 +487,13 @@ class TrackingConfig:
         checks=((str.strip, "must not be empty; leave it out for the default store"),),
     )
     experiment: str = setting(
-        "raysim", "MLflow experiment name.", flag="--experiment", checks=((str.strip, "must not be empty"),)
+        "raysim",
+        "MLflow experiment name.",
+        flag="--experiment",
+        checks=(
+            (str.strip, "must not be empty"),
+            (lambda v: len(v) <= 200, "must be at most 200 characters (it names a comparison's folder too)"),
+        ),
     )
     run_name: str | None = setting(
         None,

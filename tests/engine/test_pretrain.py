@@ -114,6 +114,7 @@ def test_unknown_precision_is_refused():
         ("label_smoothing", 1.0, "--label-smoothing=1.0 must be in [0, 1)"),
         ("seed", -1, "--seed=-1 must be >= 0"),
         ("per_class", 1, "--per-class=1 must be at least 2"),
+        ("threads", 100000, "--threads=100000 must be in [1, 1024]"),
     ],
 )
 def test_a_bad_recipe_value_is_refused_naming_it(field, value, requirement):
