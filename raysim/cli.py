@@ -6,6 +6,7 @@ Bad input ends in one line on stderr (``raysim: error: ...``) and exit code 2, n
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import sys
@@ -79,6 +80,14 @@ class OneLineErrors(CommandGroup):
             sys.exit(1)
         except RunInterrupted as stopped:
             leave(f"raysim: {stopped}", stopped.signum, at_once=stopped.ray_lost)
+        except OSError as error:  # a path given that no file system takes: a name too long, a loop of links
+            if error.errno not in (errno.ENAMETOOLONG, errno.ELOOP):
+                raise
+            fail(f"{error.filename or 'a path given'}: {error.strerror}; give another path")
+        except RuntimeError as error:  # pathlib's resolve() on a loop of symbolic links (Python 3.11-3.12)
+            if not str(error).startswith("Symlink loop from"):
+                raise
+            fail(f"{error}: a path given goes round a loop of symbolic links; give another path")
 
 
 def subcommands(ctx: click.Context | None) -> list[str]:
@@ -128,6 +137,8 @@ def plain_name(option: str, value: str | None) -> str | None:
     value = not_empty(option, value)
     if value is not None and ("/" in value or "\\" in value or value in (".", "..")):
         raise click.BadParameter(f"{option} '{value}' is a path; give a plain name, e.g. {option} my-sweep")
+    if value is not None and len(value) > 200:
+        raise click.BadParameter(f"{option} is {len(value)} characters long; a folder's name takes at most 200")
     return value
 
 

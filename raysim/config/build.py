@@ -230,6 +230,8 @@ def load_preset(name_or_path: str) -> dict[str, Any]:
         raise ConfigError(
             f"preset {name_or_path} is a folder; pass a YAML file in it, or a preset by name (raysim ls presets)"
         )
+    elif path.exists():  # a device, a FIFO: no preset's name has a slash
+        raise ConfigError(f"preset file {name_or_path} {why_not_a_file(path)}; a preset is a YAML file")
     else:
         raise unknown_name("preset", name_or_path, presets())
     try:

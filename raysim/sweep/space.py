@@ -121,6 +121,8 @@ def load_space(path: str, method: str, before: list[dict], after: list[dict]) ->
     """Parse and validate a space file against ``method``'s config: a trial's config is ``before`` (a preset) <
     ``fixed`` < ``after`` (flags, --set) < the sampled values."""
     where = Path(path).name if Path(path).parent.name == "tune_spaces" else path
+    if Path(path).exists() and not Path(path).is_file():  # a folder, a FIFO (whose open waits for a writer), a device
+        raise ConfigError(f"search space file {path} {why_not_a_file(path)}; see tune_spaces/ for examples")
     try:
         data = yaml12.load(Path(path).read_text())
     except OSError as error:

@@ -169,6 +169,16 @@ BAD_INPUTS = [
     (["run", "fedvpt", *SYN, "fedvpt.prompt_length=100000"], "fedvpt.prompt_length=100000 must be at most 1000 (a"),
     (["run", "pfedhn", *BUILT, "pfedhn.hidden=100000000"], "pfedhn's model and state do not fit in memory (an"),
     (["run", "fed-dualprompt", *SYN, "fed-dualprompt.expert_length=5000"], "expert_length=5000 must be at most 1000"),
+    (["run", "fedem", *SYN, "fedem.components=100000000"], "fedem.components=100000000 must be at most 100"),
+    (["run", "pfedhn", *SYN, "pfedhn.hidden_layers=100000000"], "pfedhn.hidden_layers=100000000 must be at most 100"),
+    (["run", "fedvpt", *SYN, "data.image_size=100000"], "data.image_size=100000 must be at most 4096"),
+    (["run", "fedvpt", *SYN, "resources.threads=100000"], "resources.threads=100000 must be at most 1024"),
+    (["run", "fedvpt", "--cpus-per-client", "100000"], "cpus_per_client=100000.0 must be at most 1024"),
+    (["run", "fedvpt", "--experiment", "e" * 300], "tracking.experiment=" + "e" * 300 + " must be at most 200"),
+    (["tune", "fedvpt", "--name", "s" * 300], "--name is 300 characters long; a folder's name takes at most 200"),
+    (["run", "fedvpt", "--set", "checkpoint.dir=/tmp/" + "d" * 300], "File name too long; give another path"),
+    (["run", "fedvpt", "--set", "systems.trace=/tmp"], "trace /tmp is a folder, not a file; pass a CSV or parquet"),
+    (["run", "fedvpt", "--preset", "/dev/null"], "preset file /dev/null is not a regular file; a preset is a YAML"),
     (["run", "fgpt", *BUILT, "fgpt.group_block=6"], "fgpt.group_block=6 is outside the backbone's blocks 0..5"),
     (["run", "fedgcr", *SYN, "fedgcr.clusters=0"], "fedgcr.clusters=0 must be at least 1"),
     (
@@ -605,3 +615,16 @@ def test_a_ray_job_writing_in_its_temporary_working_dir_is_refused(ray_session, 
     checked(build_config("fedvpt", [{"tracking": outside, "checkpoint": {"dir": str(tmp_path / "ckpt")}}]))
     monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", json.dumps({"runtime_env": {}, "metadata": {}}))
     checked(build_config("fedvpt", []))  # a job without --working-dir runs where it was started, which stays
+
+
+def test_a_path_round_a_loop_of_links_is_one_line_and_leaves_no_run(tmp_path):
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    for given in (["--set", f"checkpoint.dir={tmp_path / 'a' / 'x'}"], ["--weights", str(tmp_path / "a" / "w")]):
+        args = ["run", "fedvpt", "--backend", "sequential", *given, "--tracking-uri", f"sqlite:///{tmp_path}/m.db"]
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 2, result.output + result.stderr
+        (line,) = own_lines(result.stderr)
+        assert line.startswith("raysim: error: ")
+        assert "a loop of symbolic links" in line or "Too many levels of symbolic links" in line  # Python 3.11 or 3.13
+        assert not (tmp_path / "m.db").exists()

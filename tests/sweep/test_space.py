@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from raysim.base.errors import ConfigError
@@ -276,3 +278,11 @@ def test_a_space_whose_samples_replace_the_defaults_its_method_refuses_is_planne
     wider = load_space(space_file(tmp_path / "wider", "space:\n  fgpt.k: {choice: [1, 4]}\n"), "fgpt-u", [], [])
     with pytest.raises(ConfigError, match=r"can sample fgpt.k=4, which no trial could run \(fgpt.k=4 must be in"):
         refuse_unrunnable_corners("fgpt-u", wider, [as_layer(space.fixed)])
+
+
+def test_a_space_file_that_is_no_regular_file_is_one_line_not_a_wait(tmp_path):
+    """A FIFO's open waits for a writer, a device reads without end."""
+    os.mkfifo(tmp_path / "fifo")
+    for path in (tmp_path / "fifo", "/dev/zero", tmp_path):
+        with pytest.raises(ConfigError, match=f"search space file {path} (is not a regular file|is a folder)"):
+            load_space(str(path), "fedvpt", [], [])

@@ -6,6 +6,7 @@ from importlib import resources
 from pathlib import Path
 
 from raysim.base.errors import ConfigError
+from raysim.base.paths import why_not_a_file
 
 
 def shipped() -> list[str]:
@@ -21,6 +22,6 @@ def resolve(name_or_path: str) -> Path:
     if name_or_path in shipped():
         return Path(str(resources.files(__name__).joinpath(f"{name_or_path}.csv")))
     raise ConfigError(
-        f"trace {name_or_path} does not exist; pass a CSV or parquet file (docs/systems.md) or a shipped trace: "
-        f"{', '.join(shipped())}"
+        f"trace {name_or_path} {why_not_a_file(path)}; pass a CSV or parquet file (docs/systems.md) or a shipped "
+        f"trace: {', '.join(shipped())}"
     )
