@@ -113,6 +113,8 @@ def epsilon(event: dp_accounting.DpEvent, delta: float, accountant: str = "rdp")
         step_rdp = _rdp(event)
     except TypeError:  # an unhashable event (a ComposedDpEvent holds a list) is not cached
         step_rdp = _rdp.__wrapped__(event)
+    except (ZeroDivisionError, OverflowError):  # z so small (1e-300) that the series divides by 1 / z^2 = inf
+        return math.inf
     rdp = np.where(np.isnan(step_rdp), np.inf, count * np.asarray(step_rdp))  # NaN: a noise too small to compute
     return float(rdp_privacy_accountant.compute_epsilon(RDP_ORDERS, rdp, delta)[0])
 

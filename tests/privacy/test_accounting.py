@@ -102,8 +102,10 @@ def test_no_noise_spends_infinite_epsilon(build, sampling):
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # dp-accounting's own overflow on the way to its NaN
 @pytest.mark.parametrize("sampling", ["fixed", "poisson"])
 def test_a_noise_too_small_to_compute_spends_infinite_epsilon_not_zero(sampling):
-    """dp-accounting's RDP of z = 1e-160 is NaN at every order, which its conversion would read as epsilon 0."""
+    """dp-accounting's RDP of z = 1e-160 is NaN at every order, which its conversion would read as epsilon 0; at
+    z = 1e-300 its series divides by zero."""
     assert accounting.epsilon(accounting.user_event(1e-160, 10, 100, 5, sampling), DELTA) == math.inf
+    assert accounting.epsilon(accounting.user_event(1e-300, 10, 100, 5, sampling), DELTA) == math.inf
     if sampling == "poisson":
         with pytest.raises(ConfigError, match="the PLD accountant cannot discretise .* pass privacy.accountant=rdp"):
             accounting.epsilon(accounting.user_event(1e-160, 10, 100, 5, sampling), DELTA, "pld")
