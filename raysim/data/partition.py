@@ -442,7 +442,12 @@ def partition(
         raise ConfigError(
             f"num_clients={num_clients} clients need at least {min_train_samples} training "
             f"row{'s' if min_train_samples > 1 else ''} each, {num_clients * min_train_samples} in all, and the data "
-            f"has {len(train_labels)}; choose at most {len(train_labels) // min_train_samples} clients"
+            f"has {len(train_labels)}; "
+            + (
+                f"choose at most {len(train_labels) // min_train_samples} clients"
+                if len(train_labels) >= min_train_samples
+                else f"lower data.min_train_samples to at most {max(1, len(train_labels) // num_clients)}"
+            )
         )
     share_rng, train_rng, test_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(3))
     fn = PARTITIONERS[name].fn

@@ -179,6 +179,7 @@ BAD_INPUTS = [
     (["run", "fedvpt", "--set", "checkpoint.dir=/tmp/" + "d" * 300], "File name too long; give another path"),
     (["run", "fedvpt", "--set", "systems.trace=/tmp"], "trace /tmp is a folder, not a file; pass a CSV or parquet"),
     (["run", "fedvpt", "--preset", "/dev/null"], "preset file /dev/null is not a regular file; a preset is a YAML"),
+    (["run", "fedvpt", *SYN, "data.min_train_samples=100000"], "; lower data.min_train_samples to at most"),
     (["run", "fgpt", *BUILT, "fgpt.group_block=6"], "fgpt.group_block=6 is outside the backbone's blocks 0..5"),
     (["run", "fedgcr", *SYN, "fedgcr.clusters=0"], "fedgcr.clusters=0 must be at least 1"),
     (
