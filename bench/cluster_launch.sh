@@ -163,6 +163,16 @@ exec_run() {
     --tracking-uri $TRACKING --experiment cluster-exec"
   on_head "python ~/raysim/bench/cluster_probe.py pool $TRACKING cluster-exec" | tee "$WORK/pool.txt"
 }
+address_runs() {  # the head's address given: Ray sends the cluster's token only under RAY_AUTH_MODE=token
+  if on_head "cd ~/raysim && env -u RAY_AUTH_MODE raysim run fedvpt --address $HEAD_IP:6379 --preset quick \
+    --rounds 1 --workers 1 --tracking-uri $TRACKING --experiment cluster-address" >"$WORK/no-mode.log" 2>&1; then
+    echo "a run that sends no token joined a cluster that asks for one" >&2
+    return 1
+  fi
+  grep "raysim: error: the Ray cluster at '$HEAD_IP:6379' asks for a token" "$WORK/no-mode.log"
+  on_head "cd ~/raysim && RAY_AUTH_MODE=token raysim run fedvpt --address $HEAD_IP:6379 --preset quick --rounds 1 \
+    --workers 1 --tracking-uri $TRACKING --experiment cluster-address" | grep "^MLflow run "
+}
 job_run() {
   ray_job submit --submission-id raysim-job-$$ --working-dir . \
     -- raysim run fedvpt --address auto --preset quick --rounds $ROUNDS --workers 2 \
@@ -244,6 +254,7 @@ step "ray up -y (head: file_mounts, setup_commands, ray start)" ray_up
 step "worker node joins (its setup and ray start, by the autoscaler)" worker_joins
 step "MLflow server on the head (cluster/README.md)" mlflow_server
 step "ray exec: raysim run sgpt --clients 100 --rounds 3 --workers 2" exec_run
+step "raysim run --address HEAD:6379, without and with RAY_AUTH_MODE=token" address_runs
 step "ray job submit: raysim run fedvpt --preset quick --rounds $ROUNDS" job_run
 step "node lost mid-run: same run, worker node's ray stop after round 3" node_loss_run
 step "aws.yaml's and gcp.yaml's own setup and start-up lines, on the head" cloud_commands
