@@ -9,6 +9,7 @@ Errors are :class:`~raysim.base.errors.ConfigError` with one line naming the key
 from __future__ import annotations
 
 import math
+import reprlib
 import typing
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields
@@ -17,6 +18,18 @@ from typing import Any
 from raysim.base.errors import ConfigError
 
 Check = tuple[Callable[[Any], bool], str]  # (predicate on the value, what it must be)
+SHOWN_CHARACTERS = 100
+_short = reprlib.Repr()  # Repr's keyword arguments are Python 3.12's
+_short.maxlevel, _short.maxlist, _short.maxtuple, _short.maxdict = 1, 8, 8, 8
+_short.maxstring = _short.maxother = SHOWN_CHARACTERS
+
+
+def shown(value: Any, quoted: bool = True) -> str:
+    """``value`` as a one-line error shows it: whole where short, cut where long (a YAML alias of a few bytes can
+    stand for a list of gigabytes); ``quoted=False`` shows a text without quotes, as ``str`` does."""
+    if isinstance(value, str) and not quoted:
+        return value if len(value) <= SHOWN_CHARACTERS else value[: SHOWN_CHARACTERS - 3] + "..."
+    return _short.repr(value)
 
 
 def setting(
@@ -70,10 +83,10 @@ def validate(section) -> None:
             raise ConfigError(f"{spec.name}={value} is beyond float32's range (3.4e38), in which the clients compute")
         choices = spec.metadata.get("choices", ())
         if choices and value not in choices:
-            raise ConfigError(f"{spec.name}={value!r} is not one of {', '.join(map(str, choices))}")
+            raise ConfigError(f"{spec.name}={shown(value)} is not one of {', '.join(map(str, choices))}")
         for predicate, requirement in spec.metadata.get("checks", ()):
             if not predicate(value):
-                raise ConfigError(f"{spec.name}={value} {requirement}")
+                raise ConfigError(f"{spec.name}={shown(value, quoted=False)} {requirement}")
 
 
 @dataclass(frozen=True)

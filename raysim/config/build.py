@@ -21,7 +21,7 @@ import yaml
 
 from raysim.base.errors import ConfigError, unknown_name
 from raysim.base.paths import why_not_a_file
-from raysim.base.settings import type_name
+from raysim.base.settings import shown, type_name
 from raysim.config import yaml12
 from raysim.config.sections import (
     SECTIONS,
@@ -322,6 +322,8 @@ def parse_override(text: str) -> tuple[str, str, Any]:
         value = raw
     if isinstance(value, float) and math.isfinite(value) and repr(value) != raw.strip():
         value = raw.strip()  # 1.10, 1e-4 as typed: a text key keeps it whole, a number key reads it as its number
+    if isinstance(value, dict) and not raw.strip().startswith("{"):  # NAME: or NAME: x, which YAML reads as a
+        value = raw.strip()  # mapping, where no key takes one: the text, which the key's own check then explains
     return section, key, value
 
 
@@ -351,11 +353,11 @@ def _coerce(cls, key: str, value: Any, where: str) -> Any:
             return str(value)
         if typ is tuple and isinstance(value, (list, tuple)):
             if any(isinstance(item, bool) or not isinstance(item, int) for item in value):
-                raise ConfigError(f"{where}={value!r} must be a list of whole numbers, e.g. [0, 1, 2]")
+                raise ConfigError(f"{where}={shown(value)} must be a list of whole numbers, e.g. [0, 1, 2]")
             return tuple(value)
     if value is None:  # null in a preset, or --set KEY=null
         raise ConfigError(f"{where} is null; it takes {type_name(cls, key)}")
-    raise ConfigError(f"{where}={value!r} has the wrong type; expected {type_name(cls, key)}")
+    raise ConfigError(f"{where}={shown(value)} has the wrong type; expected {type_name(cls, key)}")
 
 
 def _build_section(cls, name: str, values: Mapping[str, Any]):

@@ -130,6 +130,10 @@ def _mismatched_weights(tmp_path):
 
 
 SYN = ("--dataset", "synthetic", "--set")
+# eight levels of YAML aliases, each a list of nine of the level below: 391 bytes that stand for 9^8 numbers
+ALIASES = "&a0 [" + ",".join("0" * 9) + "]"
+for level in range(1, 8):
+    ALIASES = f"&a{level} [{ALIASES}, {', '.join([f'*a{level - 1}'] * 8)}]"
 # refused by the model's build, here in-process: the Ray path of such an error (the pool's first worker builds the
 # model) is the MISMATCHED weights case's
 BUILT = ("--backend", "sequential", *SYN)
@@ -174,7 +178,8 @@ BAD_INPUTS = [
     (["run", "fedvpt", *SYN, "data.image_size=100000"], "data.image_size=100000 must be at most 4096"),
     (["run", "fedvpt", *SYN, "resources.threads=100000"], "resources.threads=100000 must be at most 1024"),
     (["run", "fedvpt", "--cpus-per-client", "100000"], "cpus_per_client=100000.0 must be at most 1024"),
-    (["run", "fedvpt", "--experiment", "e" * 300], "tracking.experiment=" + "e" * 300 + " must be at most 200"),
+    (["run", "fedvpt", "--experiment", "e" * 300], "tracking.experiment=" + "e" * 97 + "... must be at most 200"),
+    (["run", "sgpt", *SYN, "sgpt.group_blocks=" + ALIASES], "blocks=[[...], [...], [...], [...], [...], [...], [...],"),
     (["tune", "fedvpt", "--name", "s" * 300], "--name is 300 characters long; a folder's name takes at most 200"),
     (["run", "fedvpt", "--set", "checkpoint.dir=/tmp/" + "d" * 300], "File name too long; give another path"),
     (["run", "fedvpt", "--set", "systems.trace=/tmp"], "trace /tmp is a folder, not a file; pass a CSV or parquet"),
@@ -277,6 +282,7 @@ BAD_INPUTS = [
     (["run", "fedvpt", "--set", "federation.deadline_s=-1"], "federation.deadline_s=-1.0 must be >= 0"),
     (["run", "fedvpt", "--set", "systems.dropout=1"], "systems.dropout=1.0 must be in [0, 1)"),
     (["run", "fedvpt", "--set", "systems.speed=gamma:1,2"], "unknown distribution 'gamma'; valid: uniform, lognormal"),
+    (["run", "fedvpt", "--set", "systems.speed=lognormal:"], "systems.speed='lognormal:' is not a positive number or"),
     (["run", "fedvpt", "--set", "federation.stragglers=skip"], "'skip' is not one of drop, wait, partial"),
     (["run", "fedv", "--set", "federation.deadline_s=5"], "fedv is split learning: its traffic is per local step"),
     (["run", "fedvpt", "--set", "systems.tiers=head,half"], "'half' is not a capacity tier; a tier is head, first-K"),
