@@ -19,7 +19,7 @@ from raysim.attacks.cli import attack
 from raysim.base.command_group import CommandGroup, given_on_command_line
 from raysim.base.errors import BadUpdateError, ConfigError, RunInterrupted, SimulationLost, SweepError, Terminated
 from raysim.base.paths import unwritable
-from raysim.base.settings import default_of
+from raysim.base.settings import NAME_CHARACTERS, default_of
 from raysim.base.sole_runner import run_lock, sole_runner
 from raysim.base.stop_signals import take_sigterm
 from raysim.config import (
@@ -137,8 +137,10 @@ def plain_name(option: str, value: str | None) -> str | None:
     value = not_empty(option, value)
     if value is not None and ("/" in value or "\\" in value or value in (".", "..")):
         raise click.BadParameter(f"{option} '{value}' is a path; give a plain name, e.g. {option} my-sweep")
-    if value is not None and len(value) > 200:
-        raise click.BadParameter(f"{option} is {len(value)} characters long; a folder's name takes at most 200")
+    if value is not None and len(value) > NAME_CHARACTERS:
+        raise click.BadParameter(
+            f"{option} is {len(value)} characters long; a folder's name takes at most {NAME_CHARACTERS}"
+        )
     return value
 
 

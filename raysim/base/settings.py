@@ -66,6 +66,8 @@ def positive(why: str = "") -> Check:
 
 
 FLOAT32_MAX = 3.4028234663852886e38  # torch's float32 overflows past it
+MAX_THREADS = 1024  # torch threads one process may ask for: past the cores they only wait, past ~1e5 libgomp crashes
+NAME_CHARACTERS = 200  # a name that names a folder too (an experiment, a sweep): file systems take 255 bytes
 NON_NEGATIVE: Check = non_negative()
 POSITIVE: Check = positive()
 

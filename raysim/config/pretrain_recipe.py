@@ -7,6 +7,7 @@ import shlex
 from dataclasses import dataclass, field, fields
 
 from raysim.base.errors import ConfigError
+from raysim.base.settings import MAX_THREADS
 
 PRECISIONS = ("fp32", "bf16")  # the recipe's forward pass: bf16 autocast (the shipped file's) or float32
 
@@ -46,7 +47,7 @@ class PretrainRecipe:
             ("per_class", self.per_class >= 2, "must be at least 2"),
             ("epochs", self.epochs >= 1, "must be at least 1"),
             ("batch_size", self.batch_size >= 1, "must be at least 1"),
-            ("threads", 1 <= self.threads <= 1024, "must be in [1, 1024]"),
+            ("threads", 1 <= self.threads <= MAX_THREADS, f"must be in [1, {MAX_THREADS}]"),
             ("seed", self.seed >= 0, "must be >= 0"),
             ("lr", math.isfinite(self.lr) and self.lr > 0, "must be a finite number > 0"),
             (

@@ -16,6 +16,8 @@ from raysim.base.errors import ConfigError, unknown_name
 from raysim.base.paths import absolute, lower_scheme, sqlite_file, why_not_a_file
 from raysim.base.settings import (
     FLOAT32_MAX,
+    MAX_THREADS,
+    NAME_CHARACTERS,
     NON_NEGATIVE,
     POSITIVE,
     at_least,
@@ -45,7 +47,6 @@ PRIVACY_MODES = ("none", "user", "record")
 NOISE_ADDERS = ("server", "clients")  # privacy.noise_by: who adds user-level DP's Gaussian noise
 ACCOUNTANTS = ("rdp", "pld")
 RESOURCE_UNIT = 1e-4  # the finest CPU or GPU share Ray reserves
-MAX_THREADS = 1024  # torch threads one worker may ask for: past the cores they only wait, and past ~1e5 libgomp crashes
 
 
 def half_up(x: float) -> int:
@@ -492,7 +493,10 @@ class TrackingConfig:
         flag="--experiment",
         checks=(
             (str.strip, "must not be empty"),
-            (lambda v: len(v) <= 200, "must be at most 200 characters (it names a comparison's folder too)"),
+            (
+                lambda v: len(v) <= NAME_CHARACTERS,
+                f"must be at most {NAME_CHARACTERS} characters (it names a comparison's folder too)",
+            ),
         ),
     )
     run_name: str | None = setting(

@@ -40,7 +40,7 @@ class MethodInfo:
         tiers: the method trains by capacity tier (``systems.tiers``): its clients train whatever tensors the
             model leaves trainable, and its server averages each row over the clients that sent it.
         check: what the method requires of the whole config beyond its options' own checks (a one-line
-            ConfigError), run when the config is built, without torch: before Ray starts or the data are read.
+            ConfigError), without torch, before a run starts (:func:`~raysim.config.check_runnable`).
     """
 
     name: str

@@ -54,8 +54,8 @@ def resumed_config(found: ckpt.Checkpoint, method: str | None, layers: list[Mapp
     saved_precision = found.config.get("train", {}).get("precision", "fp32")
     pinned = {"tracking": {"tracking_uri": found.tracking_uri}, "train": {"precision": saved_precision}}
     recorded = as_recorded(found.config)  # a local Ray's dashboard is asked for by each command, not kept by the run
-    shown = {"dashboard", "dashboard_host"}
-    recorded["resources"] = {k: v for k, v in recorded.get("resources", {}).items() if k not in shown}
+    per_command = {"dashboard", "dashboard_host"}
+    recorded["resources"] = {k: v for k, v in recorded.get("resources", {}).items() if k not in per_command}
     config = build_config(found.method, [recorded, *layers, pinned])
     saved_threads = found.config.get("resources", {}).get("threads", 0)
     if saved_threads and config.resources.threads != saved_threads:
