@@ -57,8 +57,8 @@ def user_token() -> tuple[str | None, str]:
         return None, str(path)
 
 
-def refuse_unless_admitted(host: str, port: int, address: str, given: str, timeout_s: float) -> None:
-    """Fail in seconds where the cluster whose GCS answers at ``host:port`` asks for a token and this run would send
+def refuse_unless_admitted(channel, address: str, given: str, timeout_s: float) -> None:
+    """Fail in seconds where the cluster whose GCS answers on ``channel`` asks for a token and this run would send
     none (Ray sends none to an address it is given unless ``RAY_AUTH_MODE=token``) or one it refuses: Ray's own
     connection retries for about 20 s, printing each refusal, and then names neither the token nor the fix. Asks
     the GCS for the cluster's id, the first thing a driver asks; any answer but a refused token is left to Ray."""
@@ -67,7 +67,6 @@ def refuse_unless_admitted(host: str, port: int, address: str, given: str, timeo
 
     sends = os.environ.get(RAY_AUTH_MODE, "").lower() == "token"
     token, source = user_token() if sends else (None, "")
-    channel = grpc.insecure_channel(f"{host}:{port}")
     try:
         gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel).GetClusterId(
             gcs_service_pb2.GetClusterIdRequest(),
@@ -92,5 +91,3 @@ def refuse_unless_admitted(host: str, port: int, address: str, given: str, timeo
             f"RAY_AUTH_MODE=token: export RAY_AUTH_MODE=token, with the cluster's token in ~/.ray/auth_token "
             f"({GET_TOKEN}), or drop {given}"
         ) from None
-    finally:
-        channel.close()

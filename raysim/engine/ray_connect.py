@@ -224,23 +224,24 @@ def check_reachable(address: str, given: str = "--address", timeout_s: float = 3
             f"{error.strerror or error}); start a cluster with 'ray start --head' or drop {given}"
         ) from None
     if os.environ.get("RAY_USE_TLS", "0").lower() in ("0", "false", ""):  # under TLS, Ray's own check
-        refuse_unless_grpc(host, int(port), address, given, timeout_s)
-        if "://" not in address:  # the GCS's address (ray:// is Ray Client's server, which checks on its own)
-            refuse_unless_admitted(host, int(port), address, given, timeout_s)
+        import grpc  # Ray's own dependency
+
+        with grpc.insecure_channel(f"{host}:{port}") as channel:
+            refuse_unless_grpc(channel, address, given, timeout_s)
+            if "://" not in address:  # the GCS's address (ray:// is Ray Client's server, which checks on its own)
+                refuse_unless_admitted(channel, address, given, timeout_s)
 
 
-def refuse_unless_grpc(host: str, port: int, address: str, given: str, timeout_s: float) -> None:
-    """Fail in seconds where what answers at ``host:port`` does not speak gRPC, as Ray's GCS and its client server
-    do: Ray's own connection retries such a service (a web server, a database) for minutes."""
-    import grpc  # Ray's own dependency
+def refuse_unless_grpc(channel, address: str, given: str, timeout_s: float) -> None:
+    """Fail in seconds where what answers on ``channel`` does not speak gRPC, as Ray's GCS and its client server do:
+    Ray's own connection retries such a service (a web server, a database) for minutes."""
+    import grpc
 
-    channel = grpc.insecure_channel(f"{host}:{port}")
     try:
         grpc.channel_ready_future(channel).result(timeout=timeout_s)
     except grpc.FutureTimeoutError:
+        host_port = address.split("://", 1)[-1]
         raise ConfigError(
-            f"could not connect to Ray at {address!r} ({host}:{port} answers, but not as Ray: no gRPC within "
+            f"could not connect to Ray at {address!r} ({host_port} answers, but not as Ray: no gRPC within "
             f"{timeout_s:g} s); pass the address 'ray start --head' printed, or drop {given}"
         ) from None
-    finally:
-        channel.close()
